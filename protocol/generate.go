@@ -1,0 +1,3 @@
+package protocol
+
+//go:generate bash generate.sh

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Regenerates the Go code beside the .proto files (run through `go generate ./protocol/...`).
+# The plugins are the Go tools pinned in go.mod; protoc comes from Debian's protobuf-compiler.
+# The .proto files are the spec's, verbatim, so they carry no go_package: the M options set it.
+set -euo pipefail
+cd "$(dirname "$0")"
+command -v protoc >/dev/null || { echo "generate.sh: protoc not found; install Debian's protobuf-compiler (apt-get install protobuf-compiler)" >&2; exit 1; }
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+GOBIN="$bin" go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+pkg=github.com/ankka-flow/millrace/protocol/ankka/flow/v1
+protos=(ankka/flow/v1/payload.proto ankka/flow/v1/discovery.proto ankka/flow/v1/streamlet.proto)
+opts=()
+for p in "${protos[@]}"; do
+  opts+=(--go_opt="M$p=$pkg;flowv1" --go-grpc_opt="M$p=$pkg;flowv1")
+done
+protoc --proto_path=. \
+  --plugin=protoc-gen-go="$bin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
+  --go_out=. --go_opt=paths=source_relative \
+  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+  "${opts[@]}" "${protos[@]}"
