@@ -1,0 +1,128 @@
+package stdio
+
+import (
+	"encoding/json"
+)
+
+// Protocol is the action protocol version sent in hello.
+const Protocol = 1
+
+// MaxLineBytes is the largest line, newline excluded, either side may send: 8 MiB.
+const MaxLineBytes = 8 << 20
+
+// Message types of the action protocol.
+const (
+	TypeHello    = "hello"
+	TypeReady    = "ready"
+	TypeItem     = "item"
+	TypeEmit     = "emit"
+	TypeMetric   = "metric"
+	TypeDone     = "done"
+	TypeError    = "error"
+	TypeAbstain  = "abstain"
+	TypeShutdown = "shutdown"
+)
+
+// Header is one record header. Value holds a UTF-8 value; ValueBase64 holds, base64-encoded,
+// a value that is not UTF-8. Both absent means a header with a null value.
+type Header struct {
+	Key         string  `json:"key"`
+	Value       *string `json:"value,omitempty"`
+	ValueBase64 string  `json:"valueBase64,omitempty"`
+}
+
+// Hello is what the engine tells every process first: the action, its config (already
+// resolved, raw JSON, sent as given) and the run's variables. Type and protocol are added on
+// the wire.
+type Hello struct {
+	Action  string          `json:"action"`
+	Version string          `json:"version,omitempty"`
+	Config  json.RawMessage `json:"config,omitempty"`
+	Vars    map[string]any  `json:"vars,omitempty"`
+}
+
+// Item is one delivery's input. The caller of Pool.Submit fills everything but Delivery and
+// Attempt, which the pool sets for each attempt. Payload is raw JSON passed through unchanged
+// (an empty value is null); Key is nil when the record has none, and KeyBase64 carries a key
+// that is not UTF-8.
+type Item struct {
+	Delivery       string          `json:"delivery"`
+	ID             string          `json:"id"`
+	Run            string          `json:"run,omitempty"`
+	Key            *string         `json:"key,omitempty"`
+	KeyBase64      string          `json:"keyBase64,omitempty"`
+	Payload        json.RawMessage `json:"payload"`
+	Headers        []Header        `json:"headers,omitempty"`
+	Inlet          string          `json:"inlet,omitempty"`
+	Topic          string          `json:"topic,omitempty"`
+	Partition      int32           `json:"partition"`
+	Offset         int64           `json:"offset"`
+	Timestamp      int64           `json:"timestamp"` // milliseconds since the epoch
+	Attempt        int             `json:"attempt"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+}
+
+// Emit is one staged output. Outlet may be empty when the action has one outlet; Key nil means
+// no key (never an empty one); Payload is the raw JSON the action wrote.
+type Emit struct {
+	Outlet    string          `json:"outlet,omitempty"`
+	Key       *string         `json:"key,omitempty"`
+	KeyBase64 string          `json:"keyBase64,omitempty"`
+	Payload   json.RawMessage `json:"payload"`
+	Headers   []Header        `json:"headers,omitempty"`
+}
+
+// Metric is a custom measurement an action recorded with an attempt.
+type Metric struct {
+	Name   string            `json:"name"`
+	Value  float64           `json:"value"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Message is any line of the protocol, in either direction: the union of every field of every
+// type, as decoded by DecodeMessage. Which fields mean something depends on Type.
+type Message struct {
+	Type     string `json:"type"`
+	Delivery string `json:"delivery,omitempty"`
+
+	// hello
+	Protocol int             `json:"protocol,omitempty"`
+	Action   string          `json:"action,omitempty"`
+	Version  string          `json:"version,omitempty"`
+	Config   json.RawMessage `json:"config,omitempty"`
+	Vars     map[string]any  `json:"vars,omitempty"`
+
+	// ready: deliveries the action accepts written ahead (0 or 1: one at a time).
+	Window int `json:"window,omitempty"`
+
+	// item (and emit: Key, KeyBase64, Payload, Headers)
+	ID             string          `json:"id,omitempty"`
+	Run            string          `json:"run,omitempty"`
+	Key            *string         `json:"key,omitempty"`
+	KeyBase64      string          `json:"keyBase64,omitempty"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Headers        []Header        `json:"headers,omitempty"`
+	Inlet          string          `json:"inlet,omitempty"`
+	Topic          string          `json:"topic,omitempty"`
+	Partition      int32           `json:"partition,omitempty"`
+	Offset         int64           `json:"offset,omitempty"`
+	Timestamp      int64           `json:"timestamp,omitempty"`
+	Attempt        int             `json:"attempt,omitempty"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+
+	// emit
+	Outlet string `json:"outlet,omitempty"`
+
+	// metric
+	Name   string            `json:"name,omitempty"`
+	Value  float64           `json:"value,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// error: Message is the text ("error" is accepted as an alias).
+	Message   string `json:"message,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+
+	// abstain
+	Reason string `json:"reason,omitempty"`
+}
