@@ -2,7 +2,26 @@
 // every process share: the version rule, descriptor validation and comparison, fingerprints,
 // the canonical JSON of descriptor.json, and config resolution. The generated code of the
 // protocol itself lives in protocol/ankka/flow/v1 (package flowv1).
+//
+// DESCRIPTOR.md beside this file states every rule precisely, for authors of SDKs in other
+// languages; protocol/fixtures holds the cases each of them must reproduce.
+//
+// Every function here is pure: safe for concurrent use, and it never modifies its arguments.
 package protocol
+
+import "errors"
 
 // Version is the protocol version this module speaks, "MAJOR.MINOR".
 const Version = "1.0"
+
+var (
+	// ErrVersion is wrapped by CheckVersion and CheckVersionAgainst when a protocol version
+	// is refused: another major, a later minor, or not of the form MAJOR.MINOR.
+	ErrVersion = errors.New("protocol: version refused")
+	// ErrDescriptor is wrapped by MarshalDescriptor and UnmarshalDescriptor when a descriptor
+	// cannot be written or read as descriptor.json.
+	ErrDescriptor = errors.New("protocol: bad descriptor.json")
+	// ErrConfigValue is wrapped by ParseConfigValue when a string is not a value of its
+	// config type.
+	ErrConfigValue = errors.New("protocol: bad config value")
+)
