@@ -1,0 +1,141 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// commitTimeout bounds one offset commit.
+const commitTimeout = 30 * time.Second
+
+// commitLoop produces and commits acknowledged batches, in rounds: every batch acknowledged
+// since the last round is produced, all confirmed, and only then committed together. It stops
+// at the conversation's first failure (the round in progress finishes) or, once the
+// conversation is stopping, when nothing acknowledged is left.
+func (s *Sidecar) commitLoop(c *conversation) {
+	for {
+		s.mu.Lock()
+		for c.err == nil && len(c.acked) == 0 && !c.stopping {
+			s.mu.Unlock()
+			select {
+			case <-c.commitKick:
+			case <-c.failed:
+			}
+			s.mu.Lock()
+		}
+		round := c.acked
+		c.acked = nil
+		done := c.err != nil || (c.stopping && len(round) == 0)
+		s.mu.Unlock()
+		if done {
+			return
+		}
+		if err := s.commitRound(round); err != nil {
+			s.failConv(c, err)
+			return
+		}
+	}
+}
+
+// commitRound writes the emits of acknowledged batches and commits their offsets. Commit after
+// the write: offsets only after every emit is confirmed by the broker; never a commit for a
+// partition no longer owned (checked under commitMu, which revocation takes too).
+func (s *Sidecar) commitRound(round []*batch) error {
+	cl := s.kafka.cl
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+		emits    int64
+	)
+	for _, b := range round {
+		for _, r := range b.emits {
+			wg.Add(1)
+			emits++
+			cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+				defer wg.Done()
+				if err == nil {
+					return
+				}
+				errMu.Lock()
+				defer errMu.Unlock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %v: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
+						ErrStreamFailed, ErrProduce, b.id, len(r.Value), r.Topic, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	var committed []*batch
+	s.mu.Lock()
+	s.stats.EmitsProduced += emits
+	for _, b := range round {
+		if b.revoked || !b.p.owned || b.p.epoch != b.epoch {
+			continue // a rebalance discards: the new owner reads these records again
+		}
+		if offsets[b.p.topic] == nil {
+			offsets[b.p.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[b.p.topic][b.p.partition] = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
+		committed = append(committed, b)
+	}
+	s.mu.Unlock()
+	if len(committed) == 0 {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	var problems []string
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			problems = append(problems, err.Error())
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					problems = append(problems, fmt.Sprintf("topic %s partition %d: %v", t.Topic, p.Partition, err))
+				}
+			}
+		}
+	})
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %w for group %s: %s: the records are delivered again from the last commit",
+			ErrStreamFailed, ErrCommit, s.cfg.ConsumerGroup, strings.Join(problems, "; "))
+	}
+
+	resume := map[string][]int32{}
+	s.mu.Lock()
+	for _, b := range committed {
+		if b.p.epoch != b.epoch {
+			continue
+		}
+		if s.dropHead(b.p, b.n) {
+			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
+		}
+		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		s.stats.BatchesCommitted++
+		s.stats.RecordsCommitted += int64(b.n)
+	}
+	s.mu.Unlock()
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
+	return nil
+}

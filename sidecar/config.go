@@ -1,0 +1,428 @@
+package sidecar
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ankka-flow/millrace/protocol"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar/kube"
+)
+
+// Defaults of the deploy configuration; the README's table of FLOW_* variables repeats them.
+const (
+	DefaultProcessPort       = 9010
+	DefaultSidecarPort       = 9011
+	DefaultBatchMaxRecords   = 100
+	DefaultBatchMaxBytes     = 1 << 20
+	DefaultMaxMessageBytes   = 4 << 20
+	DefaultReadinessFile     = "/tmp/flow-sidecar-ready"
+	DefaultStallWarningAfter = 5 * time.Minute
+	DefaultShutdownTimeout   = 20 * time.Second
+)
+
+// batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
+// partition, framing), so that a batch of batch.max-bytes of records always fits.
+const batchOverhead = 1024
+
+// Config is the sidecar's deploy configuration. ConfigFromEnv builds it from FLOW_* variables;
+// tests may build one by hand. The zero values of the Backoff fields and of Events mean the
+// defaults (the spec's intervals; warnings logged).
+type Config struct {
+	Brokers        []string
+	Pipeline       string
+	Streamlet      string
+	DescriptorPath string
+	// Deployed is the descriptor the streamlet was deployed with; discovery must match it.
+	Deployed *flowv1.Spec
+	// Inlets and Outlets bind every declared port to a topic, in the descriptor's order.
+	Inlets  []Inlet
+	Outlets []Outlet
+	// ConfigValues are the deploy-time values of config parameters, as typed strings.
+	ConfigValues      map[string]string
+	ConsumerGroup     string
+	ProcessPort       int
+	SidecarPort       int // reserved for a later minor version; never bound
+	ReadinessFile     string
+	StallWarningAfter time.Duration
+	MaxMessageBytes   int
+	ShutdownTimeout   time.Duration
+	// TLS, when non-nil, is used for every broker connection.
+	TLS *tls.Config
+	// SASL, when non-nil, authenticates every broker connection.
+	SASL sasl.Mechanism
+	// Events posts PartitionStalled warnings to the pod; nil logs them instead.
+	Events *kube.Client
+	// SidecarVersion goes to the process in SidecarInfo.
+	SidecarVersion string
+	// DiscoveryBackoff and FailureBackoff pace retries; zero fields take the spec's values
+	// (500 ms doubling to 10 s, and 500 ms doubling to 30 s).
+	DiscoveryBackoff Backoff
+	FailureBackoff   Backoff
+}
+
+// Inlet is one inlet port bound to its topic, with its batch limits.
+type Inlet struct {
+	Port       string
+	Topic      string
+	MaxRecords int
+	MaxBytes   int
+}
+
+// Outlet is one outlet port bound to its topic.
+type Outlet struct {
+	Port  string
+	Topic string
+}
+
+// Backoff is an exponential backoff: Initial doubling up to Max.
+type Backoff struct {
+	Initial time.Duration
+	Max     time.Duration
+}
+
+// ConfigError lists every problem found in the deploy configuration, one per line.
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return "sidecar: bad deploy configuration (fix these environment variables):\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// ConfigFromEnv reads the deploy configuration from the environment through getenv, reads the
+// deployed descriptor and the TLS files it names, and checks everything: every bad or missing
+// value is listed at once in a *ConfigError (errors.Is(err, ErrConfig)). readFile reads the
+// files named by variables; nil means os.ReadFile.
+func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, error)) (*Config, error) {
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	c := &Config{}
+
+	for _, b := range strings.Split(getenv("FLOW_BROKERS"), ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Brokers = append(c.Brokers, b)
+		}
+	}
+	if len(c.Brokers) == 0 {
+		bad("FLOW_BROKERS is missing: set it to the Kafka bootstrap brokers, host:port separated by commas")
+	}
+	c.Pipeline = strings.TrimSpace(getenv("FLOW_PIPELINE"))
+	if c.Pipeline == "" {
+		bad("FLOW_PIPELINE is missing: set it to the pipeline's name")
+	}
+	c.Streamlet = strings.TrimSpace(getenv("FLOW_STREAMLET"))
+	if c.Streamlet == "" {
+		bad("FLOW_STREAMLET is missing: set it to the streamlet's name in the pipeline")
+	}
+
+	c.DescriptorPath = getenv("FLOW_DESCRIPTOR")
+	if c.DescriptorPath == "" {
+		bad("FLOW_DESCRIPTOR is missing: set it to the path of the deployed descriptor.json")
+	} else if data, err := readFile(c.DescriptorPath); err != nil {
+		bad("FLOW_DESCRIPTOR=%s cannot be read: %v", c.DescriptorPath, err)
+	} else if spec, err := protocol.UnmarshalDescriptor(data); err != nil {
+		bad("FLOW_DESCRIPTOR=%s is not a valid descriptor: %v", c.DescriptorPath, err)
+	} else if spec.GetStreamlet() == nil {
+		bad("FLOW_DESCRIPTOR=%s describes no streamlet", c.DescriptorPath)
+	} else {
+		for _, p := range protocol.Validate(spec) {
+			bad("FLOW_DESCRIPTOR=%s: %s", c.DescriptorPath, p.String())
+		}
+		c.Deployed = spec
+	}
+
+	var declaredIn, declaredOut []string
+	if c.Deployed != nil {
+		for _, p := range c.Deployed.GetStreamlet().GetInlets() {
+			declaredIn = append(declaredIn, p.GetName())
+		}
+		for _, p := range c.Deployed.GetStreamlet().GetOutlets() {
+			declaredOut = append(declaredOut, p.GetName())
+		}
+	}
+	inTopics := parseBindings("FLOW_INLETS", getenv("FLOW_INLETS"), declaredIn, c.Deployed != nil, bad)
+	outTopics := parseBindings("FLOW_OUTLETS", getenv("FLOW_OUTLETS"), declaredOut, c.Deployed != nil, bad)
+	topicOf := map[string]string{}
+	for _, port := range declaredIn {
+		in := Inlet{Port: port, Topic: inTopics[port], MaxRecords: DefaultBatchMaxRecords, MaxBytes: DefaultBatchMaxBytes}
+		env := "FLOW_INLET_" + envName(port) + "_BATCH_MAX_RECORDS"
+		if s := getenv(env); s != "" {
+			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < 1 {
+				bad("%s=%s is not a whole number of records of at least 1", env, s)
+			} else {
+				in.MaxRecords = n
+			}
+		}
+		env = "FLOW_INLET_" + envName(port) + "_BATCH_MAX_BYTES"
+		if s := getenv(env); s != "" {
+			if n, err := parseSize(s); err != nil || n < 1 {
+				bad("%s=%s is not a size of at least 1 byte (write e.g. 1048576, 512Ki or 1Mi)", env, s)
+			} else {
+				in.MaxBytes = int(n)
+			}
+		}
+		if other, ok := topicOf[in.Topic]; ok && in.Topic != "" {
+			bad("FLOW_INLETS binds inlets %q and %q to the same topic %q: bind each inlet to its own topic", other, port, in.Topic)
+		}
+		topicOf[in.Topic] = port
+		c.Inlets = append(c.Inlets, in)
+	}
+	for _, port := range declaredOut {
+		c.Outlets = append(c.Outlets, Outlet{Port: port, Topic: outTopics[port]})
+	}
+
+	c.ConfigValues = map[string]string{}
+	if s := strings.TrimSpace(getenv("FLOW_CONFIG")); s != "" {
+		values, err := parseConfigJSON(s)
+		if err != nil {
+			bad("FLOW_CONFIG is not a JSON object of strings, numbers and booleans (%v): write e.g. {\"min-rooms\": 2, \"mode\": \"fast\"}", err)
+		}
+		c.ConfigValues = values
+	}
+	if c.Deployed != nil {
+		if _, ps := protocol.ResolveConfig(c.Deployed.GetStreamlet().GetConfigParameters(), c.ConfigValues); len(ps) > 0 {
+			for _, p := range ps {
+				bad("FLOW_CONFIG: %s", p.String())
+			}
+		}
+	}
+
+	c.ConsumerGroup = strings.TrimSpace(getenv("FLOW_CONSUMER_GROUP"))
+	if c.ConsumerGroup == "" && c.Pipeline != "" && c.Streamlet != "" {
+		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
+	}
+	c.ProcessPort = parsePort(getenv, "FLOW_PROCESS_PORT", DefaultProcessPort, bad)
+	c.SidecarPort = parsePort(getenv, "FLOW_SIDECAR_PORT", DefaultSidecarPort, bad)
+	c.ReadinessFile = getenv("FLOW_READINESS_FILE")
+	if c.ReadinessFile == "" {
+		c.ReadinessFile = DefaultReadinessFile
+	}
+	c.StallWarningAfter = parseDuration(getenv, "FLOW_STALL_WARNING_AFTER", DefaultStallWarningAfter, bad)
+	c.ShutdownTimeout = parseDuration(getenv, "FLOW_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout, bad)
+	c.MaxMessageBytes = DefaultMaxMessageBytes
+	if s := getenv("FLOW_MAX_MESSAGE_BYTES"); s != "" {
+		if n, err := parseSize(s); err != nil || n < 2*batchOverhead || n > 1<<31-1 {
+			bad("FLOW_MAX_MESSAGE_BYTES=%s is not a size between %d bytes and 2Gi (write e.g. 4Mi)", s, 2*batchOverhead)
+		} else {
+			c.MaxMessageBytes = int(n)
+		}
+	}
+	for _, in := range c.Inlets {
+		if in.MaxBytes > c.MaxMessageBytes-batchOverhead {
+			bad("FLOW_INLET_%s_BATCH_MAX_BYTES=%d does not leave a batch under the message limit %d (FLOW_MAX_MESSAGE_BYTES): lower it below %d", envName(in.Port), in.MaxBytes, c.MaxMessageBytes, c.MaxMessageBytes-batchOverhead)
+		}
+	}
+
+	c.TLS = parseTLS(getenv, readFile, bad)
+	c.SASL = parseSASL(getenv, bad)
+
+	events, err := kube.InCluster(getenv, readFile)
+	if err != nil {
+		bad("%v", err)
+	}
+	c.Events = events
+
+	if len(problems) > 0 {
+		return nil, &ConfigError{Problems: problems}
+	}
+	return c, nil
+}
+
+// envName is a port name as it appears inside a variable name: upper case, '-' as '_'.
+func envName(port string) string {
+	return strings.ToUpper(strings.ReplaceAll(port, "-", "_"))
+}
+
+// parseBindings reads "port=topic,port=topic" and checks that it binds exactly the declared
+// ports (when the descriptor is known).
+func parseBindings(name, s string, declared []string, known bool, bad func(string, ...any)) map[string]string {
+	m := map[string]string{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		port, topic, ok := strings.Cut(item, "=")
+		port, topic = strings.TrimSpace(port), strings.TrimSpace(topic)
+		if !ok || port == "" || topic == "" {
+			bad("%s: %q is not port=topic", name, item)
+			continue
+		}
+		if _, dup := m[port]; dup {
+			bad("%s binds port %q twice", name, port)
+		}
+		m[port] = topic
+	}
+	if !known {
+		return m
+	}
+	isDeclared := map[string]bool{}
+	for _, p := range declared {
+		isDeclared[p] = true
+		if _, ok := m[p]; !ok {
+			bad("%s does not bind declared port %q: add %s=<topic>", name, p, p)
+		}
+	}
+	for p := range m {
+		if !isDeclared[p] {
+			bad("%s binds %q, which the descriptor does not declare (declared: %s)", name, p, strings.Join(declared, ", "))
+		}
+	}
+	return m
+}
+
+// parseConfigJSON reads FLOW_CONFIG: a JSON object whose values are strings, numbers or
+// booleans, returned as the typed strings config resolution parses.
+func parseConfigJSON(s string) (map[string]string, error) {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	var raw map[string]any
+	if err := d.Decode(&raw); err != nil {
+		return map[string]string{}, err
+	}
+	if d.More() {
+		return map[string]string{}, errors.New("text after the object")
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		switch v := v.(type) {
+		case string:
+			out[k] = v
+		case json.Number:
+			out[k] = v.String()
+		case bool:
+			out[k] = strconv.FormatBool(v)
+		default:
+			return map[string]string{}, fmt.Errorf("the value of %q is neither a string, a number nor a boolean", k)
+		}
+	}
+	return out, nil
+}
+
+func parsePort(getenv func(string) string, name string, def int, bad func(string, ...any)) int {
+	s := strings.TrimSpace(getenv(name))
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		bad("%s=%s is not a TCP port (1 to 65535)", name, s)
+		return def
+	}
+	return n
+}
+
+func parseDuration(getenv func(string) string, name string, def time.Duration, bad func(string, ...any)) time.Duration {
+	s := strings.TrimSpace(getenv(name))
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		bad("%s=%s is not a positive duration (write e.g. 30s or 5m)", name, s)
+		return def
+	}
+	return d
+}
+
+// parseSize reads a byte count in the MEMORY_SIZE grammar of config values (digits, then an
+// optional k M G or Ki Mi Gi, e.g. 1048576, 512Ki, 4Mi), so one grammar serves everywhere.
+func parseSize(s string) (int64, error) {
+	v, err := protocol.ParseConfigValue(flowv1.ConfigType_MEMORY_SIZE, strings.TrimSpace(s))
+	if err != nil {
+		return 0, err
+	}
+	return v.(int64), nil
+}
+
+func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) *tls.Config {
+	on := strings.TrimSpace(getenv("FLOW_KAFKA_TLS"))
+	caFile, certFile, keyFile := getenv("FLOW_KAFKA_TLS_CA_FILE"), getenv("FLOW_KAFKA_TLS_CERT_FILE"), getenv("FLOW_KAFKA_TLS_KEY_FILE")
+	enabled := false
+	if on != "" {
+		b, err := strconv.ParseBool(on)
+		if err != nil {
+			bad("FLOW_KAFKA_TLS=%s is not a boolean (true or false)", on)
+		}
+		enabled = b
+	}
+	if !enabled {
+		if caFile != "" || certFile != "" || keyFile != "" {
+			bad("FLOW_KAFKA_TLS_* files are set but FLOW_KAFKA_TLS is not true: set FLOW_KAFKA_TLS=true or remove them")
+		}
+		return nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := readFile(caFile)
+		if err != nil {
+			bad("FLOW_KAFKA_TLS_CA_FILE=%s cannot be read: %v", caFile, err)
+		} else {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				bad("FLOW_KAFKA_TLS_CA_FILE=%s holds no PEM certificate", caFile)
+			}
+			cfg.RootCAs = pool
+		}
+	}
+	switch {
+	case certFile == "" && keyFile == "":
+	case certFile == "" || keyFile == "":
+		bad("FLOW_KAFKA_TLS_CERT_FILE and FLOW_KAFKA_TLS_KEY_FILE go together: set both for a client certificate, or neither")
+	default:
+		certPEM, err1 := readFile(certFile)
+		keyPEM, err2 := readFile(keyFile)
+		if err := errors.Join(err1, err2); err != nil {
+			bad("the client certificate cannot be read (FLOW_KAFKA_TLS_CERT_FILE=%s, FLOW_KAFKA_TLS_KEY_FILE=%s): %v", certFile, keyFile, err)
+			break
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			bad("FLOW_KAFKA_TLS_CERT_FILE=%s and FLOW_KAFKA_TLS_KEY_FILE=%s are not a certificate and its key: %v", certFile, keyFile, err)
+			break
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg
+}
+
+func parseSASL(getenv func(string) string, bad func(string, ...any)) sasl.Mechanism {
+	mech := strings.ToUpper(strings.TrimSpace(getenv("FLOW_KAFKA_SASL_MECHANISM")))
+	user, pass := getenv("FLOW_KAFKA_SASL_USERNAME"), getenv("FLOW_KAFKA_SASL_PASSWORD")
+	if mech == "" {
+		if user != "" || pass != "" {
+			bad("FLOW_KAFKA_SASL_USERNAME/PASSWORD are set but FLOW_KAFKA_SASL_MECHANISM is not: set it to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		}
+		return nil
+	}
+	if user == "" || pass == "" {
+		bad("FLOW_KAFKA_SASL_MECHANISM=%s needs FLOW_KAFKA_SASL_USERNAME and FLOW_KAFKA_SASL_PASSWORD", mech)
+	}
+	switch mech {
+	case "PLAIN":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism()
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
+	}
+	bad("FLOW_KAFKA_SASL_MECHANISM=%s is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", mech)
+	return nil
+}

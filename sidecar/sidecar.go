@@ -1,0 +1,216 @@
+// Package sidecar is the standard Ankka Flow sidecar: it reads a streamlet's inlet topics from
+// Kafka as one consumer group, hands the records to the streamlet's process as Batches over the
+// gRPC Streamlet.Run conversation (the process is the server on 127.0.0.1), produces the
+// process's Emits to the outlet topics once a batch is acknowledged, and only then commits the
+// batch's offsets. It keeps every rule of the streamlet protocol from the sidecar's side:
+// discovery and its refusals, one batch in flight per partition in offset order, commit after
+// the write, failing the stream and redelivering from the last commit indefinitely, discarding
+// on rebalance, and stall warnings as Kubernetes Events.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+var (
+	// ErrConfig is matched by the *ConfigError ConfigFromEnv returns.
+	ErrConfig = errors.New("sidecar: bad deploy configuration")
+	// ErrRefused is wrapped by Run when discovery finds the process unfit (protocol version,
+	// descriptor, config): the problems were reported to the process and logged; the sidecar
+	// must exit non-zero.
+	ErrRefused = errors.New("sidecar: the streamlet process was refused at discovery")
+	// ErrStreamFailed is wrapped by every cause of a failed stream (logged, then retried).
+	ErrStreamFailed = errors.New("sidecar: stream failed")
+	// ErrRecordTooLarge is wrapped when an input record cannot fit in a Batch under the
+	// message limit; it names the record's topic, partition and offset.
+	ErrRecordTooLarge = errors.New("sidecar: input record larger than the message limit")
+	// ErrProduce is wrapped when an emit cannot be written to its outlet's topic.
+	ErrProduce = errors.New("sidecar: produce failed")
+	// ErrCommit is wrapped when the broker refuses an offset commit.
+	ErrCommit = errors.New("sidecar: offset commit failed")
+)
+
+// Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
+// once.
+type Sidecar struct {
+	cfg    Config
+	log    *slog.Logger
+	conn   *grpc.ClientConn
+	inlets map[string]*Inlet // by topic
+
+	// commitMu is held by the commit path from the ownership check until the commit is done,
+	// and by rebalance callbacks while they change ownership: never a commit for a partition
+	// no longer owned. Lock order: commitMu, then mu.
+	commitMu sync.Mutex
+	mu       sync.Mutex
+	parts    map[tp]*partition
+	order    []*partition // for round-robin batch building, in assignment order
+	conv     *conversation
+	stats    Stats
+	next     int // round-robin cursor into order
+
+	kafka *kafka // nil until the first discovery succeeds
+
+	// stallHook, when set by tests, sees every stall warning message.
+	now func() time.Time
+}
+
+// Stats are counters of a Sidecar's work, for tests and measurements. Read with Stats.
+type Stats struct {
+	Conversations     int   // Starts sent
+	BatchesSent       int   // Batches sent
+	BatchesCommitted  int   // batches whose offsets were committed
+	RecordsCommitted  int64 // input records committed
+	EmitsProduced     int64 // emits confirmed by the broker
+	BufferedRecords   int   // fetched, not yet committed
+	BufferedBytes     int64
+	PeakBufferedBytes int64
+	Pauses            int // times a partition's fetching was paused at high water
+	StallWarnings     int // PartitionStalled warnings raised
+}
+
+// New returns a Sidecar for cfg that logs to logger. It dials nothing yet.
+func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
+	c := *cfg
+	if c.DiscoveryBackoff.Initial == 0 {
+		c.DiscoveryBackoff.Initial = 500 * time.Millisecond
+	}
+	if c.DiscoveryBackoff.Max == 0 {
+		c.DiscoveryBackoff.Max = 10 * time.Second
+	}
+	if c.FailureBackoff.Initial == 0 {
+		c.FailureBackoff.Initial = 500 * time.Millisecond
+	}
+	if c.FailureBackoff.Max == 0 {
+		c.FailureBackoff.Max = 30 * time.Second
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.StallWarningAfter == 0 {
+		c.StallWarningAfter = DefaultStallWarningAfter
+	}
+	if c.ConsumerGroup == "" {
+		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
+	}
+	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
+		return nil, fmt.Errorf("%w: no deployed descriptor", ErrConfig)
+	}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, now: time.Now}
+	for i := range s.cfg.Inlets {
+		in := &s.cfg.Inlets[i]
+		s.inlets[in.Topic] = in
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
+	// No keepalive pings: the spec promises a process's default ping policy is never provoked.
+	conn, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(c.MaxMessageBytes),
+			grpc.MaxCallSendMsgSize(c.MaxMessageBytes),
+		))
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: cannot set up the connection to the process at %s: %w", addr, err)
+	}
+	s.conn = conn
+	return s, nil
+}
+
+// Stats returns a snapshot of the counters. It is safe to call concurrently with Run.
+func (s *Sidecar) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Run removes a stale readiness file, then discovers the process and converses with it,
+// failing and recovering from every stream failure indefinitely, until ctx is done. When ctx
+// is done it shuts down gracefully (Stop, bounded wait, produce and commit what was acked) and
+// returns nil. It returns an error wrapping ErrRefused when discovery refuses the process, and
+// other errors only when Kafka cannot be set up at all. Run must be called once.
+func (s *Sidecar) Run(ctx context.Context) error {
+	defer s.conn.Close()
+	s.removeReadiness()
+	defer s.removeReadiness()
+	defer func() {
+		if s.kafka != nil {
+			s.kafka.close()
+		}
+	}()
+
+	failures := s.newBackoff(s.cfg.FailureBackoff)
+	for {
+		start, err := s.discover(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if s.kafka == nil {
+			k, err := s.openKafka()
+			if err != nil {
+				return err
+			}
+			s.kafka = k
+		}
+		began := s.now()
+		err = s.converse(ctx, start)
+		if err == nil || ctx.Err() != nil {
+			if err != nil {
+				s.log.Warn("stream ended during shutdown", "error", err)
+			}
+			return nil
+		}
+		s.log.Error("stream failed; redelivering from the last commit after a backoff", "error", err, "conversation", start.GetConversationId())
+		s.checkStalls(ctx)
+		if s.now().Sub(began) > s.cfg.FailureBackoff.Max {
+			failures.Reset()
+		}
+		wait := failures.NextBackOff()
+		s.log.Info("backing off before rediscovery", "wait", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (s *Sidecar) newBackoff(b Backoff) *backoff.ExponentialBackOff {
+	eb := backoff.NewExponentialBackOff()
+	eb.InitialInterval = b.Initial
+	eb.MaxInterval = b.Max
+	eb.Multiplier = 2
+	eb.RandomizationFactor = 0
+	eb.MaxElapsedTime = 0
+	eb.Reset()
+	return eb
+}
+
+// bindings returns the Start's port bindings of the deployed configuration.
+func (s *Sidecar) bindings() (in, out []*flowv1.PortBinding) {
+	for _, i := range s.cfg.Inlets {
+		in = append(in, &flowv1.PortBinding{Port: i.Port, Topic: i.Topic})
+	}
+	for _, o := range s.cfg.Outlets {
+		out = append(out, &flowv1.PortBinding{Port: o.Port, Topic: o.Topic})
+	}
+	return in, out
+}
