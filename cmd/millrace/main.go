@@ -33,6 +33,7 @@ type env struct {
 // commands lists every subcommand in the order `millrace help` shows them.
 var commands = []*command{
 	{name: "version", summary: "print the version of millrace and of the protocol it speaks", run: runVersion},
+	{name: "sidecar", summary: "run the standard Ankka Flow sidecar (Kafka ⇄ the streamlet process), configured by FLOW_* variables", run: runSidecar},
 }
 
 // errUsage marks a mistake on the command line: the caller prints usage and exits 2.
