@@ -1,0 +1,340 @@
+package stdio
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/goccy/go-json"
+)
+
+// readBufSize is the buffered reader's size: lines up to it are returned without copying.
+const readBufSize = 64 << 10
+
+// LineReader reads newline-terminated lines of at most a fixed length from a stream, in
+// bounded memory: a longer line is an error wrapping ErrLineTooLong that names the limit and
+// quotes the line's start, never a hang or an unbounded buffer. It is not safe for concurrent
+// use.
+type LineReader struct {
+	r   *bufio.Reader
+	max int
+	buf []byte
+}
+
+// NewLineReader returns a LineReader over r for lines of at most max bytes, newline excluded
+// (MaxLineBytes when max <= 0).
+func NewLineReader(r io.Reader, max int) *LineReader {
+	if max <= 0 {
+		max = MaxLineBytes
+	}
+	return &LineReader{r: bufio.NewReaderSize(r, readBufSize), max: max}
+}
+
+// Buffered reports whether a complete or partial next line is already buffered, so a writer
+// answering lines can tell that more input is waiting before it flushes.
+func (l *LineReader) Buffered() int { return l.r.Buffered() }
+
+// ReadLine returns the next line without its newline. The slice is valid until the next call.
+// At the end of the stream it returns io.EOF; a last line without a newline returns
+// io.ErrUnexpectedEOF (a writer that died mid-line).
+func (l *LineReader) ReadLine() ([]byte, error) {
+	if cap(l.buf) > 1<<20 {
+		l.buf = nil // do not hold a long line's memory past its use
+	}
+	line, err := l.r.ReadSlice('\n')
+	switch {
+	case err == nil:
+		if len(line)-1 > l.max {
+			return nil, l.tooLong(line)
+		}
+		return line[:len(line)-1], nil
+	case errors.Is(err, bufio.ErrBufferFull):
+	case errors.Is(err, io.EOF):
+		if len(line) > 0 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, io.EOF
+	default:
+		return nil, err
+	}
+	l.buf = append(l.buf[:0], line...)
+	for {
+		line, err = l.r.ReadSlice('\n')
+		if len(l.buf)+len(line) > l.max+1 {
+			return nil, l.tooLong(append(l.buf, line...))
+		}
+		l.buf = append(l.buf, line...)
+		switch {
+		case err == nil:
+			return l.buf[:len(l.buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+func (l *LineReader) tooLong(start []byte) error {
+	return fmt.Errorf("%w: %w: a line is longer than the %d-byte limit (%s); it starts %s",
+		ErrProtocol, ErrLineTooLong, l.max, sizeName(l.max), quoteStart(start))
+}
+
+func sizeName(n int) string {
+	if n%(1<<20) == 0 {
+		return strconv.Itoa(n>>20) + " MiB"
+	}
+	return strconv.Itoa(n) + " bytes"
+}
+
+// quoteStart quotes the first bytes of a line for an error message.
+func quoteStart(line []byte) string {
+	const n = 80
+	if len(line) <= n {
+		return strconv.Quote(string(line))
+	}
+	return strconv.Quote(string(line[:n])) + "…"
+}
+
+// DecodeMessage decodes one protocol line (without its newline) into m, which it resets first.
+// The line must be UTF-8, one JSON object, with a known "type"; unknown keys are ignored and
+// payloads kept as raw bytes. Any other line gives an error wrapping ErrProtocol that says
+// what is wrong and quotes the start of the line.
+func DecodeMessage(line []byte, m *Message) error {
+	*m = Message{}
+	trimmed := bytes.TrimLeft(line, " \t\r")
+	if len(trimmed) == 0 {
+		return fmt.Errorf("%w: an empty line where a JSON object was expected", ErrProtocol)
+	}
+	if !utf8.Valid(line) {
+		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, quoteStart(line))
+	}
+	if trimmed[0] != '{' {
+		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, quoteStart(line))
+	}
+	if err := json.Unmarshal(line, m); err != nil {
+		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), quoteStart(line))
+	}
+	switch m.Type {
+	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown:
+		return nil
+	case "":
+		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, quoteStart(line))
+	}
+	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, quoteStart(line))
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return s
+}
+
+// AppendMessage appends m as one protocol line, newline included, to dst. Payload and Config
+// are written as the raw bytes given (they must be valid JSON without a raw newline; an empty
+// one is written as null where the type requires it). Fields that mean nothing for m.Type are
+// left out when zero.
+func AppendMessage(dst []byte, m *Message) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = appendString(dst, m.Type)
+	if m.Delivery != "" {
+		dst = append(dst, `,"delivery":`...)
+		dst = appendString(dst, m.Delivery)
+	}
+	switch m.Type {
+	case TypeHello:
+		dst = append(dst, `,"protocol":`...)
+		dst = strconv.AppendInt(dst, int64(m.Protocol), 10)
+		dst = appendField(dst, "action", m.Action)
+		dst = appendField(dst, "version", m.Version)
+		dst = append(dst, `,"config":`...)
+		dst = appendRaw(dst, m.Config, "{}")
+		if len(m.Vars) > 0 {
+			vars, err := json.Marshal(m.Vars)
+			if err == nil {
+				dst = append(dst, `,"vars":`...)
+				dst = append(dst, vars...)
+			}
+		}
+	case TypeReady:
+		if m.Window != 0 {
+			dst = append(dst, `,"window":`...)
+			dst = strconv.AppendInt(dst, int64(m.Window), 10)
+		}
+	case TypeItem:
+		dst = append(dst, `,"id":`...)
+		dst = appendString(dst, m.ID)
+		dst = appendField(dst, "run", m.Run)
+		dst = appendKey(dst, m.Key, m.KeyBase64)
+		dst = append(dst, `,"payload":`...)
+		dst = appendRaw(dst, m.Payload, "null")
+		dst = appendHeaders(dst, m.Headers)
+		dst = appendField(dst, "inlet", m.Inlet)
+		dst = appendField(dst, "topic", m.Topic)
+		dst = append(dst, `,"partition":`...)
+		dst = strconv.AppendInt(dst, int64(m.Partition), 10)
+		dst = append(dst, `,"offset":`...)
+		dst = strconv.AppendInt(dst, m.Offset, 10)
+		dst = append(dst, `,"timestamp":`...)
+		dst = strconv.AppendInt(dst, m.Timestamp, 10)
+		dst = append(dst, `,"attempt":`...)
+		dst = strconv.AppendInt(dst, int64(m.Attempt), 10)
+		dst = appendField(dst, "idempotencyKey", m.IdempotencyKey)
+	case TypeEmit:
+		dst = appendField(dst, "outlet", m.Outlet)
+		dst = appendKey(dst, m.Key, m.KeyBase64)
+		dst = append(dst, `,"payload":`...)
+		dst = appendRaw(dst, m.Payload, "null")
+		dst = appendHeaders(dst, m.Headers)
+	case TypeMetric:
+		dst = append(dst, `,"name":`...)
+		dst = appendString(dst, m.Name)
+		dst = append(dst, `,"value":`...)
+		dst = appendFloat(dst, m.Value)
+		if len(m.Labels) > 0 {
+			names := make([]string, 0, len(m.Labels))
+			for k := range m.Labels {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			dst = append(dst, `,"labels":{`...)
+			for i, k := range names {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendString(dst, k)
+				dst = append(dst, ':')
+				dst = appendString(dst, m.Labels[k])
+			}
+			dst = append(dst, '}')
+		}
+	case TypeError:
+		dst = appendField(dst, "message", m.Message)
+		dst = appendField(dst, "error", m.Error)
+		dst = append(dst, `,"retryable":`...)
+		dst = strconv.AppendBool(dst, m.Retryable)
+	case TypeAbstain:
+		dst = appendField(dst, "reason", m.Reason)
+	}
+	return append(dst, '}', '\n')
+}
+
+// appendItem appends it as an item line.
+func appendItem(dst []byte, it *Item) []byte {
+	m := Message{
+		Type: TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key,
+		KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers, Inlet: it.Inlet,
+		Topic: it.Topic, Partition: it.Partition, Offset: it.Offset, Timestamp: it.Timestamp,
+		Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
+	}
+	return AppendMessage(dst, &m)
+}
+
+func appendField(dst []byte, name, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, '"', ':')
+	return appendString(dst, v)
+}
+
+func appendKey(dst []byte, key *string, keyBase64 string) []byte {
+	if key != nil {
+		dst = append(dst, `,"key":`...)
+		dst = appendString(dst, *key)
+	}
+	return appendField(dst, "keyBase64", keyBase64)
+}
+
+func appendHeaders(dst []byte, hs []Header) []byte {
+	if len(hs) == 0 {
+		return dst
+	}
+	dst = append(dst, `,"headers":[`...)
+	for i := range hs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"key":`...)
+		dst = appendString(dst, hs[i].Key)
+		if hs[i].Value != nil {
+			dst = append(dst, `,"value":`...)
+			dst = appendString(dst, *hs[i].Value)
+		}
+		dst = appendField(dst, "valueBase64", hs[i].ValueBase64)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+func appendRaw(dst, raw []byte, empty string) []byte {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return append(dst, empty...)
+	}
+	return append(dst, raw...)
+}
+
+func appendFloat(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, 64)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD, as
+// encoding/json does.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,203 @@
+package stdio_test
+
+import (
+	"bytes"
+	stdjson "encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+func TestDecodeMessage(t *testing.T) {
+	tests := []struct {
+		line    string
+		want    string // type, when accepted
+		wantErr string // substring of the error, when refused
+	}{
+		{line: `{"type":"ready"}`, want: "ready"},
+		{line: `{"type":"ready","window":8,"future":[1,{"x":2}]}`, want: "ready"},
+		{line: `  {"type":"done","delivery":"d1"}`, want: "done"},
+		{line: `{"type":"emit","delivery":"d1","payload":{"a" : [1, 2]}}`, want: "emit"},
+		{line: ``, wantErr: "empty line"},
+		{line: `hello world`, wantErr: `not a JSON object`},
+		{line: `[1,2]`, wantErr: `not a JSON object`},
+		{line: `"x"`, wantErr: `not a JSON object`},
+		{line: `null`, wantErr: `not a JSON object`},
+		{line: `{"type":"done"`, wantErr: `not a valid JSON object`},
+		{line: `{"type":"done"} trailing`, wantErr: `not a valid JSON object`},
+		{line: "{\"type\":\"done\",\"delivery\":\"\xff\"}", wantErr: `not valid UTF-8`},
+		{line: `{"delivery":"d1"}`, wantErr: `without "type"`},
+		{line: `{"type":"launch"}`, wantErr: `unknown message type "launch"`},
+		{line: `{"type":7}`, wantErr: `not a valid JSON object`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			var m stdio.Message
+			err := stdio.DecodeMessage([]byte(tt.line), &m)
+			if tt.wantErr != "" {
+				if err == nil || !errors.Is(err, stdio.ErrProtocol) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("DecodeMessage(%q) = %v; want an ErrProtocol error containing %q", tt.line, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || m.Type != tt.want {
+				t.Fatalf("DecodeMessage(%q) = type %q, %v; want %q, nil", tt.line, m.Type, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeMessagePayloadRaw(t *testing.T) {
+	line := `{"type":"emit","delivery":"d","payload":{"b" : 1.50, "a":"\u00e9"}}`
+	var m stdio.Message
+	if err := stdio.DecodeMessage([]byte(line), &m); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(m.Payload), `{"b" : 1.50, "a":"\u00e9"}`; got != want {
+		t.Fatalf("payload = %s; want %s (bytes passed through)", got, want)
+	}
+	out := stdio.AppendMessage(nil, &m)
+	if !bytes.Contains(out, []byte(`{"b" : 1.50, "a":"\u00e9"}`)) {
+		t.Fatalf("AppendMessage = %s; want the payload bytes unchanged", out)
+	}
+}
+
+func TestLineReader(t *testing.T) {
+	tests := []struct {
+		in      string
+		max     int
+		want    []string
+		wantErr error
+	}{
+		{in: "a\nbb\n", max: 4, want: []string{"a", "bb"}, wantErr: io.EOF},
+		{in: "abcd\n", max: 4, want: []string{"abcd"}, wantErr: io.EOF},
+		{in: "abcde\nx\n", max: 4, wantErr: stdio.ErrLineTooLong},
+		{in: "ab\ncd", max: 4, want: []string{"ab"}, wantErr: io.ErrUnexpectedEOF},
+		{in: strings.Repeat("x", 200000) + "\n", max: 300000, want: []string{strings.Repeat("x", 200000)}, wantErr: io.EOF},
+		{in: strings.Repeat("x", 200001) + "\n", max: 200000, wantErr: stdio.ErrLineTooLong},
+	}
+	for _, tt := range tests {
+		name := tt.in
+		if len(name) > 20 {
+			name = name[:20]
+		}
+		t.Run(name, func(t *testing.T) {
+			r := stdio.NewLineReader(strings.NewReader(tt.in), tt.max)
+			var got []string
+			var err error
+			for {
+				var line []byte
+				line, err = r.ReadLine()
+				if err != nil {
+					break
+				}
+				got = append(got, string(line))
+			}
+			if !errors.Is(err, tt.wantErr) || strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Fatalf("ReadLine over %q = %d lines, %v; want %d lines, %v", name, len(got), err, len(tt.want), tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLineReaderTooLongNamesLimit(t *testing.T) {
+	r := stdio.NewLineReader(strings.NewReader(strings.Repeat("y", stdio.MaxLineBytes+10)+"\n"), 0)
+	_, err := r.ReadLine()
+	if err == nil || !strings.Contains(err.Error(), "8 MiB") || !strings.Contains(err.Error(), `"yyyy`) {
+		t.Fatalf("ReadLine(9 MiB line) = %v; want an error naming the 8 MiB limit and quoting the start", err)
+	}
+}
+
+// FuzzDecodeMessage checks DecodeMessage's properties on any line: it never panics, accepts
+// only UTF-8 JSON objects with a known type, and a message it accepts survives
+// AppendMessage → DecodeMessage unchanged.
+func FuzzDecodeMessage(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"ready","window":4}`,
+		`{"type":"emit","delivery":"d1","key":"k","payload":{"x":[1,2,{"y":null}]},"headers":[{"key":"h","value":"v"},{"key":"b","valueBase64":"AAE="}]}`,
+		`{"type":"metric","delivery":"d1","name":"n","value":1.5e3,"labels":{"a":"b"}}`,
+		`{"type":"error","delivery":"d1","message":"boom","retryable":true}`,
+		`{"type":"abstain","delivery":"d1","reason":"unsure"}`,
+		`{"type":"item","delivery":"d","id":"t/0/1","key":"é","payload":"s","partition":3,"offset":9,"timestamp":1,"attempt":2,"idempotencyKey":"k"}`,
+		`{"type":"hello","protocol":1,"action":"a","config":{"n":1},"vars":{"v":"x"}}`,
+		`{"type":"done","delivery":"d1","unknown":{"deep":[true]}}`,
+		`[]`, `{"type":"x"}`, "\xff", `{"type":"done"} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if bytes.IndexByte(line, '\n') >= 0 {
+			return // a LineReader never returns one
+		}
+		var m stdio.Message
+		if err := stdio.DecodeMessage(line, &m); err != nil {
+			if !errors.Is(err, stdio.ErrProtocol) {
+				t.Fatalf("DecodeMessage(%q) = %v; want an ErrProtocol error", line, err)
+			}
+			return
+		}
+		if !utf8.Valid(line) || !stdjson.Valid(line) || m.Type == "" {
+			t.Fatalf("DecodeMessage(%q) accepted a line that is not a UTF-8 JSON object with a type", line)
+		}
+		if len(m.Payload) > 0 && !stdjson.Valid(m.Payload) {
+			t.Fatalf("DecodeMessage(%q) payload %q is not valid JSON", line, m.Payload)
+		}
+		out := stdio.AppendMessage(nil, &m)
+		if bytes.IndexByte(out[:len(out)-1], '\n') >= 0 || out[len(out)-1] != '\n' {
+			t.Fatalf("AppendMessage(%+v) = %q; want exactly one line", m, out)
+		}
+		var m2 stdio.Message
+		if err := stdio.DecodeMessage(out[:len(out)-1], &m2); err != nil {
+			t.Fatalf("DecodeMessage(AppendMessage(%q)) = %v; want nil (encoded %q)", line, err, out)
+		}
+		if out2 := stdio.AppendMessage(nil, &m2); !bytes.Equal(out, out2) {
+			t.Fatalf("round trip of %q:\n first %q\nsecond %q", line, out, out2)
+		}
+	})
+}
+
+// FuzzDecodeLines checks LineReader on any stream and limit: every line it returns fits the
+// limit and holds no newline, and the lines it returns are the stream's lines in order.
+func FuzzDecodeLines(f *testing.F) {
+	f.Add([]byte("a\nbb\n\nccc"), 2)
+	f.Add([]byte(strings.Repeat("z", 70000)+"\nq\n"), 80000)
+	f.Fuzz(func(t *testing.T, in []byte, limit int) {
+		if limit <= 0 || limit > 1<<20 {
+			return
+		}
+		r := stdio.NewLineReader(bytes.NewReader(in), limit)
+		rest := in
+		for {
+			line, err := r.ReadLine()
+			if err != nil {
+				i := bytes.IndexByte(rest, '\n')
+				switch {
+				case errors.Is(err, io.EOF):
+					if len(rest) != 0 {
+						t.Fatalf("EOF with %d bytes left", len(rest))
+					}
+				case errors.Is(err, io.ErrUnexpectedEOF):
+					if i >= 0 || len(rest) == 0 {
+						t.Fatalf("ErrUnexpectedEOF with a complete line left")
+					}
+				case errors.Is(err, stdio.ErrLineTooLong):
+					if i >= 0 && i <= limit {
+						t.Fatalf("ErrLineTooLong for a %d-byte line, limit %d", i, limit)
+					}
+				default:
+					t.Fatalf("ReadLine: %v", err)
+				}
+				return
+			}
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 || !bytes.Equal(line, rest[:i]) || len(line) > limit {
+				t.Fatalf("ReadLine = %q; want %q (limit %d)", line, rest[:max(i, 0)], limit)
+			}
+			rest = rest[i+1:]
+		}
+	})
+}
