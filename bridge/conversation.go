@@ -1,0 +1,269 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// voidTimeout bounds the shutdown of a voided conversation's processes.
+const voidTimeout = 10 * time.Second
+
+// conversation is one Start and what follows it: a pool of the action's processes and the
+// batches in flight. It ends by finish (Stop, half-close, shutdown: in-flight batches are
+// answered) or void (a new Start, the stream gone: nothing more of it is sent).
+type conversation struct {
+	s      *Server
+	id     string
+	start  *flowv1.Start
+	stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]
+	log    *slog.Logger
+	pool   *stdio.Pool
+
+	ctx    context.Context // ends when the conversation is voided
+	cancel context.CancelFunc
+
+	inlets   map[string]string // port → topic
+	outlets  map[string]string // port → topic
+	maxBytes int
+
+	mu       sync.Mutex
+	inFlight map[uint64]bool
+	batches  sync.WaitGroup
+
+	sendMu sync.Mutex
+	voided atomic.Bool
+
+	superseded chan struct{} // closed when another stream's Start voids this conversation
+	voidOnce   sync.Once
+	finishOnce sync.Once
+	closeOnce  sync.Once
+}
+
+// newConversation checks st and starts the action's pool for it.
+func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess], st *flowv1.Start) (*conversation, error) {
+	a := s.opts.Action
+	c := &conversation{
+		s:          s,
+		id:         st.GetConversationId(),
+		start:      st,
+		stream:     stream,
+		inlets:     map[string]string{},
+		outlets:    map[string]string{},
+		maxBytes:   int(st.GetMaxMessageBytes()),
+		inFlight:   map[uint64]bool{},
+		superseded: make(chan struct{}),
+	}
+	if c.maxBytes <= 0 {
+		c.maxBytes = MaxMessageBytes
+	}
+	c.log = s.log.With("pipeline", st.GetPipeline(), "conversation", c.id)
+	for _, b := range st.GetInlets() {
+		c.inlets[b.GetPort()] = b.GetTopic()
+	}
+	for _, b := range st.GetOutlets() {
+		c.outlets[b.GetPort()] = b.GetTopic()
+	}
+	for _, p := range a.Inlets {
+		if _, ok := c.inlets[p.Name]; !ok {
+			c.log.Warn("Start binds no topic to a declared inlet; its batches will be failed", "inlet", p.Name)
+		}
+	}
+	for _, p := range a.Outlets {
+		if _, ok := c.outlets[p.Name]; !ok {
+			c.log.Warn("Start binds no topic to a declared outlet; records emitted to it will fail", "outlet", p.Name)
+		}
+	}
+	config := json.RawMessage(st.GetConfigJson())
+	if len(config) == 0 {
+		config = json.RawMessage("{}")
+	}
+	if !json.Valid(config) {
+		return nil, status.Errorf(codes.InvalidArgument, "Start.config_json of conversation %s is not JSON: %.200q", c.id, st.GetConfigJson())
+	}
+	vars := map[string]any{
+		"pipeline":     st.GetPipeline(),
+		"streamlet":    st.GetStreamlet(),
+		"conversation": c.id,
+		"inlets":       c.inlets,
+		"outlets":      c.outlets,
+	}
+	timeout := a.Timeout
+	if timeout == 0 {
+		timeout = -1 // none
+	}
+	cfg := stdio.Config{
+		Name:          a.Name,
+		Version:       s.opts.Version,
+		Command:       a.Command,
+		Dir:           a.Dir,
+		Env:           s.opts.Env,
+		Concurrency:   a.Concurrency,
+		PerItem:       a.PerItem,
+		ReadyTimeout:  a.ReadyTimeout,
+		ItemTimeout:   timeout,
+		ShutdownGrace: s.opts.ShutdownGrace,
+		Window:        a.Window,
+		Retries:       a.Retries,
+		RetryBackoff:  s.opts.RetryBackoff,
+		Hello:         stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars},
+		Logger:        c.log,
+		Hooks:         s.opts.Metrics.hooks(c.log),
+	}
+	pool, err := stdio.Start(ctx, cfg)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "conversation %s: the action's processes did not start: %v", c.id, err)
+	}
+	c.pool = pool
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.log.Info("started", "streamlet_name", st.GetStreamlet(), "processes", a.Concurrency, "window", pool.Window(), "max_message_bytes", c.maxBytes)
+	s.opts.Metrics.conversationStarted()
+	return c, nil
+}
+
+// batch takes one batch: it checks it and hands its records to the pool on a goroutine of its
+// own, so batches of several partitions run at once. An error ends the stream.
+func (c *conversation) batch(b *flowv1.Batch) error {
+	id := b.GetBatchId()
+	c.mu.Lock()
+	if c.inFlight[id] {
+		c.mu.Unlock()
+		return status.Errorf(codes.InvalidArgument, "batch %d arrived while a batch with the same batch_id is in flight: batch ids are unique within a conversation", id)
+	}
+	c.inFlight[id] = true
+	c.mu.Unlock()
+	topic, ok := c.inlets[b.GetInlet()]
+	if !ok {
+		c.s.opts.Metrics.batch("fail")
+		c.answer(id, []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("batch %d names inlet %q, to which Start bound no topic; the action declares inlets %s", id, b.GetInlet(), portList(c.s.opts.Action.Inlets)))})
+		return nil
+	}
+	c.batches.Add(1)
+	go func() {
+		defer c.batches.Done()
+		c.process(b, topic)
+	}()
+	return nil
+}
+
+// process runs every record of b through the pool, waits for them all, and answers the batch.
+func (c *conversation) process(b *flowv1.Batch, topic string) {
+	recs := b.GetRecords()
+	results := make([]stdio.Result, len(recs))
+	var wg sync.WaitGroup
+	for i, r := range recs {
+		it, err := c.item(b, topic, r)
+		if err != nil {
+			results[i] = stdio.Result{Outcome: stdio.Failed, Err: err}
+			continue
+		}
+		wg.Add(1)
+		err = c.pool.Submit(c.ctx, it, func(res stdio.Result) {
+			results[i] = res
+			wg.Done()
+		})
+		if err != nil {
+			wg.Done()
+			outcome := stdio.Failed
+			if errors.Is(err, stdio.ErrClosed) || c.ctx.Err() != nil {
+				outcome = stdio.Abandoned
+			}
+			results[i] = stdio.Result{Outcome: outcome, Err: err}
+		}
+	}
+	wg.Wait()
+	msgs := c.answerFor(b, topic, results)
+	if msgs == nil {
+		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", b.GetBatchId())
+		return
+	}
+	c.answer(b.GetBatchId(), msgs)
+}
+
+// answer sends msgs, the whole answer of one batch, unless the conversation is void.
+func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.inFlight, id)
+		c.mu.Unlock()
+	}()
+	// A new Start voids everything: nothing of this conversation goes out after it.
+	if c.voided.Load() {
+		return
+	}
+	for _, m := range msgs {
+		if err := c.stream.Send(m); err != nil {
+			c.log.Warn("cannot answer a batch: the stream is gone", "batch", id, "error", err)
+			return
+		}
+	}
+}
+
+// finish ends the conversation cleanly: it waits for the batches in flight to be answered
+// (those left when ctx ends are abandoned), then shuts the processes down. It may be called
+// more than once and concurrently; later calls wait for the first.
+func (c *conversation) finish(ctx context.Context) {
+	c.finishOnce.Do(func() {
+		answered := make(chan struct{})
+		go func() { c.batches.Wait(); close(answered) }()
+		select {
+		case <-answered:
+		case <-ctx.Done():
+			c.log.Warn("batches still in flight at the deadline are abandoned; the sidecar redelivers them")
+			c.void("the shutdown deadline passed", false)
+			<-answered
+		case <-c.superseded:
+			<-answered
+		}
+		c.closePool(true)
+		c.s.release(c)
+		c.log.Info("conversation finished")
+	})
+}
+
+// void ends the conversation at once: nothing more of it is sent, its deliveries are
+// abandoned and its processes shut down. It may be called more than once and concurrently.
+//
+// On its own stream (sameStream), a batch being sent completes before the void takes effect, so
+// that nothing of it follows the new Start; another stream's sends are simply cut off.
+func (c *conversation) void(reason string, sameStream bool) {
+	c.voidOnce.Do(func() {
+		c.log.Info("conversation voided", "reason", reason)
+		if sameStream {
+			c.sendMu.Lock()
+		}
+		c.voided.Store(true)
+		if sameStream {
+			c.sendMu.Unlock()
+		}
+		close(c.superseded)
+		c.cancel()
+		c.closePool(false)
+		c.batches.Wait()
+		c.s.release(c)
+	})
+}
+
+func (c *conversation) closePool(drain bool) {
+	c.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), voidTimeout)
+		defer cancel()
+		if err := c.pool.Close(ctx, drain); err != nil {
+			c.log.Warn("the action's processes did not all shut down in time", "error", err)
+		}
+	})
+}

@@ -1,0 +1,269 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// DefaultMaxActionSeries caps the distinct (name, labels) series of the action's own metric
+// lines that the bridge exports; lines beyond it are counted in
+// millrace_action_metrics_dropped_total and otherwise ignored.
+const DefaultMaxActionSeries = 1000
+
+// Metrics are the bridge's Prometheus metrics, in a registry of their own. A nil *Metrics
+// records nothing. Its methods are safe for concurrent use.
+type Metrics struct {
+	reg           *prometheus.Registry
+	itemsTotal    *prometheus.CounterVec
+	retries       prometheus.Counter
+	latency       *prometheus.HistogramVec
+	batches       *prometheus.CounterVec
+	starts        prometheus.Counter
+	crashes       prometheus.Counter
+	conversations prometheus.Counter
+	dropped       prometheus.Counter
+	action        *actionMetrics
+}
+
+// NewMetrics returns the bridge's metrics, exporting at most maxSeries series of the action's
+// metric lines (DefaultMaxActionSeries when maxSeries <= 0).
+func NewMetrics(maxSeries int) *Metrics {
+	if maxSeries <= 0 {
+		maxSeries = DefaultMaxActionSeries
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		itemsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "millrace_items_total",
+			Help: "Records handled, by final outcome: done, dead_letter, fallback, failed (the batch failed), abandoned (the conversation ended first).",
+		}, []string{"outcome"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "millrace_retries_total",
+			Help: "Attempts that failed and were retried.",
+		}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "millrace_item_attempt_seconds",
+			Help:    "Duration of each attempt of an item, from its write to the action's answer, by outcome of the attempt.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"outcome"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "millrace_batches_total",
+			Help: "Batches answered, by answer: ack or fail.",
+		}, []string{"answer"}),
+		starts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "millrace_process_starts_total",
+			Help: "Action processes that started and answered ready.",
+		}),
+		crashes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "millrace_process_crashes_total",
+			Help: "Action processes that ended other than by a clean shutdown.",
+		}),
+		conversations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "millrace_conversations_total",
+			Help: "Conversations started by the sidecar (Start messages taken).",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "millrace_action_metrics_dropped_total",
+			Help: "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name.",
+		}),
+	}
+	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
+	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.action)
+	return m
+}
+
+// Registry returns the registry the metrics live in.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler returns the HTTP handler of the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Serve serves the metrics at /metrics on lis until ctx ends. It closes lis.
+func (m *Metrics) Serve(ctx context.Context, lis net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func (m *Metrics) items(outcome string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.itemsTotal.WithLabelValues(outcome).Add(float64(n))
+}
+
+func (m *Metrics) batch(answer string) {
+	if m != nil {
+		m.batches.WithLabelValues(answer).Inc()
+	}
+}
+
+func (m *Metrics) conversationStarted() {
+	if m != nil {
+		m.conversations.Inc()
+	}
+}
+
+// hooks returns the pool callbacks that record into m and log process ends on log.
+func (m *Metrics) hooks(log *slog.Logger) stdio.Hooks {
+	h := stdio.Hooks{
+		ProcessExited: func(pid int, err error) {
+			if err != nil {
+				log.Warn("an action process ended", "pid", pid, "error", err)
+				if m != nil {
+					m.crashes.Inc()
+				}
+			}
+		},
+		Health: func(err error) {
+			if err != nil {
+				log.Error("the action cannot keep a process running; fix the program or its config line", "error", err)
+			} else {
+				log.Info("the action's processes start again")
+			}
+		},
+	}
+	if m == nil {
+		return h
+	}
+	h.ProcessStarted = func(int) { m.starts.Inc() }
+	h.AttemptFinished = func(ai stdio.AttemptInfo) {
+		m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
+		if ai.Retry {
+			m.retries.Inc()
+		}
+	}
+	h.Metric = func(_ *stdio.Item, mt stdio.Metric) { m.action.record(mt) }
+	return h
+}
+
+// actionMetrics exports the action's metric lines: for each name a summary (count and sum of
+// the values seen) per label set, as millrace_action_<name>. The label names of a name are
+// fixed by its first line; distinct series are capped.
+type actionMetrics struct {
+	max     int
+	dropped prometheus.Counter
+
+	mu     sync.Mutex
+	series map[string]*actionSeries // by name and label values
+	labels map[string][]string      // sorted label names of each metric name
+}
+
+type actionSeries struct {
+	desc   *prometheus.Desc
+	values []string
+	count  uint64
+	sum    float64
+}
+
+// Describe sends nothing: the action's metrics are unchecked, their names known only as lines
+// arrive.
+func (*actionMetrics) Describe(chan<- *prometheus.Desc) {}
+
+// Collect exports every series.
+func (a *actionMetrics) Collect(ch chan<- prometheus.Metric) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.series {
+		if m, err := prometheus.NewConstSummary(s.desc, s.count, s.sum, nil, s.values...); err == nil {
+			ch <- m
+		}
+	}
+}
+
+func (a *actionMetrics) record(mt stdio.Metric) {
+	name := "millrace_action_" + sanitize(mt.Name, false)
+	names := make([]string, 0, len(mt.Labels))
+	for k := range mt.Labels {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	labels := make([]string, len(names))
+	values := make([]string, len(names))
+	for i, k := range names {
+		labels[i] = sanitize(k, true)
+		values[i] = strings.ToValidUTF8(mt.Labels[k], "\uFFFD")
+	}
+	id := name + "\xff" + strings.Join(labels, "\xfe") + "\xff" + strings.Join(values, "\xfe")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.series[id]
+	if !ok {
+		first, seen := a.labels[name]
+		if (seen && !slices.Equal(first, labels)) || len(a.series) >= a.max || !distinct(labels) {
+			a.dropped.Inc()
+			return
+		}
+		a.labels[name] = labels
+		s = &actionSeries{desc: prometheus.NewDesc(name, "The action's metric "+strconvQuote(mt.Name)+": count and sum of the values it reported.", labels, nil), values: values}
+		a.series[id] = s
+	}
+	s.count++
+	s.sum += mt.Value
+}
+
+// sanitize maps s to a Prometheus metric name (or label name) by replacing every character not
+// allowed with _.
+func sanitize(s string, label bool) string {
+	if s == "" {
+		return "_"
+	}
+	b := []byte(s)
+	for i, c := range b {
+		ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || (i > 0 && c >= '0' && c <= '9') || (!label && c == ':')
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	out := string(b)
+	if label && (strings.HasPrefix(out, "__") || out == "quantile") {
+		out = "action_" + out // reserved by Prometheus and by summaries
+	}
+	return out
+}
+
+func distinct(names []string) bool {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+	}
+	return true
+}
+
+func strconvQuote(s string) string {
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	return "\"" + strings.ToValidUTF8(s, "?") + "\""
+}

@@ -1,0 +1,265 @@
+package bridge
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// Headers the bridge adds to a record it routes to the --dead-letter or --fallback outlet. The
+// record itself (key, value, headers) is left as it came.
+const (
+	HeaderError           = "millrace-error"            // why the record failed for good
+	HeaderAttempts        = "millrace-attempts"         // attempts made, in decimal
+	HeaderSourceTopic     = "millrace-source-topic"     // where the record was read
+	HeaderSourcePartition = "millrace-source-partition" // in decimal
+	HeaderSourceOffset    = "millrace-source-offset"    // in decimal
+	HeaderAbstainReason   = "millrace-abstain-reason"   // --fallback: the action's reason
+)
+
+// maxHeaderError caps the error text written in a dead letter's header.
+const maxHeaderError = 4 << 10
+
+var (
+	errNotJSON = errors.New("the value is not JSON")
+	nullJSON   = json.RawMessage("null")
+)
+
+// IdempotencyKey returns the idempotencyKey of a record: hex of the first 16 bytes of
+// SHA-256 over the pipeline, streamlet, topic, partition and offset. It is the same on every
+// attempt and in every conversation, so a redelivered record keeps its key.
+func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset int64) string {
+	h := sha256.New()
+	for _, s := range []string{pipeline, streamlet, topic} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	var n [12]byte
+	binary.BigEndian.PutUint32(n[:4], uint32(partition))
+	binary.BigEndian.PutUint64(n[4:], uint64(offset))
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// recordID is the item id of a record: "topic/partition/offset".
+func recordID(topic string, partition int32, offset int64) string {
+	return topic + "/" + strconv.FormatInt(int64(partition), 10) + "/" + strconv.FormatInt(offset, 10)
+}
+
+// item maps one input record to an action item. A value that is not JSON is an error: it never
+// reaches the action.
+func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) (stdio.Item, error) {
+	r := in.GetRecord()
+	id := recordID(topic, b.GetPartition(), in.GetOffset())
+	it := stdio.Item{
+		ID:             id,
+		Run:            c.id,
+		Inlet:          b.GetInlet(),
+		Topic:          topic,
+		Partition:      b.GetPartition(),
+		Offset:         in.GetOffset(),
+		Timestamp:      in.GetTimestampMs(),
+		IdempotencyKey: IdempotencyKey(c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
+	}
+	switch v := r.GetValue(); {
+	case len(v) == 0:
+		it.Payload = nullJSON // an empty value is the payload null
+	case json.Valid(v):
+		it.Payload = json.RawMessage(v)
+	default:
+		return it, fmt.Errorf("%w (%d bytes starting %.40q): the action takes JSON values only; produce JSON to the inlet, or route such records away with --dead-letter", errNotJSON, len(v), v)
+	}
+	if r.Key != nil {
+		it.Key, it.KeyBase64 = textOrBase64(r.Key)
+	}
+	for _, h := range r.GetHeaders() {
+		sh := stdio.Header{Key: h.GetKey()}
+		sh.Value, sh.ValueBase64 = textOrBase64(h.GetValue())
+		it.Headers = append(it.Headers, sh)
+	}
+	return it, nil
+}
+
+// textOrBase64 returns b as text when it is UTF-8, else base64 (standard, padded) for the
+// sibling field.
+func textOrBase64(b []byte) (*string, string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(b)
+}
+
+// bytesOf is the inverse of textOrBase64 for what an action sent.
+func bytesOf(text *string, b64, what string) ([]byte, error) {
+	switch {
+	case text != nil:
+		return []byte(*text), nil
+	case b64 != "":
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return nil, fmt.Errorf("%sBase64 is not standard padded base64: %v", what, err)
+		}
+		return b, nil
+	}
+	return nil, nil
+}
+
+// answerFor builds the answer of batch b from its records' results: the emits of every record
+// in record order, then Ack; or a single Fail for the first record that failed for good with
+// no --dead-letter outlet. It returns nil when a record was abandoned: the conversation is
+// over and the batch must not be answered.
+func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.Result) []*flowv1.FromProcess {
+	a := c.s.opts.Action
+	m := c.s.opts.Metrics
+	id := b.GetBatchId()
+	var msgs []*flowv1.FromProcess
+	for i, res := range results {
+		if res.Outcome == stdio.Abandoned {
+			m.items("abandoned", len(results)-i)
+			return nil
+		}
+	}
+	for i, res := range results {
+		in := b.GetRecords()[i]
+		where := fmt.Sprintf("record %s", recordID(topic, b.GetPartition(), in.GetOffset()))
+		var cause error
+		switch res.Outcome {
+		case stdio.Done:
+			emits, err := c.emits(id, res.Emits)
+			if err == nil {
+				msgs = append(msgs, emits...)
+				m.items("done", 1)
+				continue
+			}
+			cause = err
+		case stdio.Abstained:
+			if a.Fallback != "" {
+				msg, err := c.route(id, a.Fallback, in, b, topic,
+					&flowv1.Header{Key: HeaderAbstainReason, Value: []byte(res.Reason)})
+				if err == nil {
+					msgs = append(msgs, msg)
+					m.items("fallback", 1)
+					continue
+				}
+				cause = err
+			} else {
+				cause = fmt.Errorf("the action abstained (%q) and the action config names no --fallback outlet; add --fallback PORT to route abstained records", res.Reason)
+			}
+		default: // Failed
+			cause = res.Err
+			if cause == nil {
+				cause = errors.New("failed with no cause given")
+			}
+		}
+		attempts := res.Attempts
+		c.log.Warn("record failed for good", "batch", id, "record", recordID(topic, b.GetPartition(), in.GetOffset()), "attempts", attempts, "error", cause)
+		if a.DeadLetter != "" {
+			errText := cause.Error()
+			if len(errText) > maxHeaderError {
+				errText = errText[:maxHeaderError]
+			}
+			msg, err := c.route(id, a.DeadLetter, in, b, topic,
+				&flowv1.Header{Key: HeaderError, Value: []byte(errText)},
+				&flowv1.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))})
+			if err == nil {
+				msgs = append(msgs, msg)
+				m.items("dead_letter", 1)
+				continue
+			}
+			cause = fmt.Errorf("%v; and it cannot be dead-lettered: %w", cause, err)
+		}
+		m.items("failed", 1)
+		m.items("abandoned", len(results)-i-1)
+		m.batch("fail")
+		return []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("%s failed for good after %d attempt(s): %v", where, attempts, cause))}
+	}
+	m.batch("ack")
+	return append(msgs, &flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: id}}})
+}
+
+// emits maps a record's staged emits to Emit messages, checking each: a declared outlet
+// bound by Start (the only outlet when the emit names none), a key and header values that
+// decode, and a message under max_message_bytes.
+func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProcess, error) {
+	a := c.s.opts.Action
+	out := make([]*flowv1.FromProcess, 0, len(staged))
+	for i, e := range staged {
+		outlet := e.Outlet
+		if outlet == "" {
+			if len(a.Outlets) != 1 {
+				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets (%s): name one with \"outlet\"", i+1, len(a.Outlets), portList(a.Outlets))
+			}
+			outlet = a.Outlets[0].Name
+		}
+		if !c.s.outlets[outlet] {
+			return nil, fmt.Errorf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets))
+		}
+		if _, ok := c.outlets[outlet]; !ok {
+			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
+		}
+		rec := &flowv1.Record{Value: e.Payload}
+		key, err := bytesOf(e.Key, e.KeyBase64, "key")
+		if err != nil {
+			return nil, fmt.Errorf("emit %d: %v", i+1, err)
+		}
+		if e.Key != nil || e.KeyBase64 != "" {
+			if key == nil {
+				key = []byte{}
+			}
+			rec.Key = key // a keyless emit leaves Record.key unset, never empty
+		}
+		for _, h := range e.Headers {
+			v, err := bytesOf(h.Value, h.ValueBase64, "header "+strconv.Quote(h.Key)+" value")
+			if err != nil {
+				return nil, fmt.Errorf("emit %d: %v", i+1, err)
+			}
+			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
+		}
+		msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
+		if n := proto.Size(msg); n >= c.maxBytes {
+			return nil, fmt.Errorf("emit %d to outlet %q is %d bytes, over the %d bytes of max_message_bytes; emit smaller records", i+1, outlet, n, c.maxBytes)
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// route emits the input record unchanged to outlet, with the source headers and extra
+// headers added after its own.
+func (c *conversation) route(id uint64, outlet string, in *flowv1.InputRecord, b *flowv1.Batch, topic string, extra ...*flowv1.Header) (*flowv1.FromProcess, error) {
+	r := in.GetRecord()
+	if _, ok := c.outlets[outlet]; !ok {
+		return nil, fmt.Errorf("outlet %q has no topic bound in the sidecar's Start", outlet)
+	}
+	rec := &flowv1.Record{Key: r.GetKey(), Value: r.GetValue()}
+	rec.Headers = append(rec.Headers, r.GetHeaders()...)
+	rec.Headers = append(rec.Headers, extra...)
+	rec.Headers = append(rec.Headers,
+		&flowv1.Header{Key: HeaderSourceTopic, Value: []byte(topic)},
+		&flowv1.Header{Key: HeaderSourcePartition, Value: []byte(strconv.FormatInt(int64(b.GetPartition()), 10))},
+		&flowv1.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(in.GetOffset(), 10))},
+	)
+	msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
+	if n := proto.Size(msg); n >= c.maxBytes {
+		return nil, fmt.Errorf("routed to %q with its headers it is %d bytes, over the %d bytes of max_message_bytes", outlet, n, c.maxBytes)
+	}
+	return msg, nil
+}
+
+func failMsg(id uint64, message string) *flowv1.FromProcess {
+	return &flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{BatchId: id, Error: &flowv1.Error{Message: message}}}}
+}

@@ -1,0 +1,321 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ankka-flow/millrace/protocol"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+// Limits and defaults of the server.
+const (
+	// DefaultPort is the port of FLOW_PROCESS_PORT when it is unset.
+	DefaultPort = 9010
+	// MaxMessageBytes is the protocol's message limit (4 MiB); it is also the emit limit when
+	// Start gives no max_message_bytes.
+	MaxMessageBytes = 4 << 20
+	// grpcMessageLimit is what the server accepts and sends: a 4 MiB message plus room for the
+	// framing of a batch around its records.
+	grpcMessageLimit = MaxMessageBytes + 1<<20
+	// DefaultShutdownTimeout bounds the drain on Shutdown: in-flight batches are answered within
+	// it, then whatever is left is abandoned.
+	DefaultShutdownTimeout = 20 * time.Second
+)
+
+// Options configure a [Server].
+type Options struct {
+	Action  *Action      // the action served (required)
+	Version string       // millrace's version: the sdk version of discovery and hello's version
+	Logger  *slog.Logger // default: discard
+	Metrics *Metrics     // where to record metrics; nil records none
+	Env     []string     // extra environment "K=V" for the action's processes
+
+	// ShutdownTimeout bounds Shutdown's drain (default DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
+	// (default: the stdio pool's).
+	ShutdownGrace time.Duration
+	// RetryBackoff is the first delay before a retry, doubling with jitter (default: the stdio
+	// pool's). Tests shorten it.
+	RetryBackoff time.Duration
+}
+
+// Server is the streamlet process of one action: the Discovery and Streamlet services of
+// ankka.flow.v1. It holds at most one live conversation: a new Start, on the same stream or
+// another, voids the previous one. Its methods are safe for concurrent use.
+type Server struct {
+	flowv1.UnimplementedDiscoveryServer
+	flowv1.UnimplementedStreamletServer
+
+	opts    Options
+	log     *slog.Logger
+	spec    *flowv1.Spec
+	outlets map[string]bool // declared outlets
+
+	mu          sync.Mutex
+	current     *conversation
+	terminating chan struct{} // closed by Shutdown
+	terminated  bool
+	wg          sync.WaitGroup // receive goroutines of Run
+}
+
+var (
+	_ flowv1.DiscoveryServer = (*Server)(nil)
+	_ flowv1.StreamletServer = (*Server)(nil)
+)
+
+// NewServer returns a server for opts.Action. It starts nothing: register it on a gRPC server
+// with [Server.Register], or run it with [Server.Serve].
+func NewServer(opts Options) (*Server, error) {
+	if opts.Action == nil {
+		return nil, errors.New("bridge: NewServer needs an Action")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{
+		opts:        opts,
+		log:         opts.Logger.With("streamlet", opts.Action.Name),
+		spec:        opts.Action.Spec(opts.Version),
+		outlets:     map[string]bool{},
+		terminating: make(chan struct{}),
+	}
+	for _, p := range opts.Action.Outlets {
+		s.outlets[p.Name] = true
+	}
+	return s, nil
+}
+
+// GRPCOptions returns the server options the bridge needs: message limits above the protocol's
+// 4 MiB. Keepalive is left at the gRPC library's defaults, as the protocol asks.
+func GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit)}
+}
+
+// Register registers the Discovery and Streamlet services on gs.
+func (s *Server) Register(gs grpc.ServiceRegistrar) {
+	flowv1.RegisterDiscoveryServer(gs, s)
+	flowv1.RegisterStreamletServer(gs, s)
+}
+
+// Serve serves on lis until ctx ends, then shuts down gracefully: in-flight batches are
+// answered within ShutdownTimeout, the processes are shut down, the streams end, and Serve
+// returns nil. It returns an error only when serving fails. It closes lis.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	gs := grpc.NewServer(GRPCOptions()...)
+	s.Register(gs)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	s.log.Info("serving", "address", lis.Addr().String(), "protocol", protocol.Version)
+	select {
+	case err := <-served:
+		s.Shutdown(context.Background())
+		return fmt.Errorf("bridge: serving on %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: answering in-flight batches", "timeout", s.opts.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	s.Shutdown(sctx)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+		<-stopped
+	}
+	<-served
+	s.wg.Wait()
+	s.log.Info("stopped")
+	return nil
+}
+
+// Shutdown ends the live conversation, if any: it answers the batches in flight (those not
+// answered when ctx ends are abandoned and will be redelivered), shuts the processes down and
+// ends the stream with UNAVAILABLE. Batches that arrive meanwhile are not taken. Shutdown may be
+// called more than once; it returns when the conversation is over.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	if !s.terminated {
+		s.terminated = true
+		close(s.terminating)
+	}
+	c := s.current
+	s.mu.Unlock()
+	if c != nil {
+		c.finish(ctx)
+	}
+}
+
+// Discover answers the Spec built from the action config: protocol 1.0, sdk millrace.
+func (s *Server) Discover(_ context.Context, info *flowv1.SidecarInfo) (*flowv1.Spec, error) {
+	s.log.Info("discovered", "sidecar_version", info.GetSidecarVersion(), "sidecar_protocol", info.GetProtocolVersion())
+	return s.spec, nil
+}
+
+// ReportError logs every problem the sidecar found, each on its own line, then a summary of
+// what to change; the bridge keeps serving.
+func (s *Server) ReportError(_ context.Context, ps *flowv1.Problems) (*flowv1.Empty, error) {
+	probs := ps.GetProblems()
+	for i, p := range probs {
+		s.log.Error("sidecar refused this streamlet", "problem", i+1, "of", len(probs), "message", p.GetMessage())
+	}
+	s.log.Error("the sidecar refused the streamlet this bridge describes: make the action config line (--in, --out, --param, the name) match the descriptor the streamlet was deployed with, or redeploy with this one; the bridge keeps serving",
+		"problems", len(probs), "line", s.opts.Action.Line())
+	return &flowv1.Empty{}, nil
+}
+
+type received struct {
+	msg *flowv1.ToProcess
+	err error
+}
+
+// Run holds one conversation of the sidecar: Start, then Batches, then Stop.
+func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]) error {
+	ctx := stream.Context()
+	// Receiving runs on its own goroutine so that a superseding conversation or a shutdown
+	// can end this stream while it waits for the sidecar.
+	msgs := make(chan received)
+	done := make(chan struct{})
+	defer close(done)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			m, err := stream.Recv()
+			select {
+			case msgs <- received{m, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	var c *conversation
+	defer func() {
+		if c != nil {
+			// Voided after the handler returns: a batch blocked in Send on this stream is
+			// released only when the stream's context ends.
+			s.wg.Add(1)
+			go func(c *conversation) {
+				defer s.wg.Done()
+				c.void("the stream ended", false)
+			}(c)
+		}
+	}()
+	for {
+		var superseded <-chan struct{}
+		if c != nil {
+			superseded = c.superseded
+		}
+		var r received
+		select {
+		case r = <-msgs:
+		case <-superseded:
+			return status.Errorf(codes.Aborted, "conversation %s was voided by a newer Start", c.id)
+		case <-s.terminating:
+			if c != nil {
+				c.finish(ctx) // Shutdown bounds it
+				c = nil
+			}
+			return status.Error(codes.Unavailable, "the bridge is shutting down; in-flight batches were answered, the rest will be redelivered")
+		}
+		if r.err == io.EOF {
+			if c == nil {
+				return nil
+			}
+			c.finish(ctx)
+			c = nil
+			return nil
+		}
+		if r.err != nil {
+			return r.err
+		}
+		switch m := r.msg.GetMessage().(type) {
+		case *flowv1.ToProcess_Start:
+			if c != nil {
+				c.void("a new Start arrived on its stream", true)
+				c = nil
+			}
+			nc, err := s.start(ctx, stream, m.Start)
+			if err != nil {
+				return err
+			}
+			c = nc
+		case *flowv1.ToProcess_Batch:
+			if c == nil {
+				return status.Error(codes.FailedPrecondition, "a Batch arrived before Start: the sidecar must send Start first")
+			}
+			if err := c.batch(m.Batch); err != nil {
+				return err
+			}
+		case *flowv1.ToProcess_Stop:
+			if c == nil {
+				return nil
+			}
+			c.log.Info("stop", "reason", m.Stop.GetReason())
+			c.finish(ctx)
+			c = nil
+			return nil
+		default:
+			return status.Error(codes.InvalidArgument, "an empty ToProcess message: expected Start, Batch or Stop")
+		}
+	}
+}
+
+// start begins a conversation for st, voiding the server's previous one.
+func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess], st *flowv1.Start) (*conversation, error) {
+	s.mu.Lock()
+	if s.terminated {
+		s.mu.Unlock()
+		return nil, status.Error(codes.Unavailable, "the bridge is shutting down and takes no new conversation")
+	}
+	old := s.current
+	s.current = nil
+	s.mu.Unlock()
+	if old != nil {
+		old.void("a new Start arrived on another stream", false)
+	}
+	c, err := newConversation(ctx, s, stream, st)
+	if err != nil {
+		s.log.Error("cannot start the conversation", "conversation", st.GetConversationId(), "error", err)
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.terminated || s.current != nil {
+		// Shutdown or another Start came in while the pool was starting.
+		s.mu.Unlock()
+		c.void("superseded while starting", false)
+		return nil, status.Error(codes.Aborted, "the conversation was superseded while its processes started")
+	}
+	s.current = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// release forgets c if it is the live conversation.
+func (s *Server) release(c *conversation) {
+	s.mu.Lock()
+	if s.current == c {
+		s.current = nil
+	}
+	s.mu.Unlock()
+}
