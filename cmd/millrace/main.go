@@ -33,6 +33,7 @@ type env struct {
 // commands lists every subcommand in the order `millrace help` shows them.
 var commands = []*command{
 	{name: "version", summary: "print the version of millrace and of the protocol it speaks", run: runVersion},
+	{name: "bridge", summary: "serve an action (any program speaking JSON lines) as an Ankka Flow streamlet process", run: runBridge},
 	{name: "sidecar", summary: "run the standard Ankka Flow sidecar (Kafka ⇄ the streamlet process), configured by FLOW_* variables", run: runSidecar},
 }
 

@@ -1,0 +1,78 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// EnvPort is the environment variable that names the port the process listens on.
+const EnvPort = "FLOW_PROCESS_PORT"
+
+// PortFromEnv returns the port in FLOW_PROCESS_PORT, read through getenv, or DefaultPort when
+// it is unset.
+func PortFromEnv(getenv func(string) string) (int, error) {
+	s := getenv(EnvPort)
+	if s == "" {
+		return DefaultPort, nil
+	}
+	port, err := strconv.Atoi(s)
+	if err != nil || port < 1 || port > 65535 {
+		return 0, fmt.Errorf("bridge: %s=%q is not a port number from 1 to 65535", EnvPort, s)
+	}
+	return port, nil
+}
+
+// ListenAndServe runs the bridge of opts.Action until ctx ends: the streamlet services on
+// 127.0.0.1:port (loopback only), and, when the action's --metrics names an address, the
+// Prometheus metrics at /metrics there. When ctx ends it shuts down gracefully (see
+// [Server.Serve]) and returns nil. port 0 picks a free port (tests); ready, when not nil, is
+// called with the address once it listens.
+func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr net.Addr)) error {
+	if opts.Action == nil {
+		return fmt.Errorf("bridge: ListenAndServe needs an Action")
+	}
+	var metricsLis net.Listener
+	if opts.Action.Metrics != "" {
+		if opts.Metrics == nil {
+			opts.Metrics = NewMetrics(0)
+		}
+		l, err := net.Listen("tcp", opts.Action.Metrics)
+		if err != nil {
+			return fmt.Errorf("bridge: cannot serve metrics on --metrics %s: %w; pick a free address", opts.Action.Metrics, err)
+		}
+		metricsLis = l
+	}
+	s, err := NewServer(opts)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		if metricsLis != nil {
+			metricsLis.Close()
+		}
+		return fmt.Errorf("bridge: cannot listen on 127.0.0.1:%d: %w; set %s to a free port", port, err, EnvPort)
+	}
+	var wg sync.WaitGroup
+	mctx, stopMetrics := context.WithCancel(context.Background())
+	if metricsLis != nil {
+		s.log.Info("serving metrics", "address", metricsLis.Addr().String(), "path", "/metrics")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := opts.Metrics.Serve(mctx, metricsLis); err != nil {
+				s.log.Error("metrics server stopped", "error", err)
+			}
+		}()
+	}
+	if ready != nil {
+		ready(lis.Addr())
+	}
+	err = s.Serve(ctx, lis)
+	stopMetrics()
+	wg.Wait()
+	return err
+}
