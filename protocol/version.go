@@ -20,28 +20,31 @@ func parseVersion(v string) (major, minor int, ok bool) {
 	return major, minor, true
 }
 
-// CheckVersion reports whether a peer speaking protocol version theirs is accepted by this
-// module, which speaks Version: it is when the majors are equal and their minor is not later
-// than ours. A refusal wraps ErrVersion and names both versions and the way out.
+// CheckVersion reports whether a process speaking protocol version theirs (its
+// Spec.protocol_version) is accepted by this module, which speaks Version: it is when the
+// majors are equal and their minor is not later than ours. A refusal wraps ErrVersion and
+// names both versions and the way out. It is safe for concurrent use.
 func CheckVersion(theirs string) error {
 	return CheckVersionAgainst(Version, theirs)
 }
 
-// CheckVersionAgainst is CheckVersion for a side speaking ours instead of Version; the
+// CheckVersionAgainst is CheckVersion for a sidecar speaking ours instead of Version; the
 // version fixtures use it. A malformed ours or theirs is refused too, wrapping ErrVersion.
+// The messages are written for the check the protocol defines: a sidecar (ours) checking a
+// process's Spec (theirs).
 func CheckVersionAgainst(ours, theirs string) error {
 	oMajor, oMinor, ok := parseVersion(ours)
 	if !ok {
-		return fmt.Errorf("%w: our own protocol version %q is not of the form MAJOR.MINOR (e.g. \"1.0\"); this is a bug in this build", ErrVersion, ours)
+		return fmt.Errorf("%w: the sidecar's own protocol version %q is not of the form MAJOR.MINOR (e.g. \"1.0\"); this is a bug in the sidecar", ErrVersion, ours)
 	}
 	tMajor, tMinor, ok := parseVersion(theirs)
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: protocol version %q is not of the form MAJOR.MINOR (e.g. %q); this side speaks %s: fix the protocol_version the process reports", ErrVersion, theirs, ours, ours)
+		return fmt.Errorf("%w: the process reports protocol version %q, which is not of the form MAJOR.MINOR; the sidecar speaks %s: fix the protocol_version of the process's Spec (its SDK), e.g. %q", ErrVersion, theirs, ours, ours)
 	case tMajor != oMajor:
-		return fmt.Errorf("%w: protocol version %s is another major than %s, which this side speaks: use an SDK and a sidecar of the same major (%d.x)", ErrVersion, theirs, ours, oMajor)
+		return fmt.Errorf("%w: the process speaks protocol %s and the sidecar %s, another major version: build the process with an SDK speaking %d.x (%d.%d at most), or run a sidecar speaking %d.x", ErrVersion, theirs, ours, oMajor, oMajor, oMinor, tMajor)
 	case tMinor > oMinor:
-		return fmt.Errorf("%w: protocol version %s is later than %s, which this side speaks: upgrade this side to %s or later, or build the process with an SDK speaking %d.%d at most", ErrVersion, theirs, ours, theirs, oMajor, oMinor)
+		return fmt.Errorf("%w: the process speaks protocol %s, later than %s, which the sidecar speaks: upgrade the sidecar to one speaking %s or later, or build the process with an SDK speaking %d.%d at most", ErrVersion, theirs, ours, theirs, oMajor, oMinor)
 	}
 	return nil
 }
