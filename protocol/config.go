@@ -36,8 +36,9 @@ var memoryUnits = map[string]uint64{
 //	DOUBLE       a JSON number, finite as a float64              float64
 //	BOOLEAN      exactly "true" or "false"                       bool
 //	DURATION     Go's time.ParseDuration, e.g. "90s", "1h30m"    string, time.Duration.String(): "1m30s"
-//	MEMORY_SIZE  digits, then one of k M G T P E (powers of       int64, a number of bytes
-//	             1000) or Ki Mi Gi Ti Pi Ei (powers of 1024), within int64
+//	MEMORY_SIZE  digits and an optional unit, k M G T P E          int64, a number of bytes
+//	             (powers of 1000) or Ki Mi Gi Ti Pi Ei (powers of
+//	             1024), within int64
 //
 // A string that is not a value of t, or an unknown t, gives an error wrapping ErrConfigValue
 // that says what was expected.
