@@ -1,0 +1,272 @@
+// Package conformance checks a program against the Millstream action protocol, whatever it
+// computes, and runs its fixture tests: the engine of `millrace test action`.
+//
+// [Run] starts the action several times, each process in a conversation built to show one
+// rule (unknown keys, a malformed config, non-ASCII text, a 1 MiB payload, a burst), watches
+// every line it writes, and returns one [Check] per rule. A fault is charged to the one check
+// whose rule it breaks: a crash in the conversation with unknown keys fails "unknown-keys", not
+// "answers"; a pretty-printed answer fails "framing" and is still read, so the rest can be
+// checked.
+//
+// [RunFixtures] feeds fixtures/NAME.in.jsonl to the action and compares each answer with
+// NAME.out.jsonl (JSON compared by value), or rewrites the golden files.
+//
+// The package needs only the action protocol (package stdio): no Kafka, no gRPC. The caller
+// reads the action's config line and gives an [Action].
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// Exported sentinel errors.
+var (
+	// ErrAction is returned by Run and RunFixtures for an Action they cannot run at all (no
+	// command, a command that cannot start).
+	ErrAction = errors.New("conformance: action cannot run")
+	// ErrFixture is returned by LoadFixtures and RunFixtures for a fixture file that cannot be
+	// read: a line that is not a JSON object, a golden line of an unknown shape.
+	ErrFixture = errors.New("conformance: bad fixture")
+)
+
+// Defaults applied to zero Action and Options fields.
+const (
+	DefaultReadyTimeout  = stdio.DefaultReadyTimeout
+	DefaultItemTimeout   = time.Minute
+	DefaultShutdownGrace = 5 * time.Second
+	DefaultBurst         = 100
+	DefaultPayloadSize   = 1 << 20
+	// MaxInputs is how many fixture items the conformance conversations use at most.
+	MaxInputs = 20
+)
+
+// Action is the program under test, as its config line declares it.
+type Action struct {
+	Name    string          // the streamlet name, sent in hello and named in reports
+	Version string          // sent in hello
+	Command []string        // argv, no shell; run in Dir
+	Dir     string          // the action directory ("" = the current one); fixtures/ is read from it
+	Env     []string        // extra environment, "K=V"
+	Config  json.RawMessage // hello's config: every declared parameter resolved ({} when none)
+	Inlets  []string        // declared inlets, in order (items name the first)
+	Outlets []string        // declared outlets, in order
+	PerItem bool            // --per-item: one process per item
+
+	ReadyTimeout  time.Duration // --ready-timeout (default 10s)
+	ItemTimeout   time.Duration // --timeout, per item (default 1m)
+	ShutdownGrace time.Duration // shutdown → exit (default 5s)
+}
+
+func (a *Action) defaults() {
+	if a.ReadyTimeout <= 0 {
+		a.ReadyTimeout = DefaultReadyTimeout
+	}
+	if a.ItemTimeout <= 0 {
+		a.ItemTimeout = DefaultItemTimeout
+	}
+	if a.ShutdownGrace <= 0 {
+		a.ShutdownGrace = DefaultShutdownGrace
+	}
+	if len(a.Config) == 0 {
+		a.Config = json.RawMessage("{}")
+	}
+	if a.Name == "" {
+		a.Name = "action"
+	}
+}
+
+func (a *Action) inlet() string {
+	if len(a.Inlets) > 0 {
+		return a.Inlets[0]
+	}
+	return "in"
+}
+
+// Options tune a conformance run; the zero value is the documented behaviour.
+type Options struct {
+	// Inputs are the items the conversations send (at most MaxInputs are used). Nil: the
+	// items of Dir/fixtures/*.in.jsonl, or three generic items when there are none.
+	Inputs []Input
+	// Burst is the number of items written at once in the burst check (default 100).
+	Burst int
+	// PayloadSize is the size of the large payload (default 1 MiB).
+	PayloadSize int
+	// StderrLineMax is the longest stderr line accepted (default stdio.MaxLineBytes).
+	StderrLineMax int
+	// Quiet is how long the main conversation listens for stray lines after ready and after
+	// each answer (default 50ms; 4× before shutdown).
+	Quiet time.Duration
+}
+
+// Input is one item a test sends, and where it came from ("fixtures/basic.in.jsonl:3").
+type Input struct {
+	Item   stdio.Item
+	Source string
+}
+
+// The checks, in the order they are reported.
+const (
+	CheckReady       = "ready"
+	CheckFraming     = "framing"
+	CheckStdout      = "stdout"
+	CheckAnswers     = "answers"
+	CheckUnknownKeys = "unknown-keys"
+	CheckOutputs     = "outputs"
+	CheckSilence     = "silence"
+	CheckConfig      = "config"
+	CheckNonASCII    = "non-ascii"
+	CheckLarge       = "large-payload"
+	CheckBurst       = "burst"
+	CheckStderr      = "stderr"
+	CheckShutdown    = "shutdown"
+)
+
+// Checks lists every check name, in report order, with the rule it holds the action to.
+var Checks = []struct{ Name, Rule string }{
+	{CheckReady, "answers hello with ready within the ready timeout"},
+	{CheckFraming, "every stdout line is one JSON object of a known type, UTF-8, newline-terminated, at most 8 MiB"},
+	{CheckStdout, "nothing but protocol lines on stdout (logs go to stderr)"},
+	{CheckAnswers, "every item answered exactly once (done, error or abstain), naming its delivery"},
+	{CheckUnknownKeys, "keys it does not know in hello and in items are ignored: same answers, no crash"},
+	{CheckOutputs, "every emit names a declared outlet (or the only one); several from one delivery to one outlet are keyed distinctly"},
+	{CheckSilence, "nothing is written between deliveries, nor for a delivery once answered"},
+	{CheckConfig, "a malformed config is answered item by item (error), not by a crash"},
+	{CheckNonASCII, "non-ASCII text in keys, headers and payloads round-trips unchanged"},
+	{CheckLarge, "a 1 MiB payload is read and answered"},
+	{CheckBurst, "items written at once are all answered, in order"},
+	{CheckStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
+	{CheckShutdown, "exits with status 0 on shutdown, within the grace period"},
+}
+
+// Check is the verdict of one check.
+type Check struct {
+	Name    string        `json:"name"`
+	Pass    bool          `json:"pass"`
+	Detail  string        `json:"detail"`
+	Elapsed time.Duration `json:"elapsedNs"`
+}
+
+// Report is the result of a conformance run.
+type Report struct {
+	Action     string  `json:"action"`
+	Conformant bool    `json:"conformant"`
+	Checks     []Check `json:"checks"`
+}
+
+// Failed returns the names of the checks that failed.
+func (r *Report) Failed() []string {
+	var names []string
+	for _, c := range r.Checks {
+		if !c.Pass {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// WriteText writes the report as `millrace test action --conformance` prints it: one line
+// per check, "PASS name: detail (time)" or "FAIL …", then "<action>: conformant" or not.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, c := range r.Checks {
+		verdict := "PASS"
+		if !c.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(&b, "%s %s: %s (%s)\n", verdict, c.Name, c.Detail, roundDur(c.Elapsed))
+	}
+	if r.Conformant {
+		fmt.Fprintf(&b, "%s: conformant\n", r.Action)
+	} else {
+		fmt.Fprintf(&b, "%s: not conformant (%d of %d checks failed: %s)\n", r.Action, len(r.Failed()), len(r.Checks), strings.Join(r.Failed(), ", "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
+
+// Run checks a against the action protocol and returns the report; the action is conformant
+// when every check passes. It returns an error only when it cannot run the action at all
+// (wrapping ErrAction), cannot read its fixtures (ErrFixture), or ctx ends.
+func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
+	a.defaults()
+	if len(a.Command) == 0 {
+		return nil, fmt.Errorf("%w: action %q has no command: end its config line with -- and the program", ErrAction, a.Name)
+	}
+	if opts.Burst <= 0 {
+		opts.Burst = DefaultBurst
+	}
+	if opts.PayloadSize <= 0 {
+		opts.PayloadSize = DefaultPayloadSize
+	}
+	if opts.StderrLineMax <= 0 {
+		opts.StderrLineMax = stdio.MaxLineBytes
+	}
+	if opts.Quiet <= 0 {
+		opts.Quiet = 50 * time.Millisecond
+	}
+	inputs := opts.Inputs
+	if inputs == nil {
+		fx, err := LoadFixtures(a.Dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range fx {
+			inputs = append(inputs, f.Inputs(&a)...)
+		}
+		if len(inputs) == 0 {
+			inputs = genericInputs(&a)
+		}
+	}
+	if len(inputs) > MaxInputs {
+		inputs = inputs[:MaxInputs]
+	}
+	workdir, err := os.MkdirTemp("", "millrace-conformance-")
+	if err != nil {
+		return nil, fmt.Errorf("conformance: a work folder: %w", err)
+	}
+	defer os.RemoveAll(workdir)
+	r := newRunner(ctx, &a, opts, workdir, inputs)
+	if err := r.run(); err != nil {
+		return nil, err
+	}
+	return r.report(), nil
+}
+
+// genericInputs are the items used when the action has no fixtures.
+func genericInputs(a *Action) []Input {
+	k1, k2 := "k1", "k2"
+	items := []struct {
+		key     *string
+		payload string
+	}{
+		{&k1, `{"id":1,"text":"hello"}`},
+		{&k2, `{"id":2,"text":"world","n":2.5}`},
+		{nil, `{}`},
+	}
+	var in []Input
+	for i, it := range items {
+		item := fillItem(a, stdio.Item{Key: it.key, Payload: json.RawMessage(it.payload)}, int64(i), "generic")
+		in = append(in, Input{Item: item, Source: fmt.Sprintf("generic item %d", i+1)})
+	}
+	return in
+}

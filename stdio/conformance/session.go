@@ -1,0 +1,360 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// delivery is one item written to a process and what it answered.
+type delivery struct {
+	idx     int // index in the run's inputs; -1 for an item made up by a check
+	item    stdio.Item
+	owner   string // the check charged when it is not answered
+	written time.Time
+	latency time.Duration
+	emits   []stdio.Message
+	metrics int
+	answer  *stdio.Message // done, error or abstain
+}
+
+// outcome names how a delivery was answered: done, error, abstain, or "" when it was not.
+func (d *delivery) outcome() string {
+	if d.answer == nil {
+		return ""
+	}
+	return d.answer.Type
+}
+
+// session is one conversation with the action: usually one process, one per item with
+// --per-item.
+type session struct {
+	r          *runner
+	owner      string // the check charged with a crash, a timeout or a missing ready
+	cfg        json.RawMessage
+	helloExtra string
+	p          *proc
+	started    time.Time
+	readyIn    time.Duration
+	count      int // deliveries written to the current process
+	inflight   map[string]*delivery
+	answered   map[string]*delivery
+	order      []*delivery // in answer order
+	broken     bool        // the process ended or was given up on: nothing more is sent
+	seq        int
+}
+
+// open starts a process and says hello, with helloExtra spliced in (then items get unknown
+// keys too); a session that got no ready is broken, its owner charged.
+func (r *runner) open(owner string, cfg json.RawMessage, helloExtra string) *session {
+	s := &session{r: r, owner: owner, cfg: cfg, helloExtra: helloExtra, inflight: map[string]*delivery{}, answered: map[string]*delivery{}, started: time.Now()}
+	s.start()
+	return s
+}
+
+func (s *session) start() {
+	r := s.r
+	p, err := startProc(r.a, r.workdir, r.opts.StderrLineMax)
+	if err != nil {
+		r.fatal = err
+		s.broken = true
+		return
+	}
+	r.procs = append(r.procs, p)
+	s.p, s.count = p, 0
+	hello := stdio.Message{Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: r.a.Name, Version: r.a.Version, Config: s.cfg, Vars: map[string]any{}}
+	line := stdio.AppendMessage(nil, &hello)
+	if s.helloExtra != "" {
+		line = splice(line, s.helloExtra)
+	}
+	p.write(line)
+	t0 := time.Now()
+	deadline := time.NewTimer(r.readyWait())
+	defer deadline.Stop()
+	for {
+		select {
+		case ev, ok := <-p.events:
+			if !ok {
+				s.end(fmt.Sprintf("%s before answering ready", s.exitDesc()))
+				return
+			}
+			if ev.kind == evMessage && ev.msg.Type == stdio.TypeReady {
+				r.observeNotes(ev)
+				s.readyIn = ev.at.Sub(t0)
+				r.readyTimes = append(r.readyTimes, s.readyIn)
+				if s.readyIn > r.a.ReadyTimeout {
+					r.fail(CheckReady, fmt.Sprintf("ready came after %s, over the %s ready timeout (millrace gives up on a process that takes longer): do the slow preparation after ready, or raise --ready-timeout", roundDur(s.readyIn), r.a.ReadyTimeout))
+				}
+				return
+			}
+			s.handle(ev)
+		case <-deadline.C:
+			s.end(fmt.Sprintf("no ready within %s of hello (is stdout flushed after each line?)", r.readyWait()))
+			return
+		case <-r.ctx.Done():
+			s.end("stopped: " + r.ctx.Err().Error())
+			return
+		}
+	}
+}
+
+// ok reports whether the session can take items.
+func (s *session) ok() bool { return !s.broken && s.r.fatal == nil && s.r.ctx.Err() == nil }
+
+// end charges the session's owner with why it broke, kills the process and stops the session.
+func (s *session) end(why string) {
+	s.endAs(s.owner, why)
+}
+
+func (s *session) endAs(check, why string) {
+	if s.broken {
+		return
+	}
+	s.broken = true
+	if s.p != nil {
+		s.p.kill()
+		why += s.p.stderr.tail()
+	}
+	s.r.fail(check, why)
+}
+
+func (s *session) exitDesc() string {
+	<-s.p.done
+	_, desc := s.p.exitStatus()
+	if s.p.endNote != "" {
+		desc += " (" + s.p.endNote + ")"
+	}
+	return desc
+}
+
+// send writes one item; with --per-item each item gets a fresh process.
+func (s *session) send(idx int, it stdio.Item, owner string) *delivery {
+	if s.r.a.PerItem && s.count > 0 {
+		s.shutdown()
+		s.broken = false
+		s.start()
+		if !s.ok() {
+			return nil
+		}
+	}
+	s.seq++
+	it.Delivery = fmt.Sprintf("dl-%s-%d", s.owner, s.seq)
+	it.Attempt = 1
+	d := &delivery{idx: idx, item: it, owner: owner, written: time.Now()}
+	s.inflight[it.Delivery] = d
+	s.count++
+	line := appendItem(nil, &it)
+	if s.helloExtra != "" { // the conversation with unknown keys has them in items too
+		line = splice(line, unknownItemKeys)
+	}
+	s.p.write(line)
+	return d
+}
+
+// await waits until every delivery in flight is answered; each answer restarts the item
+// timeout. A timeout or an exit is charged to the owner of the oldest unanswered delivery.
+func (s *session) await() {
+	for len(s.inflight) > 0 && s.ok() {
+		timer := time.NewTimer(s.r.a.ItemTimeout)
+		select {
+		case ev, ok := <-s.p.events:
+			timer.Stop()
+			if !ok {
+				d := s.oldest()
+				s.endAs(d.owner, fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d)))
+				return
+			}
+			s.handle(ev)
+		case <-timer.C:
+			d := s.oldest()
+			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout)", describe(d), s.r.a.ItemTimeout))
+			return
+		case <-s.r.ctx.Done():
+			timer.Stop()
+			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())
+			return
+		}
+	}
+}
+
+func (s *session) oldest() *delivery {
+	var old *delivery
+	for _, d := range s.inflight {
+		if old == nil || d.written.Before(old.written) {
+			old = d
+		}
+	}
+	return old
+}
+
+func describe(d *delivery) string {
+	src := ""
+	if d.idx >= 0 {
+		src = " from " + d.item.ID
+	}
+	return fmt.Sprintf("delivery %s (item%s)", d.item.Delivery, src)
+}
+
+// deliver sends one item and waits for its answer.
+func (s *session) deliver(idx int, it stdio.Item, owner string) *delivery {
+	if !s.ok() {
+		return nil
+	}
+	d := s.send(idx, it, owner)
+	if d == nil {
+		return nil
+	}
+	s.await()
+	return d
+}
+
+// quiet listens for d: anything the action writes meanwhile is out of turn.
+func (s *session) quiet(d time.Duration) {
+	if !s.ok() {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-s.p.events:
+			if !ok {
+				s.end(fmt.Sprintf("%s between deliveries, before shutdown", s.exitDesc()))
+				return
+			}
+			s.handle(ev)
+		case <-timer.C:
+			return
+		case <-s.r.ctx.Done():
+			return
+		}
+	}
+}
+
+// shutdown asks the process to exit and charges the shutdown check unless it exits with
+// status 0 within the grace period. A broken session is only cleaned up.
+func (s *session) shutdown() {
+	if s.p == nil {
+		return
+	}
+	defer s.p.kill() // grandchildren too
+	if !s.ok() {
+		return
+	}
+	r := s.r
+	s.p.write(stdio.AppendMessage(nil, &stdio.Message{Type: stdio.TypeShutdown}))
+	t0 := time.Now()
+	grace := time.NewTimer(r.a.ShutdownGrace)
+	defer grace.Stop()
+	events := s.p.events
+	for events != nil {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			s.handle(ev)
+		case <-grace.C:
+			s.broken = true
+			s.p.kill()
+			r.fail(CheckShutdown, fmt.Sprintf("still running %s after shutdown (conversation %s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.owner))
+			return
+		}
+	}
+	if !waitCtx(context.Background(), s.p.done, time.Until(t0.Add(r.a.ShutdownGrace))) {
+		s.broken = true
+		s.p.kill()
+		r.fail(CheckShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (conversation %s)", r.a.ShutdownGrace, s.owner))
+		return
+	}
+	took := time.Since(t0)
+	if took > r.shutdownMax {
+		r.shutdownMax = took
+	}
+	code, desc := s.p.exitStatus()
+	if s.p.endNote != "" {
+		r.fail(CheckFraming, s.p.endNote)
+	}
+	if code != 0 {
+		r.fail(CheckShutdown, fmt.Sprintf("%s after shutdown (conversation %s): exit with status 0%s", desc, s.owner, s.p.stderr.tail()))
+		return
+	}
+	r.shutdowns++
+}
+
+// handle classifies one event of stdout.
+func (s *session) handle(ev event) {
+	r := s.r
+	r.observeNotes(ev)
+	if ev.kind != evMessage {
+		return
+	}
+	m := ev.msg
+	r.messages++
+	switch m.Type {
+	case stdio.TypeReady:
+		r.fail(CheckSilence, "a second ready, after the first: say ready once, after hello")
+		return
+	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown:
+		r.fail(CheckFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, done, error or abstain", m.Type))
+		return
+	}
+	terminal := m.Type == stdio.TypeDone || m.Type == stdio.TypeError || m.Type == stdio.TypeAbstain
+	if m.Delivery == "" {
+		if terminal {
+			r.fail(CheckAnswers, fmt.Sprintf("a %s without \"delivery\": %s; every answer names the delivery it answers, as received", m.Type, quote(ev.raw)))
+		} else {
+			r.fail(CheckSilence, fmt.Sprintf("a %s that belongs to no delivery: %s; write only for the delivery in flight", m.Type, quote(ev.raw)))
+		}
+		return
+	}
+	if d, ok := s.inflight[m.Delivery]; ok {
+		if !terminal {
+			if m.Type == stdio.TypeEmit {
+				d.emits = append(d.emits, m)
+			} else {
+				d.metrics++
+			}
+			return
+		}
+		d.answer = &m
+		d.latency = ev.at.Sub(d.written)
+		delete(s.inflight, m.Delivery)
+		s.answered[m.Delivery] = d
+		s.order = append(s.order, d)
+		r.answered(d)
+		return
+	}
+	if d, ok := s.answered[m.Delivery]; ok {
+		if terminal {
+			r.fail(CheckAnswers, fmt.Sprintf("delivery %s answered twice (%s, then %s): answer each delivery exactly once", m.Delivery, d.answer.Type, m.Type))
+		} else {
+			r.fail(CheckSilence, fmt.Sprintf("a %s for delivery %s after it was answered %s: write everything of a delivery before its answer", m.Type, m.Delivery, d.answer.Type))
+		}
+		return
+	}
+	r.fail(CheckAnswers, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
+}
+
+// splice inserts extra (",\"k\":v…") before the closing brace of a protocol line.
+func splice(line []byte, extra string) []byte {
+	n := len(line) - 2 // "}\n"
+	out := make([]byte, 0, len(line)+len(extra))
+	out = append(out, line[:n]...)
+	out = append(out, extra...)
+	return append(out, line[n:]...)
+}
+
+func appendItem(dst []byte, it *stdio.Item) []byte {
+	m := stdio.Message{
+		Type: stdio.TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key,
+		KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers, Inlet: it.Inlet,
+		Topic: it.Topic, Partition: it.Partition, Offset: it.Offset, Timestamp: it.Timestamp,
+		Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
+	}
+	return stdio.AppendMessage(dst, &m)
+}

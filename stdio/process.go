@@ -1,0 +1,614 @@
+package stdio
+
+import (
+	"bufio"
+	"cmp"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/goccy/go-json"
+)
+
+// pipeGrace bounds the wait for a child's pipes to close after it exited and its process group
+// was killed (a grandchild that left the group may hold them open).
+const pipeGrace = 2 * time.Second
+
+// stderr capture limits.
+const (
+	stderrLineMax = 64 << 10 // longer stderr lines are logged truncated
+	tailLines     = 10       // stderr lines kept for error messages
+	tailLineMax   = 300      // bytes kept of each
+)
+
+var (
+	errStdoutClosed   = errors.New("closed its stdout")
+	errStdoutMidLine  = errors.New("closed its stdout in the middle of a line")
+	shutdownLine      = []byte(`{"type":"shutdown"}` + "\n")
+	errShutdownIgnore = errors.New("did not exit after shutdown")
+)
+
+// task is one submitted item, through all its attempts. While an attempt is in flight, the
+// process that holds it in its in-flight map owns the attempt fields.
+type task struct {
+	item     Item
+	done     func(Result)
+	key      string
+	keyed    bool
+	attempts int
+	seq      uint64 // of the current attempt, for stderr attribution
+	emits    []Emit
+	metrics  []Metric // of every attempt
+	written  time.Time
+	timer    *time.Timer // item timeout of the current attempt
+	retry    *time.Timer // pending retry
+	bo       backoff.BackOff
+}
+
+// process is one supervised child: its conversation, pipes and goroutines. It is created by
+// Pool.spawn and owned by one worker goroutine, which alone writes items to it.
+type process struct {
+	pool    *Pool
+	cmd     *exec.Cmd
+	cancel  context.CancelFunc // SIGKILL of the group, through Cmd.Cancel
+	pid     int
+	log     *slog.Logger
+	workdir string
+	stdin   *os.File
+	stdout  *os.File
+	stderr  *os.File
+	wbuf    []byte
+	window  int
+	slots   chan struct{} // one per delivery in flight, at most window
+
+	ready      chan error    // the ready phase's outcome (capacity 1)
+	stdoutDone chan struct{} // stdout reader ended
+	stderrDone chan struct{} // stderr reader ended
+	dead       chan struct{} // exited, pipes drained, in-flight deliveries failed
+
+	mu       sync.Mutex
+	inflight map[string]*task
+	last     [3]string // delivery, item and attempt of the last delivery written, for stderr lines
+	ended    bool      // no new deliveries
+	cause    error // why the conversation ended first
+	timedOut *task // the delivery whose timeout killed the process
+	stopping bool  // shutdown sent: EOF is expected
+	exitErr  error // cmd.Wait's
+
+	tailMu sync.Mutex
+	tail   []string
+}
+
+// spawn starts one process, says hello and waits for ready (ReadyTimeout, or ctx).
+func (p *Pool) spawn(ctx context.Context) (*process, error) {
+	cfg := &p.cfg
+	workdir, err := os.MkdirTemp("", "millstream-workdir-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: action %q: creating its MILLSTREAM_WORKDIR: %w", ErrStart, cfg.Name, err)
+	}
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		r, w, err = os.Pipe()
+		files = append(files, r, w)
+		return r, w
+	}
+	stdinR, stdinW := pipe()
+	stdoutR, stdoutW := pipe()
+	stderrR, stderrW := pipe()
+	if err != nil {
+		closeAll()
+		os.RemoveAll(workdir)
+		return nil, fmt.Errorf("%w: action %q: creating pipes: %w", ErrStart, cfg.Name, err)
+	}
+
+	lifeCtx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(lifeCtx, cfg.Command[0], cfg.Command[1:]...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = append(append(os.Environ(), "MILLSTREAM_WORKDIR="+workdir), cfg.Env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = pipeGrace
+	if err := cmd.Start(); err != nil {
+		cancel()
+		closeAll()
+		os.RemoveAll(workdir)
+		return nil, fmt.Errorf("%w: action %q: starting %s: %w (check the command after -- on the config line)", ErrStart, cfg.Name, p.cmdline, err)
+	}
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+
+	pr := &process{
+		pool: p, cmd: cmd, cancel: cancel, pid: cmd.Process.Pid, workdir: workdir,
+		stdin: stdinW, stdout: stdoutR, stderr: stderrR,
+		ready: make(chan error, 1), stdoutDone: make(chan struct{}), stderrDone: make(chan struct{}),
+		dead: make(chan struct{}), inflight: make(map[string]*task),
+	}
+	pr.log = p.log.With("action", cfg.Name, "pid", pr.pid)
+	go pr.readStdout()
+	go pr.readStderr()
+	go pr.reap()
+
+	if _, err := pr.stdin.Write(p.hello); err != nil {
+		pr.fail(fmt.Errorf("writing hello: %w", err))
+	}
+	timer := time.NewTimer(cfg.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case err = <-pr.ready:
+	case <-timer.C:
+		err = fmt.Errorf("did not answer hello with ready within %v (the ready timeout)", cfg.ReadyTimeout)
+		pr.fail(err)
+	case <-ctx.Done():
+		err = ctx.Err()
+		pr.fail(err)
+	}
+	if err != nil {
+		<-pr.dead
+		return nil, fmt.Errorf("%w: action %q (%s, pid %d) %w (%s); %s", ErrStart, cfg.Name, p.cmdline, pr.pid, err, exitText(pr.exitError()), pr.tailText())
+	}
+	pr.log.Debug("action ready", "window", pr.window)
+	if h := p.cfg.Hooks.ProcessStarted; h != nil {
+		h(pr.pid)
+	}
+	return pr, nil
+}
+
+// settleWindow combines the config's window with the one the action declared in ready.
+func settleWindow(configured, declared int, perItem bool) int {
+	w := declared
+	if configured > 0 && (declared <= 0 || configured < declared) {
+		w = configured
+	}
+	if w < 1 || perItem {
+		w = 1
+	}
+	return min(w, MaxWindow)
+}
+
+// readStdout reads the child's protocol lines until its stdout ends or it breaks the protocol.
+func (pr *process) readStdout() {
+	defer close(pr.stdoutDone)
+	lr := NewLineReader(pr.stdout, MaxLineBytes)
+	var m Message
+	line, err := lr.ReadLine()
+	if err == nil {
+		err = DecodeMessage(line, &m)
+		if err == nil && m.Type != TypeReady {
+			err = fmt.Errorf("%w: expected ready after hello, got a %q line: %s", ErrProtocol, m.Type, quoteStart(line))
+		}
+	}
+	if err != nil {
+		err = readError(err)
+		pr.fail(err)
+		pr.ready <- fmt.Errorf("before ready: %w", err)
+		return
+	}
+	pr.window = settleWindow(pr.pool.cfg.Window, m.Window, pr.pool.cfg.PerItem)
+	pr.slots = make(chan struct{}, pr.window)
+	pr.ready <- nil
+	for {
+		line, err := lr.ReadLine()
+		if err == nil {
+			err = DecodeMessage(line, &m)
+		}
+		if err == nil {
+			err = pr.handle(&m, line)
+		}
+		if err != nil {
+			pr.fail(readError(err))
+			return
+		}
+	}
+}
+
+func readError(err error) error {
+	switch {
+	case errors.Is(err, io.EOF):
+		return errStdoutClosed
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errStdoutMidLine
+	case errors.Is(err, os.ErrClosed):
+		return fmt.Errorf("stdout closed by the engine")
+	}
+	return err
+}
+
+// handle applies one answer line to the delivery it names.
+func (pr *process) handle(m *Message, line []byte) error {
+	switch m.Type {
+	case TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain:
+	default:
+		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", ErrProtocol, m.Type, quoteStart(line))
+	}
+	pr.mu.Lock()
+	t := pr.inflight[m.Delivery]
+	if t == nil {
+		pr.mu.Unlock()
+		return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", ErrProtocol, m.Type, m.Delivery, quoteStart(line))
+	}
+	switch m.Type {
+	case TypeEmit:
+		t.emits = append(t.emits, Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
+		pr.mu.Unlock()
+		return nil
+	case TypeMetric:
+		metric := Metric{Name: m.Name, Value: m.Value, Labels: m.Labels}
+		t.metrics = append(t.metrics, metric)
+		pr.mu.Unlock()
+		if h := pr.pool.cfg.Hooks.Metric; h != nil {
+			h(&t.item, metric)
+		}
+		return nil
+	}
+	delete(pr.inflight, m.Delivery)
+	pr.mu.Unlock()
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	<-pr.slots
+	switch m.Type {
+	case TypeDone:
+		pr.pool.attemptEnded(t, Done, nil, "")
+	case TypeAbstain:
+		pr.pool.attemptEnded(t, Abstained, nil, m.Reason)
+	case TypeError:
+		msg := m.Message
+		if msg == "" {
+			msg = m.Error
+		}
+		if msg == "" {
+			msg = "(no message)"
+		}
+		pr.pool.attemptEnded(t, Failed, &ActionError{Message: msg, Retryable: m.Retryable}, "")
+	}
+	return nil
+}
+
+// deliver writes t as this process's next delivery. It returns false, having changed nothing,
+// when the process takes no more deliveries or the pool is abandoning.
+func (pr *process) deliver(t *task) bool {
+	p := pr.pool
+	pr.mu.Lock()
+	if pr.ended || p.abandoning.Load() {
+		pr.mu.Unlock()
+		return false
+	}
+	t.attempts++
+	t.seq = p.seq.Add(1)
+	t.item.Attempt = t.attempts
+	t.item.Delivery = p.prefix + strconv.FormatUint(t.seq, 36)
+	t.emits = nil
+	t.written = time.Now()
+	t.timer = nil
+	if p.cfg.ItemTimeout > 0 {
+		delivery := t.item.Delivery
+		t.timer = time.AfterFunc(p.cfg.ItemTimeout, func() { pr.timeout(t, delivery) })
+	}
+	pr.inflight[t.item.Delivery] = t
+	pr.last = [3]string{t.item.Delivery, t.item.ID, strconv.Itoa(t.attempts)}
+	pr.mu.Unlock()
+
+	pr.wbuf = appendItem(pr.wbuf[:0], &t.item)
+	if _, err := pr.stdin.Write(pr.wbuf); err != nil {
+		pr.fail(fmt.Errorf("%w: writing an item to its stdin: %w", errStdoutClosed, err))
+	}
+	if cap(pr.wbuf) > 1<<20 {
+		pr.wbuf = nil
+	}
+	return true
+}
+
+// timeout ends the process when delivery is still unanswered.
+func (pr *process) timeout(t *task, delivery string) {
+	pr.mu.Lock()
+	if pr.inflight[delivery] != t || pr.ended {
+		pr.mu.Unlock()
+		return
+	}
+	if pr.timedOut == nil {
+		pr.timedOut = t
+	}
+	pr.mu.Unlock()
+	pr.fail(fmt.Errorf("%w: delivery %s (item %s) got no answer within %v", ErrTimeout, delivery, t.item.ID, pr.pool.cfg.ItemTimeout))
+}
+
+// fail ends the conversation with cause (the first cause wins) and kills the process group,
+// unless the process is shutting down and merely closed its stdout.
+func (pr *process) fail(cause error) {
+	pr.mu.Lock()
+	if pr.cause == nil {
+		pr.cause = cause
+	}
+	pr.ended = true
+	stopping := pr.stopping
+	pr.mu.Unlock()
+	if stopping && errors.Is(cause, errStdoutClosed) {
+		return
+	}
+	pr.cancel()
+}
+
+// reap waits for the child, kills what is left of its group, drains its pipes, removes its
+// workdir and fails the deliveries still in flight.
+func (pr *process) reap() {
+	err := pr.cmd.Wait()
+	// Kill the group: grandchildren die with the child and release the pipes they inherited.
+	_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
+	timer := time.NewTimer(pipeGrace)
+	for _, done := range []chan struct{}{pr.stdoutDone, pr.stderrDone} {
+		select {
+		case <-done:
+		case <-timer.C:
+			pr.log.Warn("action pipes still open after exit; closing them (a descendant left the process group)", "grace", pipeGrace)
+			pr.stdout.Close()
+			pr.stderr.Close()
+			<-done
+		}
+	}
+	timer.Stop()
+	pr.stdin.Close()
+	pr.stdout.Close()
+	pr.stderr.Close()
+	pr.cancel()
+	if rmErr := os.RemoveAll(pr.workdir); rmErr != nil {
+		pr.log.Warn("removing MILLSTREAM_WORKDIR", "dir", pr.workdir, "err", rmErr)
+	}
+
+	pr.mu.Lock()
+	pr.exitErr = err
+	pr.ended = true
+	cause, stopping := pr.cause, pr.stopping
+	if cause == nil {
+		cause = errStdoutClosed
+	}
+	inflight := make([]*task, 0, len(pr.inflight))
+	for _, t := range pr.inflight {
+		inflight = append(inflight, t)
+	}
+	pr.inflight = nil
+	pr.mu.Unlock()
+	slices.SortFunc(inflight, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
+
+	var endErr error
+	if !stopping || err != nil || len(inflight) > 0 {
+		endErr = fmt.Errorf("action %q (pid %d) %w (%s); %s", pr.pool.cfg.Name, pr.pid, cause, exitText(err), pr.tailText())
+		pr.log.Warn("action process ended", "err", endErr, "in_flight", len(inflight))
+	} else {
+		pr.log.Debug("action process exited")
+	}
+	if h := pr.pool.cfg.Hooks.ProcessExited; h != nil {
+		h(pr.pid, endErr)
+	}
+	for _, t := range inflight {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+		pr.pool.attemptEnded(t, Failed, pr.deliveryError(t, cause, err), "")
+	}
+	close(pr.dead)
+}
+
+// deliveryError says why the process's end failed t.
+func (pr *process) deliveryError(t *task, cause, exitErr error) error {
+	name := pr.pool.cfg.Name
+	where := fmt.Sprintf("delivery %s (item %s, attempt %d)", t.item.Delivery, t.item.ID, t.item.Attempt)
+	exit, tail := exitText(exitErr), pr.tailText()
+	pr.mu.Lock()
+	timedOut := pr.timedOut
+	pr.mu.Unlock()
+	switch {
+	case errors.Is(cause, ErrTimeout) && timedOut == t:
+		return fmt.Errorf("%w: action %q (pid %d) gave no answer to %s within %v; the process was killed (%s); %s",
+			ErrTimeout, name, pr.pid, where, pr.pool.cfg.ItemTimeout, exit, tail)
+	case errors.Is(cause, ErrTimeout):
+		return fmt.Errorf("%w: action %q (pid %d) was killed during %s because another delivery timed out: %v (%s); %s",
+			ErrCrashed, name, pr.pid, where, cause, exit, tail)
+	case errors.Is(cause, ErrProtocol):
+		return fmt.Errorf("action %q (pid %d) during %s: %w; the process was killed (%s); %s", name, pr.pid, where, cause, exit, tail)
+	case errors.Is(cause, ErrClosed):
+		return fmt.Errorf("action %q (pid %d) during %s: %w", name, pr.pid, where, cause)
+	}
+	var ee *exec.ExitError
+	if errors.Is(cause, errStdoutClosed) && (exitErr == nil || errors.As(exitErr, &ee) && ee.ExitCode() >= 0) {
+		cause = errors.New("exited") // on its own, not killed by us after it closed stdout
+	}
+	return fmt.Errorf("%w: action %q (pid %d) %v during %s (%s); %s", ErrCrashed, name, pr.pid, cause, where, exit, tail)
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+func (pr *process) exitError() error {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.exitErr
+}
+
+// shutdown asks the process to exit and waits ShutdownGrace, then sends SIGTERM to its group
+// and waits ShutdownGrace again, then kills the group; ctx ending skips the waits. It returns
+// when the process is dead.
+func (pr *process) shutdown(ctx context.Context) {
+	pr.mu.Lock()
+	pr.stopping = true
+	pr.ended = true
+	pr.mu.Unlock()
+	_, _ = pr.stdin.Write(shutdownLine)
+	pr.stdin.Close()
+	grace := pr.pool.cfg.ShutdownGrace
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-pr.dead:
+		return
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	pr.log.Warn("action did not exit after shutdown; sending SIGTERM to its process group", "grace", grace)
+	_ = syscall.Kill(-pr.pid, syscall.SIGTERM)
+	timer.Reset(grace)
+	select {
+	case <-pr.dead:
+		return
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	pr.log.Warn("action did not exit after SIGTERM; killing its process group")
+	pr.fail(errShutdownIgnore)
+	<-pr.dead
+}
+
+// abandon takes every delivery in flight away from the process, ending each as Abandoned.
+func (pr *process) abandon() {
+	pr.mu.Lock()
+	inflight := pr.inflight
+	if inflight != nil {
+		pr.inflight = make(map[string]*task)
+	}
+	pr.mu.Unlock()
+	for _, t := range inflight {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+		pr.pool.attemptEnded(t, Abandoned, fmt.Errorf("%w: delivery %s of item %s abandoned", ErrClosed, t.item.Delivery, t.item.ID), "")
+	}
+}
+
+// readStderr logs every stderr line and keeps the last ones, until stderr ends.
+func (pr *process) readStderr() {
+	defer close(pr.stderrDone)
+	br := bufio.NewReaderSize(pr.stderr, stderrLineMax)
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			pr.logStderr(line, true)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+			if err != nil {
+				return
+			}
+			continue
+		}
+		if len(line) > 0 {
+			pr.logStderr(bytes.TrimRight(line, "\r\n"), false)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (pr *process) logStderr(line []byte, truncated bool) {
+	kept := line
+	if len(kept) > tailLineMax {
+		kept = kept[:tailLineMax]
+	}
+	pr.tailMu.Lock()
+	if len(pr.tail) == tailLines {
+		copy(pr.tail, pr.tail[1:])
+		pr.tail = pr.tail[:tailLines-1]
+	}
+	pr.tail = append(pr.tail, string(kept))
+	pr.tailMu.Unlock()
+
+	ctx := context.Background()
+	level := slog.LevelInfo
+	var fields map[string]any
+	if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &fields) == nil {
+		if s, ok := fields["level"].(string); ok {
+			_ = level.UnmarshalText([]byte(strings.ToUpper(s)))
+			delete(fields, "level")
+		}
+	} else {
+		fields = nil
+	}
+	if !pr.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 8+len(fields))
+	pr.mu.Lock()
+	var cur *task
+	for _, t := range pr.inflight {
+		if cur == nil || t.seq < cur.seq {
+			cur = t
+		}
+	}
+	// The oldest delivery in flight, else the last one: stderr is read apart from stdout, so a
+	// line written during a delivery may arrive after its answer.
+	if cur != nil {
+		attrs = append(attrs, slog.String("delivery", cur.item.Delivery), slog.String("item", cur.item.ID), slog.Int("attempt", cur.item.Attempt))
+	} else if pr.last[0] != "" {
+		n, _ := strconv.Atoi(pr.last[2])
+		attrs = append(attrs, slog.String("delivery", pr.last[0]), slog.String("item", pr.last[1]), slog.Int("attempt", n))
+	}
+	pr.mu.Unlock()
+	msg := "action stderr"
+	if fields != nil {
+		for _, k := range []string{"msg", "message"} {
+			if s, ok := fields[k].(string); ok {
+				msg = s
+				delete(fields, k)
+				break
+			}
+		}
+		delete(fields, "time")
+		keys := make([]string, 0, len(fields))
+		for k := range fields {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			attrs = append(attrs, slog.Any(k, fields[k]))
+		}
+	} else {
+		attrs = append(attrs, slog.String("line", string(line)))
+	}
+	if truncated {
+		attrs = append(attrs, slog.Bool("truncated", true), slog.Int("max_bytes", stderrLineMax))
+	}
+	pr.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// tailText quotes the last stderr lines for an error message.
+func (pr *process) tailText() string {
+	pr.tailMu.Lock()
+	defer pr.tailMu.Unlock()
+	if len(pr.tail) == 0 {
+		return "stderr was empty"
+	}
+	var b strings.Builder
+	b.WriteString("last stderr lines: ")
+	for i, l := range pr.tail {
+		if i > 0 {
+			b.WriteString(" | ")
+		}
+		b.WriteString(strconv.Quote(l))
+	}
+	return b.String()
+}
