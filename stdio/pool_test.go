@@ -24,7 +24,7 @@ func config(mode string, mut ...func(*stdio.Config)) stdio.Config {
 	cfg := stdio.Config{
 		Name:          "test-" + mode,
 		Command:       []string{os.Args[0]},
-		Env:           []string{childEnv + "=" + mode},
+		Env:           []string{childEnv + "=" + mode, "GORACE=atexit_sleep_ms=0"},
 		ReadyTimeout:  30 * time.Second,
 		RetryBackoff:  time.Millisecond,
 		RetryMax:      10 * time.Millisecond,
@@ -396,17 +396,24 @@ func TestStderrFlood(t *testing.T) {
 // as dead, and a process just sent SIGKILL gets a moment to go.
 func alive(pid int) bool {
 	for range 200 {
-		if syscall.Kill(pid, 0) != nil {
+		if !running(pid) {
 			return false
-		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
-				return false
-			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(f) == 0 || f[0] != "Z"
 }
 
 func TestGrandchildKilled(t *testing.T) {
@@ -423,7 +430,7 @@ func TestGrandchildKilled(t *testing.T) {
 			}
 		}
 	}
-	if gc == 0 || !alive(gc) {
+	if gc == 0 || !running(gc) {
 		t.Fatalf("grandchild pid %d not running before Close", gc)
 	}
 	if err := p.Close(context.Background(), true); err != nil {

@@ -2,8 +2,8 @@ package stdio
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,10 +82,10 @@ type process struct {
 	inflight map[string]*task
 	last     [3]string // delivery, item and attempt of the last delivery written, for stderr lines
 	ended    bool      // no new deliveries
-	cause    error // why the conversation ended first
-	timedOut *task // the delivery whose timeout killed the process
-	stopping bool  // shutdown sent: EOF is expected
-	exitErr  error // cmd.Wait's
+	cause    error     // why the conversation ended first
+	timedOut *task     // the delivery whose timeout killed the process
+	stopping bool      // shutdown sent: EOF is expected
+	exitErr  error     // cmd.Wait's
 
 	tailMu sync.Mutex
 	tail   []string

@@ -368,15 +368,13 @@ func toAnswer(a *Action, d *delivery) *answer {
 
 // readGolden reads NAME.out.jsonl: one JSON object per line.
 func readGolden(path string) ([]json.RawMessage, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
 	lines, err := readLines(path)
 	if err != nil {
 		return nil, err
 	}
-	_ = data
 	var out []json.RawMessage
 	for i, l := range lines {
 		t := bytes.TrimSpace(l)

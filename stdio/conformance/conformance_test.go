@@ -1,0 +1,90 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/conformance"
+)
+
+func TestMain(m *testing.M) {
+	if b := os.Getenv(envChild); b != "" {
+		os.Exit(child(b))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testAction is the test binary playing behaviour b.
+func testAction(t *testing.T, b string) conformance.Action {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conformance.Action{
+		Name: b, Version: "1.0.0", Command: []string{exe}, Dir: t.TempDir(), Env: []string{envChild + "=" + b},
+		Config: json.RawMessage(`{"n":2}`), Inlets: []string{"in"}, Outlets: []string{"out"},
+		ReadyTimeout: 5 * time.Second, ItemTimeout: 3 * time.Second, ShutdownGrace: 3 * time.Second,
+	}
+}
+
+func testInputs(a *conformance.Action) []conformance.Input {
+	k1, k2 := "k1", "k2"
+	mk := func(off int64, key *string, payload string) conformance.Input {
+		it := stdio.Item{ID: "fixtures/0/" + string(rune('0'+off)), Key: key, Payload: json.RawMessage(payload), Inlet: "in", Topic: "fixtures", Offset: off, Run: "t", IdempotencyKey: "ik", Attempt: 1}
+		return conformance.Input{Item: it, Source: "test item " + string(rune('1'+off))}
+	}
+	return []conformance.Input{mk(0, &k1, `{"id":1,"text":"hello"}`), mk(1, &k2, `{"id":2,"skip":true}`), mk(2, nil, `{"id":3}`)}
+}
+
+// TestBehaviours runs the kit on every behaviour: the good ones pass every check, and each
+// broken one fails exactly the check named for its fault.
+func TestBehaviours(t *testing.T) {
+	for _, b := range behaviours {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			a := testAction(t, b.name)
+			opts := conformance.Options{Inputs: testInputs(&a)}
+			switch b.name {
+			case "slow-ready":
+				a.ReadyTimeout = 300 * time.Millisecond
+			case "long-stderr":
+				opts.StderrLineMax = 64 << 10
+			}
+			rep, err := conformance.Run(context.Background(), a, opts)
+			if err != nil {
+				t.Fatalf("Run(%s) = %v", b.name, err)
+			}
+			var text bytes.Buffer
+			_ = rep.WriteText(&text)
+			var want []string
+			if b.catch != "" {
+				want = []string{b.catch}
+			}
+			if got := rep.Failed(); !slices.Equal(got, want) {
+				t.Fatalf("Run(%s: %s) failed %q; want %q\n%s", b.name, b.what, got, want, text.String())
+			}
+			if rep.Conformant != (b.catch == "") {
+				t.Fatalf("Run(%s).Conformant = %v; want %v", b.name, rep.Conformant, b.catch == "")
+			}
+			last := strings.TrimSpace(text.String())
+			last = last[strings.LastIndexByte(last, '\n')+1:]
+			if wantLast := b.name + ": conformant"; b.catch == "" && last != wantLast {
+				t.Fatalf("last line = %q; want %q", last, wantLast)
+			}
+			if len(rep.Checks) != len(conformance.Checks) {
+				t.Fatalf("Run(%s) gave %d checks; want %d", b.name, len(rep.Checks), len(conformance.Checks))
+			}
+			t.Logf("%s", text.String())
+		})
+	}
+}
