@@ -31,7 +31,7 @@ func testAction(t *testing.T, b string) conformance.Action {
 		t.Fatal(err)
 	}
 	return conformance.Action{
-		Name: b, Version: "1.0.0", Command: []string{exe}, Dir: t.TempDir(), Env: []string{envChild + "=" + b},
+		Name: b, Version: "1.0.0", Command: []string{exe}, Dir: t.TempDir(), Env: []string{envChild + "=" + b, "GORACE=atexit_sleep_ms=0"},
 		Config: json.RawMessage(`{"n":2}`), Inlets: []string{"in"}, Outlets: []string{"out"},
 		ReadyTimeout: 5 * time.Second, ItemTimeout: 3 * time.Second, ShutdownGrace: 3 * time.Second,
 	}

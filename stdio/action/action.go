@@ -1,0 +1,308 @@
+// Package action is the Go SDK for writing Millstream actions: it reads the engine's lines on
+// stdin, decodes each item's payload into your type, calls your function and writes its
+// answers on stdout, so a Go action is one call in main:
+//
+//	func main() {
+//		action.Map(func(ctx action.Context[Config], in Listing) ([]Priced, error) {
+//			if in.SurfaceM2 == 0 {
+//				return nil, ctx.Abstain("no surface area")
+//			}
+//			ctx.Metric("works_estimate_eur", estimate(in), nil)
+//			return []Priced{price(in, ctx.Config())}, nil
+//		})
+//	}
+//
+// Outputs keep the item's key unless MapKeyed sets one. An error ends the delivery with
+// "error" (not retryable unless wrapped with Retryable); a panic is answered the same way. A
+// config that does not decode into C is answered per item with a non-retryable error, never a
+// crash. Logs go to stderr (Context.Log). The SDK declares a delivery window (Window), so
+// the engine writes items ahead and the action never waits on a pipe round trip; it still
+// handles one item at a time, in order. On shutdown, or when stdin ends, the program exits 0.
+package action
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	gojson "github.com/goccy/go-json"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// Window is the number of deliveries the SDK accepts written ahead, declared in its ready
+// line.
+const Window = 64
+
+// NoConfig is a config type for actions that take none: any config decodes into it.
+type NoConfig = struct{}
+
+// Keyed is one output of MapKeyed. An empty Key keeps the item's key; Outlet may be left
+// empty when the action has one outlet.
+type Keyed[T any] struct {
+	Key    string
+	Value  T
+	Outlet string
+}
+
+// Context is what a function knows about the item it handles. It is valid only during the
+// call and not safe for use from other goroutines.
+type Context[C any] struct {
+	s *session[C]
+}
+
+// Config returns the action's config, decoded from hello into C once at start.
+func (c Context[C]) Config() C { return c.s.config }
+
+// Vars returns the run's variables from hello.
+func (c Context[C]) Vars() map[string]any { return c.s.vars }
+
+// Key returns the item's key; ok is false when it has none (or one that is not UTF-8, see
+// KeyBase64).
+func (c Context[C]) Key() (key string, ok bool) {
+	if c.s.item.Key == nil {
+		return "", false
+	}
+	return *c.s.item.Key, true
+}
+
+// KeyBase64 returns, base64-encoded, an item key that is not UTF-8 ("" otherwise).
+func (c Context[C]) KeyBase64() string { return c.s.item.KeyBase64 }
+
+// ID returns the item's stable id (the same on every attempt).
+func (c Context[C]) ID() string { return c.s.item.ID }
+
+// Delivery returns this attempt's delivery id.
+func (c Context[C]) Delivery() string { return c.s.item.Delivery }
+
+// Attempt returns the attempt number, from 1.
+func (c Context[C]) Attempt() int { return c.s.item.Attempt }
+
+// IdempotencyKey returns the key that is the same on every attempt of this item: pass it to
+// any outside system the action changes, so a retried request is applied once.
+func (c Context[C]) IdempotencyKey() string { return c.s.item.IdempotencyKey }
+
+// Item returns the whole item line as received (headers, topic, partition, offset, ...).
+func (c Context[C]) Item() *stdio.Message { return &c.s.item }
+
+// Abstain returns an error that answers the delivery with "abstain": the engine hands the
+// item to the step's fallback. Return it from the function.
+func (c Context[C]) Abstain(reason string) error { return &abstainError{reason: reason} }
+
+// Metric records a custom measurement with this attempt.
+func (c Context[C]) Metric(name string, value float64, labels map[string]string) {
+	c.s.send(&stdio.Message{Type: stdio.TypeMetric, Delivery: c.s.item.Delivery, Name: name, Value: value, Labels: labels})
+}
+
+// Log returns a logger writing JSON lines to stderr, tagged with the delivery, item and
+// attempt; the engine re-emits each line with its own fields.
+func (c Context[C]) Log() *slog.Logger {
+	return c.s.log.With("delivery", c.s.item.Delivery, "item", c.s.item.ID, "attempt", c.s.item.Attempt)
+}
+
+type abstainError struct{ reason string }
+
+func (e *abstainError) Error() string { return "abstain: " + e.reason }
+
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string { return e.err.Error() }
+func (e *retryableError) Unwrap() error { return e.err }
+
+// Retryable marks err as retryable: the engine retries the item with backoff instead of
+// failing it for good. Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryableError{err: err}
+}
+
+// IsRetryable reports whether err, or an error it wraps, was marked by Retryable.
+func IsRetryable(err error) bool {
+	var r *retryableError
+	return errors.As(err, &r)
+}
+
+// Map runs fn for every item until shutdown, then exits the program with status 0 (1 when
+// the engine's lines cannot be read). Each returned value is one output with the item's key.
+func Map[C, In, Out any](fn func(Context[C], In) ([]Out, error)) {
+	exit(Serve(os.Stdin, os.Stdout, os.Stderr, fn))
+}
+
+// MapKeyed is Map for functions that choose each output's key or outlet.
+func MapKeyed[C, In, Out any](fn func(Context[C], In) ([]Keyed[Out], error)) {
+	exit(ServeKeyed(os.Stdin, os.Stdout, os.Stderr, fn))
+}
+
+func exit(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "action:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Serve is Map over the given streams, returning instead of exiting: nil on shutdown or
+// the end of in, else the error that stopped it (a line from the engine that breaks the
+// protocol, or a write error).
+func Serve[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C], In) ([]Out, error)) error {
+	return serve(in, out, logs, func(s *session[C], v In) error {
+		outs, err := fn(Context[C]{s: s}, v)
+		if err != nil {
+			return err
+		}
+		for i := range outs {
+			if err := s.emit(outs[i], nil, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ServeKeyed is MapKeyed over the given streams, returning instead of exiting.
+func ServeKeyed[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C], In) ([]Keyed[Out], error)) error {
+	return serve(in, out, logs, func(s *session[C], v In) error {
+		outs, err := fn(Context[C]{s: s}, v)
+		if err != nil {
+			return err
+		}
+		for i := range outs {
+			var key *string
+			if outs[i].Key != "" {
+				key = &outs[i].Key
+			}
+			if err := s.emit(outs[i].Value, key, outs[i].Outlet); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// session is one conversation with the engine.
+type session[C any] struct {
+	w         *bufio.Writer
+	buf       []byte
+	log       *slog.Logger
+	config    C
+	configErr error
+	vars      map[string]any
+	item      stdio.Message
+	emitted   int
+}
+
+func (s *session[C]) send(m *stdio.Message) {
+	s.buf = stdio.AppendMessage(s.buf[:0], m)
+	s.w.Write(s.buf)
+}
+
+// emit stages one output, keeping the item's key unless key is set.
+func (s *session[C]) emit(v any, key *string, outlet string) error {
+	var payload []byte
+	switch p := v.(type) {
+	case json.RawMessage:
+		payload = p
+	default:
+		b, err := gojson.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encoding output %d as JSON: %w", s.emitted+1, err)
+		}
+		payload = b
+	}
+	m := stdio.Message{Type: stdio.TypeEmit, Delivery: s.item.Delivery, Outlet: outlet, Key: key, Payload: payload}
+	if key == nil {
+		m.Key, m.KeyBase64 = s.item.Key, s.item.KeyBase64
+	}
+	s.emitted++
+	s.send(&m)
+	return nil
+}
+
+func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C], In) error) error {
+	s := &session[C]{w: bufio.NewWriterSize(out, 64<<10), log: slog.New(slog.NewJSONHandler(logs, nil))}
+	lr := stdio.NewLineReader(in, stdio.MaxLineBytes)
+	var m stdio.Message
+	helloSeen := false
+	for {
+		if lr.Buffered() == 0 {
+			// Nothing more is waiting: answers go out now, not when the buffer fills.
+			if err := s.w.Flush(); err != nil {
+				return fmt.Errorf("writing to stdout: %w", err)
+			}
+		}
+		line, err := lr.ReadLine()
+		if errors.Is(err, io.EOF) {
+			return s.w.Flush()
+		}
+		if err == nil {
+			err = stdio.DecodeMessage(line, &m)
+		}
+		if err != nil {
+			s.w.Flush()
+			return fmt.Errorf("reading the engine's line: %w", err)
+		}
+		switch m.Type {
+		case stdio.TypeHello:
+			helloSeen = true
+			s.vars = m.Vars
+			if cfg := m.Config; len(cfg) > 0 && string(cfg) != "null" {
+				if err := gojson.Unmarshal(cfg, &s.config); err != nil {
+					var zero C
+					s.configErr = fmt.Errorf("the action's config does not decode into %T: %v (fix the config; every item fails until then)", zero, err)
+					s.log.Error("bad config", "err", s.configErr.Error())
+				}
+			}
+			s.send(&stdio.Message{Type: stdio.TypeReady, Window: Window})
+		case stdio.TypeShutdown:
+			return s.w.Flush()
+		case stdio.TypeItem:
+			if !helloSeen {
+				return errors.New("an item before hello")
+			}
+			s.item = m
+			answer(s, handle)
+		}
+	}
+}
+
+// answer runs the function for the current item and writes its answer line.
+func answer[C, In any](s *session[C], handle func(*session[C], In) error) {
+	s.emitted = 0
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("panic", "delivery", s.item.Delivery, "item", s.item.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		if s.configErr != nil {
+			return s.configErr
+		}
+		var v In
+		if raw, ok := any(&v).(*json.RawMessage); ok {
+			*raw = s.item.Payload
+		} else if len(s.item.Payload) > 0 {
+			if err := gojson.Unmarshal(s.item.Payload, &v); err != nil {
+				return fmt.Errorf("the payload of item %s does not decode into %T: %v", s.item.ID, v, err)
+			}
+		}
+		return handle(s, v)
+	}()
+	d := s.item.Delivery
+	var ab *abstainError
+	switch {
+	case err == nil:
+		s.send(&stdio.Message{Type: stdio.TypeDone, Delivery: d})
+	case errors.As(err, &ab):
+		s.send(&stdio.Message{Type: stdio.TypeAbstain, Delivery: d, Reason: ab.reason})
+	default:
+		s.send(&stdio.Message{Type: stdio.TypeError, Delivery: d, Message: err.Error(), Retryable: IsRetryable(err)})
+	}
+}

@@ -1,0 +1,173 @@
+package action_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/action"
+)
+
+const childEnv = "ACTION_TEST_CHILD"
+
+type config struct {
+	MinRooms int    `json:"minRooms"`
+	Currency string `json:"currency"`
+}
+
+type listing struct {
+	Rooms int `json:"rooms"`
+}
+
+type priced struct {
+	Rooms    int    `json:"rooms"`
+	Currency string `json:"currency"`
+}
+
+// score is the test action: it exercises every part of the SDK, chosen by the payload.
+func score(ctx action.Context[config], in listing) ([]priced, error) {
+	switch {
+	case in.Rooms == 0:
+		return nil, ctx.Abstain("no rooms")
+	case in.Rooms < 0:
+		return nil, action.Retryable(errors.New("negative rooms, maybe later"))
+	case in.Rooms == 13:
+		panic("unlucky")
+	case in.Rooms < ctx.Config().MinRooms:
+		return nil, fmt.Errorf("too small: %d rooms", in.Rooms)
+	}
+	ctx.Metric("rooms", float64(in.Rooms), map[string]string{"attempt": fmt.Sprint(ctx.Attempt())})
+	return []priced{{in.Rooms, ctx.Config().Currency}, {in.Rooms * 2, ctx.Config().Currency}}, nil
+}
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "score":
+		action.Map(score)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func lines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
+
+const hello = `{"type":"hello","protocol":1,"action":"score","config":{"minRooms":2,"currency":"EUR"},"vars":{"city":"Lyon"}}`
+
+func TestServe(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"two outputs keep the key", lines(hello, `{"type":"item","delivery":"d1","id":"i1","key":"k1","payload":{"rooms":3},"attempt":2,"future":1}`, `{"type":"shutdown"}`),
+			lines(`{"type":"ready","window":64}`,
+				`{"type":"metric","delivery":"d1","name":"rooms","value":3,"labels":{"attempt":"2"}}`,
+				`{"type":"emit","delivery":"d1","key":"k1","payload":{"rooms":3,"currency":"EUR"}}`,
+				`{"type":"emit","delivery":"d1","key":"k1","payload":{"rooms":6,"currency":"EUR"}}`,
+				`{"type":"done","delivery":"d1"}`)},
+		{"abstain", lines(hello, `{"type":"item","delivery":"d2","id":"i2","payload":{"rooms":0},"attempt":1}`),
+			lines(`{"type":"ready","window":64}`, `{"type":"abstain","delivery":"d2","reason":"no rooms"}`)},
+		{"retryable error", lines(hello, `{"type":"item","delivery":"d3","id":"i3","payload":{"rooms":-1},"attempt":1}`),
+			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d3","message":"negative rooms, maybe later","retryable":true}`)},
+		{"error", lines(hello, `{"type":"item","delivery":"d4","id":"i4","payload":{"rooms":1},"attempt":1}`),
+			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d4","message":"too small: 1 rooms","retryable":false}`)},
+		{"panic", lines(hello, `{"type":"item","delivery":"d5","id":"i5","payload":{"rooms":13},"attempt":1}`, `{"type":"item","delivery":"d6","id":"i6","payload":{"rooms":0},"attempt":1}`),
+			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d5","message":"panic: unlucky","retryable":false}`, `{"type":"abstain","delivery":"d6","reason":"no rooms"}`)},
+		{"payload of the wrong shape", lines(hello, `{"type":"item","delivery":"d7","id":"i7","payload":[1],"attempt":1}`),
+			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d7","message":"the payload of item i7 does not decode into action_test.listing: `)},
+		{"bad config answers every item", lines(`{"type":"hello","protocol":1,"action":"score","config":{"minRooms":"two"}}`,
+			`{"type":"item","delivery":"d8","id":"i8","payload":{"rooms":3},"attempt":1}`, `{"type":"item","delivery":"d9","id":"i9","payload":{"rooms":3},"attempt":1}`),
+			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d8","message":"the action's config does not decode into action_test.config: `)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, logs bytes.Buffer
+			if err := action.Serve(strings.NewReader(tt.in), &out, &logs, score); err != nil {
+				t.Fatalf("Serve = %v; want nil", err)
+			}
+			got := out.String()
+			if !strings.HasPrefix(got, strings.TrimSuffix(tt.want, "\n")) {
+				t.Fatalf("Serve(%s) wrote\n%s\nwant it to start with\n%s", tt.name, got, tt.want)
+			}
+			if tt.name == "bad config answers every item" && strings.Count(got, `"retryable":false`) != 2 {
+				t.Fatalf("bad config: wrote\n%s\nwant a non-retryable error for each item", got)
+			}
+		})
+	}
+}
+
+func TestServeKeyed(t *testing.T) {
+	var out bytes.Buffer
+	in := lines(`{"type":"hello","protocol":1,"action":"k"}`, `{"type":"item","delivery":"d","id":"i","key":"mine","payload":"x","attempt":1}`)
+	err := action.ServeKeyed(strings.NewReader(in), &out, &bytes.Buffer{}, func(ctx action.Context[action.NoConfig], in string) ([]action.Keyed[string], error) {
+		return []action.Keyed[string]{{Value: in + "1"}, {Key: "theirs", Value: in + "2", Outlet: "audit"}}, nil
+	})
+	want := lines(`{"type":"ready","window":64}`,
+		`{"type":"emit","delivery":"d","key":"mine","payload":"x1"}`,
+		`{"type":"emit","delivery":"d","outlet":"audit","key":"theirs","payload":"x2"}`,
+		`{"type":"done","delivery":"d"}`)
+	if err != nil || out.String() != want {
+		t.Fatalf("ServeKeyed wrote\n%s (err %v)\nwant\n%s", out.String(), err, want)
+	}
+}
+
+func TestServeBadEngineLine(t *testing.T) {
+	var out bytes.Buffer
+	err := action.Serve(strings.NewReader(lines(hello, `not json`)), &out, &bytes.Buffer{}, score)
+	if !errors.Is(err, stdio.ErrProtocol) || !strings.Contains(err.Error(), "not json") {
+		t.Fatalf("Serve over a garbage line = %v; want a protocol error quoting it", err)
+	}
+}
+
+// TestUnderPool runs the SDK action as a real child of a stdio pool: it declares its window,
+// answers through the engine, and exits 0 on shutdown.
+func TestUnderPool(t *testing.T) {
+	exited := make(chan error, 1)
+	cfg := stdio.Config{
+		Name:    "score",
+		Command: []string{os.Args[0]},
+		Env:     []string{childEnv + "=score", "GORACE=atexit_sleep_ms=0"},
+		Hello:   stdio.Hello{Config: json.RawMessage(`{"minRooms":2,"currency":"EUR"}`)},
+		Hooks:   stdio.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
+	}
+	p, err := stdio.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Window() != action.Window {
+		t.Errorf("Window() = %d; want the SDK's %d", p.Window(), action.Window)
+	}
+	results := make(chan stdio.Result, 3)
+	key := "listing-42"
+	for i, payload := range []string{`{"rooms":3}`, `{"rooms":0}`, `{"rooms":1}`} {
+		if err := p.Submit(context.Background(), stdio.Item{ID: fmt.Sprint(i), Key: &key, Payload: json.RawMessage(payload)}, func(r stdio.Result) { results <- r }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-results
+	if r.Outcome != stdio.Done || len(r.Emits) != 2 || *r.Emits[0].Key != key || string(r.Emits[0].Payload) != `{"rooms":3,"currency":"EUR"}` || len(r.Metrics) != 1 {
+		t.Errorf("first = %+v; want done with two keyed emits and a metric", r)
+	}
+	if r = <-results; r.Outcome != stdio.Abstained {
+		t.Errorf("second = %v; want abstained", r.Outcome)
+	}
+	if r = <-results; r.Outcome != stdio.Failed || !strings.Contains(r.Err.Error(), "too small") {
+		t.Errorf("third = %v %v; want failed: too small", r.Outcome, r.Err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Close(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("exit after shutdown = %v; want status 0", err)
+	}
+}
