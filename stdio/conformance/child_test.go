@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -222,4 +221,3 @@ func strict(line []byte, typ any) error {
 	return nil
 }
 
-var _ = io.EOF
