@@ -38,6 +38,7 @@ var (
 	errStdoutMidLine  = errors.New("closed its stdout in the middle of a line")
 	shutdownLine      = []byte(`{"type":"shutdown"}` + "\n")
 	errShutdownIgnore = errors.New("did not exit after shutdown")
+	errAbandoned      = errors.New("was stopped: its deliveries were abandoned")
 )
 
 // task is one submitted item, through all its attempts. While an attempt is in flight, the
@@ -150,9 +151,13 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 	go pr.readStderr()
 	go pr.reap()
 
+	// A child that does not read stdin cannot block the start: the hello write has the ready
+	// timeout as its deadline.
+	_ = pr.stdin.SetWriteDeadline(time.Now().Add(cfg.ReadyTimeout))
 	if _, err := pr.stdin.Write(p.hello); err != nil {
 		pr.fail(fmt.Errorf("writing hello: %w", err))
 	}
+	_ = pr.stdin.SetWriteDeadline(time.Time{})
 	timer := time.NewTimer(cfg.ReadyTimeout)
 	defer timer.Stop()
 	select {
@@ -483,7 +488,9 @@ func (pr *process) shutdown(ctx context.Context) {
 	<-pr.dead
 }
 
-// abandon takes every delivery in flight away from the process, ending each as Abandoned.
+// abandon takes every delivery in flight away from the process, ending each as Abandoned. A
+// process that was busy gets SIGTERM now and SIGKILL after ShutdownGrace: its work is no longer
+// wanted, and its worker may be blocked writing to it.
 func (pr *process) abandon() {
 	pr.mu.Lock()
 	inflight := pr.inflight
@@ -491,6 +498,11 @@ func (pr *process) abandon() {
 		pr.inflight = make(map[string]*task)
 	}
 	pr.mu.Unlock()
+	if len(inflight) > 0 {
+		pr.log.Info("abandoning the deliveries in flight; stopping the process", "in_flight", len(inflight))
+		_ = syscall.Kill(-pr.pid, syscall.SIGTERM)
+		time.AfterFunc(pr.pool.cfg.ShutdownGrace, func() { pr.fail(errAbandoned) })
+	}
 	for _, t := range inflight {
 		if t.timer != nil {
 			t.timer.Stop()
