@@ -41,7 +41,8 @@ type conversation struct {
 
 	mu       sync.Mutex
 	inFlight map[uint64]bool
-	batches  sync.WaitGroup
+	closing  bool           // finish or void began: no batch is taken any more
+	batches  sync.WaitGroup // added to under mu while !closing
 
 	sendMu sync.Mutex
 	voided atomic.Bool
@@ -142,6 +143,11 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 		c.mu.Unlock()
 		return status.Errorf(codes.InvalidArgument, "batch %d arrived while a batch with the same batch_id is in flight: batch ids are unique within a conversation", id)
 	}
+	if c.closing {
+		c.mu.Unlock()
+		c.log.Info("batch not taken: the conversation is ending; the sidecar redelivers it", "batch", id)
+		return nil
+	}
 	c.inFlight[id] = true
 	c.mu.Unlock()
 	topic, ok := c.inlets[b.GetInlet()]
@@ -150,7 +156,13 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 		c.answer(id, []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("batch %d names inlet %q, to which Start bound no topic; the action declares inlets %s", id, b.GetInlet(), portList(c.s.opts.Action.Inlets)))})
 		return nil
 	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil
+	}
 	c.batches.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.batches.Done()
 		c.process(b, topic)
@@ -218,6 +230,7 @@ func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
 // more than once and concurrently; later calls wait for the first.
 func (c *conversation) finish(ctx context.Context) {
 	c.finishOnce.Do(func() {
+		c.stopTaking()
 		answered := make(chan struct{})
 		go func() { c.batches.Wait(); close(answered) }()
 		select {
@@ -251,11 +264,19 @@ func (c *conversation) void(reason string, sameStream bool) {
 			c.sendMu.Unlock()
 		}
 		close(c.superseded)
+		c.stopTaking()
 		c.cancel()
 		c.closePool(false)
 		c.batches.Wait()
 		c.s.release(c)
 	})
+}
+
+// stopTaking makes batch refuse new batches, so that batches.Wait may begin.
+func (c *conversation) stopTaking() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 }
 
 func (c *conversation) closePool(drain bool) {

@@ -1,0 +1,8 @@
+package bridge
+
+import "github.com/ankka-flow/millrace/stdio"
+
+// RecordActionMetric records one metric line of the action, as the pool's hook does.
+func RecordActionMetric(m *Metrics, name string, value float64, labels map[string]string) {
+	m.action.record(stdio.Metric{Name: name, Value: value, Labels: labels})
+}
