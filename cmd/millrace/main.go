@@ -35,6 +35,7 @@ var commands = []*command{
 	{name: "version", summary: "print the version of millrace and of the protocol it speaks", run: runVersion},
 	{name: "bridge", summary: "serve an action (any program speaking JSON lines) as an Ankka Flow streamlet process", run: runBridge},
 	{name: "sidecar", summary: "run the standard Ankka Flow sidecar (Kafka ⇄ the streamlet process), configured by FLOW_* variables", run: runSidecar},
+	{name: "test", summary: "test an action: its fixtures, or with --conformance the action protocol", run: runTest},
 }
 
 // errUsage marks a mistake on the command line: the caller prints usage and exits 2.

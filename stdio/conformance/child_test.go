@@ -220,4 +220,3 @@ func strict(line []byte, typ any) error {
 	}
 	return nil
 }
-

@@ -43,7 +43,7 @@ const (
 	DefaultReadyTimeout  = stdio.DefaultReadyTimeout
 	DefaultItemTimeout   = time.Minute
 	DefaultShutdownGrace = 5 * time.Second
-	DefaultBurst         = 100
+	DefaultBurst         = 32
 	DefaultPayloadSize   = 1 << 20
 	// MaxInputs is how many fixture items the conformance conversations use at most.
 	MaxInputs = 20
@@ -96,7 +96,7 @@ type Options struct {
 	// Inputs are the items the conversations send (at most MaxInputs are used). Nil: the
 	// items of Dir/fixtures/*.in.jsonl, or three generic items when there are none.
 	Inputs []Input
-	// Burst is the number of items written at once in the burst check (default 100).
+	// Burst is the number of items written at once in the burst check (default 32).
 	Burst int
 	// PayloadSize is the size of the large payload (default 1 MiB).
 	PayloadSize int

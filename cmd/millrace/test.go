@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/stdio/conformance"
+)
+
+// runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
+// protocol checks.
+func runTest(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json]")
+	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
+	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
+	asJSON := fs.Bool("json", false, "print a machine-readable report on stdout")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0 || pos[0] != "action":
+		return fs.usageErr("expected: millrace test action DIR|LINE")
+	case len(pos) != 2:
+		return fs.usageErr(fmt.Sprintf("expected one action directory or config line after 'action', got %d arguments (quote a config line)", len(pos)-1))
+	case *conf && *update:
+		return fs.usageErr("--update rewrites fixtures; it has no use with --conformance")
+	}
+	a, err := local.Load(pos[1])
+	if err != nil {
+		return err
+	}
+	if a.ConfigErr != nil && (*conf || a.Config == nil) {
+		return a.ConfigErr
+	}
+	ca := a.Conformance(Version())
+	if *conf {
+		rep, err := conformance.Run(ctx, ca, conformance.Options{})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			err = writeJSON(e, rep)
+		} else {
+			err = rep.WriteText(e.stdout)
+		}
+		if err == nil && !rep.Conformant {
+			return &exitError{code: 1}
+		}
+		return err
+	}
+	rep, err := conformance.RunFixtures(ctx, ca, conformance.FixtureOptions{Update: *update})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		err = writeJSON(e, rep)
+	} else {
+		err = rep.WriteText(e.stdout)
+	}
+	if err == nil && !rep.Pass {
+		return &exitError{code: 1}
+	}
+	return err
+}
+
+func writeJSON(e *env, v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// parseInterleaved parses args allowing flags after positional arguments (millrace test action
+// DIR --conformance), and returns the positional ones. "--" ends the flags.
+func parseInterleaved(fs *flagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

@@ -1,0 +1,105 @@
+// Package local runs streamlets on one machine for the people who write actions: it reads an
+// action directory (or a config line) for the tools (`millrace test action`, `millrace
+// describe`), and runs one or several streamlets against an in-process Kafka broker with the
+// real sidecar and bridge talking gRPC over loopback (`millrace run`).
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/protocol"
+	"github.com/ankka-flow/millrace/stdio/conformance"
+)
+
+// ConfigFile is the name of the config line's file in an action directory.
+const ConfigFile = "action.conf"
+
+// Exported sentinel errors.
+var (
+	// ErrNoAction is returned by Load for an argument that is neither an action directory, nor
+	// a config file, nor a config line.
+	ErrNoAction = errors.New("local: no action")
+)
+
+// Action is an action as the tools see it: its parsed config line, where it came from, and
+// the config its hello carries by default.
+type Action struct {
+	*bridge.Action
+	// Source is the action directory, the config file, or "the config line".
+	Source string
+	// Config is hello's config: every declared --param resolved with its default. When a
+	// parameter has no default it is the first fixtures/NAME.config.json, and nil when there is
+	// none either (ConfigErr says why).
+	Config    json.RawMessage
+	ConfigErr error
+}
+
+// Load reads arg as an action directory (its action.conf), a config file, or else a config
+// line (then the program runs in the current directory). Mistakes in the line are errors
+// matching bridge.ErrConfig that name the word.
+func Load(arg string) (*Action, error) {
+	var (
+		a      *bridge.Action
+		err    error
+		source string
+	)
+	st, statErr := os.Stat(arg)
+	switch {
+	case statErr == nil && st.IsDir():
+		source = arg
+		a, err = bridge.ParseFile(filepath.Join(arg, ConfigFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s has no %s: write the streamlet's config line there (or run millrace init action NAME)", ErrNoAction, arg, ConfigFile)
+		}
+	case statErr == nil:
+		source = arg
+		a, err = bridge.ParseFile(arg)
+	case !strings.ContainsAny(strings.TrimSpace(arg), " \t\n"):
+		return nil, fmt.Errorf("%w: %q is not an action directory (%v), nor a config line (a line has a name, ports and -- COMMAND)", ErrNoAction, arg, statErr)
+	default:
+		source = "the config line"
+		a, err = bridge.ParseString(arg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &Action{Action: a, Source: source}
+	cfg, problems := protocol.ResolveConfig(a.Descriptor().GetConfigParameters(), nil)
+	if len(problems) == 0 {
+		out.Config = cfg
+		return out, nil
+	}
+	if fx, err := conformance.LoadFixtures(a.Dir); err == nil {
+		for _, f := range fx {
+			if f.Config != nil {
+				out.Config = f.Config
+				return out, nil
+			}
+		}
+	}
+	out.ConfigErr = fmt.Errorf("%s: the config cannot be resolved from the defaults (%v): give every --param a default, or write the config hello should carry in fixtures/NAME.config.json", a.Name, problems)
+	return out, nil
+}
+
+// Conformance returns the action as package conformance runs it.
+func (a *Action) Conformance(version string) conformance.Action {
+	c := conformance.Action{
+		Name: a.Name, Version: version, Command: a.Command, Dir: a.Dir, Config: a.Config,
+		PerItem: a.PerItem, ReadyTimeout: a.ReadyTimeout, ItemTimeout: a.Timeout,
+		Inlets: []string{}, Outlets: []string{},
+	}
+	for _, p := range a.Inlets {
+		c.Inlets = append(c.Inlets, p.Name)
+	}
+	for _, p := range a.Outlets {
+		c.Outlets = append(c.Outlets, p.Name)
+	}
+	return c
+}
