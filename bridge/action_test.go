@@ -207,6 +207,20 @@ func TestParseFile(t *testing.T) {
 	}
 }
 
+// TestExampleActions: every action directory of the repository has a config line the bridge
+// accepts.
+func TestExampleActions(t *testing.T) {
+	confs, err := filepath.Glob("../actions/*/action.conf")
+	if err != nil || len(confs) == 0 {
+		t.Fatalf("Glob(../actions/*/action.conf) = %v, %v; want the example actions", confs, err)
+	}
+	for _, c := range confs {
+		if _, err := bridge.ParseFile(c); err != nil {
+			t.Errorf("ParseFile(%s) = %v", c, err)
+		}
+	}
+}
+
 func TestFromEnv(t *testing.T) {
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }

@@ -49,6 +49,13 @@ type op struct {
 // child is the fake action: it answers hello with ready and each item as its payload says.
 // Payloads that are not an op object are echoed to the only outlet.
 func child() int {
+	if once := os.Getenv("BRIDGE_TEST_ONCE"); once != "" { // starts once, then never again
+		if _, err := os.Stat(once); err == nil {
+			fmt.Fprintln(os.Stderr, "fake action: cannot start twice")
+			return 1
+		}
+		os.WriteFile(once, nil, 0o644)
+	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 0, 1<<20), 16<<20)
 	out := bufio.NewWriter(os.Stdout)

@@ -47,7 +47,8 @@ type conversation struct {
 	sendMu sync.Mutex
 	voided atomic.Bool
 
-	superseded chan struct{} // closed when another stream's Start voids this conversation
+	superseded chan struct{} // closed when the conversation is voided
+	unhealthy  chan error    // the pool's crash-loop report, at most one waiting
 	voidOnce   sync.Once
 	finishOnce sync.Once
 	closeOnce  sync.Once
@@ -66,6 +67,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		maxBytes:   int(st.GetMaxMessageBytes()),
 		inFlight:   map[uint64]bool{},
 		superseded: make(chan struct{}),
+		unhealthy:  make(chan error, 1),
 	}
 	if c.maxBytes <= 0 {
 		c.maxBytes = MaxMessageBytes
@@ -122,6 +124,16 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		Hello:         stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars},
 		Logger:        c.log,
 		Hooks:         s.opts.Metrics.hooks(c.log),
+	}
+	logHealth := cfg.Hooks.Health
+	cfg.Hooks.Health = func(err error) {
+		logHealth(err)
+		if errors.Is(err, stdio.ErrCrashLoop) {
+			select {
+			case c.unhealthy <- err:
+			default:
+			}
+		}
 	}
 	pool, err := stdio.Start(ctx, cfg)
 	if err != nil {

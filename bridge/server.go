@@ -222,15 +222,22 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 		}
 	}()
 	for {
-		var superseded <-chan struct{}
+		var (
+			superseded <-chan struct{}
+			unhealthy  <-chan error
+		)
 		if c != nil {
-			superseded = c.superseded
+			superseded, unhealthy = c.superseded, c.unhealthy
 		}
 		var r received
 		select {
 		case r = <-msgs:
 		case <-superseded:
 			return status.Errorf(codes.Aborted, "conversation %s was voided by a newer Start", c.id)
+		case err := <-unhealthy:
+			// Waiting on a crash-looping action would stall every partition in silence; ending
+			// the conversation makes the sidecar back off and start over, and shows why.
+			return status.Errorf(codes.Unavailable, "conversation %s ended: %v", c.id, err)
 		case <-s.terminating:
 			if c != nil {
 				c.finish(ctx) // Shutdown bounds it

@@ -163,6 +163,24 @@ func TestRecords(t *testing.T) {
 			}
 		},
 	}, {
+		name: "one process per item",
+		line: oneOutlet + " --per-item --concurrency 2",
+		recs: []*flowv1.InputRecord{rec(0, nil, `{"op":"emits","n":1}`), rec(1, []byte("k"), `{"op":"emits","n":2}`), rec(2, nil, `{"op":"emits","n":1}`)},
+		check: func(t *testing.T, a *answer) {
+			if !a.ack || len(a.emits) != 4 {
+				t.Errorf("answer = %v; want Ack after 4 emits", a)
+			}
+		},
+	}, {
+		name: "window",
+		line: oneOutlet + " --window 4",
+		recs: []*flowv1.InputRecord{rec(0, nil, `{"op":"sleep","ms":5}`), rec(1, nil, `1`), rec(2, nil, `2`), rec(3, nil, `{"op":"sleep","ms":1}`), rec(4, nil, `4`), rec(5, nil, `5`)},
+		check: func(t *testing.T, a *answer) {
+			if !a.ack || len(a.emits) != 6 || string(a.emits[4].GetRecord().GetValue()) != "4" {
+				t.Errorf("answer = %v; want Ack after 6 emits in record order", a)
+			}
+		},
+	}, {
 		name: "no outlet named among several",
 		line: twoOutlets,
 		recs: []*flowv1.InputRecord{rec(5, nil, `{"op":"emits","n":1}`)},
@@ -586,6 +604,27 @@ func TestActionDoesNotStart(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no-such-program") {
 		t.Errorf("stream ended with %v; want UNAVAILABLE naming the program", err)
 	}
+}
+
+// TestCrashLoop: an action that cannot start again after a crash ends the conversation with
+// UNAVAILABLE naming the cause, rather than leaving the batch waiting in silence.
+func TestCrashLoop(t *testing.T) {
+	once := filepath.Join(t.TempDir(), "started")
+	r := startBridge(t, oneOutlet+" --retries 5", func(o *bridge.Options) {
+		o.Env = append(o.Env, "BRIDGE_TEST_ONCE="+once)
+	})
+	s := dial(t, r.addr)
+	s.start(r, "c", 0)
+	s.batch(1, 0, rec(0, nil, `{"op":"crash","n":9}`))
+	err := s.waitEnd()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "crash-looping") || !strings.Contains(err.Error(), "cannot start twice") {
+		t.Errorf("stream ended with %v; want UNAVAILABLE naming the crash loop and the action's stderr", err)
+	}
+	s.mu.Lock()
+	if a := s.answers[1]; a != nil {
+		t.Errorf("batch 1 got %v; want no answer", a)
+	}
+	s.mu.Unlock()
 }
 
 // TestShutdown: SIGTERM (the context ending) answers the batches in flight, ends the stream

@@ -70,7 +70,7 @@ func startBridge(t *testing.T, line string, mods ...func(*bridge.Options)) *runn
 		Version:       "test",
 		Logger:        slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:       r.metrics,
-		Env:           []string{envChild + "=1"},
+		Env:           []string{envChild + "=1", "GORACE=atexit_sleep_ms=0"}, // a race-built child otherwise lingers 1s at exit
 		RetryBackoff:  time.Millisecond,
 		ShutdownGrace: 2 * time.Second,
 	}
