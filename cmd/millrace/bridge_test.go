@@ -53,7 +53,9 @@ func TestBridgeCommand(t *testing.T) {
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
-	go func() { code <- dispatch(ctx, e, []string{"bridge", "--config", "../../actions/score-listing/action.conf"}) }()
+	go func() {
+		code <- dispatch(ctx, e, []string{"bridge", "--config", "../../actions/score-listing/action.conf"})
+	}()
 	defer func() {
 		cancel()
 		select {
