@@ -36,6 +36,7 @@ var commands = []*command{
 	{name: "bridge", summary: "serve an action (any program speaking JSON lines) as an Ankka Flow streamlet process", run: runBridge},
 	{name: "sidecar", summary: "run the standard Ankka Flow sidecar (Kafka ⇄ the streamlet process), configured by FLOW_* variables", run: runSidecar},
 	{name: "test", summary: "test an action: its fixtures, or with --conformance the action protocol", run: runTest},
+	{name: "init", summary: "write a new action directory (raw, python, node, go or bash) that passes its own tests", run: runInit},
 }
 
 // errUsage marks a mistake on the command line: the caller prints usage and exits 2.

@@ -362,7 +362,7 @@ func (r *runner) nonASCII() {
 		r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answer was checked", d.outcome())
 		return
 	}
-	r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; %d strings of non-ASCII text came back unchanged", d.outcome(), echoed)
+	r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", d.outcome(), echoed)
 }
 
 // roundTrip compares every string of d's outputs that starts with the marker with the strings

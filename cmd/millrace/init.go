@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ankka-flow/millrace/local"
+)
+
+// runInit is `millrace init action NAME --lang LANG`: a new action directory that passes its
+// own conformance and fixture tests.
+func runInit(ctx context.Context, e *env, args []string) error {
+	var langs []string
+	for _, l := range local.Langs {
+		langs = append(langs, l.Name)
+	}
+	fs := newFlagSet(e, "init", "action NAME --lang "+strings.Join(langs, "|")+" [--source DIR]")
+	lang := fs.String("lang", "", "the language of the program: "+strings.Join(langs, ", ")+" (raw: Python, standard library only, the protocol written out)")
+	source := fs.String("source", "", "go: the millrace checkout the SDK comes from, for an action outside it (default $"+local.EnvSource+", else the checkout holding the current directory)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0 || pos[0] != "action":
+		return fs.usageErr("expected: millrace init action NAME --lang LANG")
+	case len(pos) != 2:
+		return fs.usageErr(fmt.Sprintf("expected one NAME after 'action', got %d arguments", len(pos)-1))
+	case *lang == "":
+		return fs.usageErr("--lang is required: one of " + strings.Join(langs, ", "))
+	}
+	dir := pos[1]
+	if err := local.Init(ctx, dir, *lang, local.InitOptions{Source: *source, Getenv: e.getenv}); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %s (%s). Next:\n  millrace test action %s --conformance\n  millrace test action %s\n  millrace run %s --input %s/sample.jsonl\n", dir, *lang, dir, dir, dir, dir)
+	return nil
+}

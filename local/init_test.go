@@ -1,0 +1,112 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/stdio/conformance"
+)
+
+// runtimes are the programs each language's action needs on PATH. CI installs them all; a
+// missing one fails the test rather than skipping a language silently.
+var runtimes = map[string][]string{
+	"raw": {"python3"}, "python": {"python3"}, "node": {"node"}, "go": {"go"}, "bash": {"bash", "jq"},
+}
+
+// checkAction runs the conformance kit and the fixtures on the action directory dir and fails
+// t unless both pass.
+func checkAction(t *testing.T, dir string) {
+	t.Helper()
+	a, err := local.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%s) = %v", dir, err)
+	}
+	if a.ConfigErr != nil {
+		t.Fatal(a.ConfigErr)
+	}
+	ctx := context.Background()
+	rep, err := conformance.Run(ctx, a.Conformance("test"), conformance.Options{})
+	if err != nil {
+		t.Fatalf("conformance.Run(%s) = %v", dir, err)
+	}
+	var out bytes.Buffer
+	_ = rep.WriteText(&out)
+	if !rep.Conformant {
+		t.Errorf("%s is not conformant:\n%s", dir, out.String())
+	}
+	frep, err := conformance.RunFixtures(ctx, a.Conformance("test"), conformance.FixtureOptions{})
+	if err != nil {
+		t.Fatalf("conformance.RunFixtures(%s) = %v", dir, err)
+	}
+	out.Reset()
+	_ = frep.WriteText(&out)
+	if !frep.Pass {
+		t.Errorf("%s fails its fixtures:\n%s", dir, out.String())
+	}
+}
+
+func needRuntimes(t *testing.T, lang string) {
+	t.Helper()
+	for _, prog := range runtimes[lang] {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Fatalf("%s actions need %s on PATH (scripts/setup installs it): %v", lang, prog, err)
+		}
+	}
+}
+
+// TestInitPassesItsOwnTests: every language's new action passes conformance and its
+// fixtures the moment it is written.
+func TestInitPassesItsOwnTests(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range local.Langs {
+		t.Run(l.Name, func(t *testing.T) {
+			t.Parallel()
+			needRuntimes(t, l.Name)
+			dir := filepath.Join(t.TempDir(), "greet-"+l.Name)
+			if err := local.Init(context.Background(), dir, l.Name, local.InitOptions{Source: root}); err != nil {
+				t.Fatalf("Init(%s) = %v", l.Name, err)
+			}
+			for _, f := range []string{"action.conf", l.Program, "README.md", "sample.jsonl", "fixtures/basic.in.jsonl", "fixtures/basic.out.jsonl"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("Init(%s) wrote no %s", l.Name, f)
+				}
+			}
+			checkAction(t, dir)
+		})
+	}
+}
+
+func TestInitErrors(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		dir, lang, want string
+	}{
+		{filepath.Join(dir, "Bad_Name"), "raw", "a streamlet name is 1 to 63 characters"},
+		{filepath.Join(dir, "ok"), "cobol", `unknown language "cobol": want one of raw, python, node, go, bash`},
+		{dir, "raw", "exists and is not empty"},
+	}
+	for _, tt := range tests {
+		err := local.Init(context.Background(), tt.dir, tt.lang, local.InitOptions{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Init(%s, %s) = %v; want an error containing %q", tt.dir, tt.lang, err, tt.want)
+		}
+	}
+	// a Go action outside any millrace checkout, with none named, cannot find the SDK
+	t.Chdir(dir)
+	err := local.Init(context.Background(), filepath.Join(dir, "g"), "go", local.InitOptions{Getenv: func(string) string { return "" }})
+	if err == nil || !strings.Contains(err.Error(), local.EnvSource) {
+		t.Errorf("Init(go, no source) = %v; want an error naming %s", err, local.EnvSource)
+	}
+}

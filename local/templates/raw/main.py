@@ -1,0 +1,63 @@
+"""{{.Name}}: a Millstream action in Python with the standard library only.
+
+This file is the whole protocol, written out by hand, as a starting point in any language.
+One JSON object per line, UTF-8, in this order:
+
+  engine: {"type":"hello","config":{...},...}          action: {"type":"ready"}
+  engine: {"type":"item","delivery":"…","key":"…","payload":{...},...}
+  action: any number of {"type":"emit","delivery":"…","payload":{...}}, then exactly one of
+          {"type":"done","delivery":"…"}
+          {"type":"error","delivery":"…","retryable":false,"message":"…"}
+          {"type":"abstain","delivery":"…","reason":"…"}
+  engine: {"type":"shutdown"}                          action: exits with status 0
+
+Nothing but these lines goes to stdout; logs go to stderr. Keys and message types the program
+does not know are ignored, so the protocol can grow.
+"""
+import json
+import sys
+
+sys.stdin.reconfigure(encoding="utf-8")
+sys.stdout.reconfigure(encoding="utf-8")
+
+
+def send(msg):
+    sys.stdout.write(json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()  # stdout is a pipe: unflushed, the answer would sit in a buffer
+
+
+def log(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+config = {}
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        log("{{.Name}}: an input line is not JSON")
+        continue
+    kind = msg.get("type") if isinstance(msg, dict) else None
+    if kind == "hello":
+        config = msg.get("config") or {}
+        send({"type": "ready"})
+    elif kind == "item":
+        delivery = msg["delivery"]
+        greeting = config.get("greeting") if isinstance(config, dict) else None
+        payload = msg.get("payload")
+        name = payload.get("name") if isinstance(payload, dict) else None
+        if not isinstance(greeting, str):
+            # a malformed config is answered item by item, never by a crash
+            send({"type": "error", "delivery": delivery, "retryable": False,
+                  "message": "config greeting must be a string"})
+        elif not isinstance(name, str) or not name:
+            send({"type": "error", "delivery": delivery, "retryable": False,
+                  "message": "payload has no name"})
+        else:
+            out = {"type": "emit", "delivery": delivery, "payload": {"message": f"{greeting}, {name}!"}}
+            if "key" in msg:
+                out["key"] = msg["key"]  # keep the record's key
+            send(out)
+            send({"type": "done", "delivery": delivery})
+    elif kind == "shutdown":
+        sys.exit(0)
