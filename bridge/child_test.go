@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		os.Exit(child())
 	}
+	if os.Getenv(envNative) == "1" {
+		os.Exit(runNative())
+	}
 	goleak.VerifyTestMain(m)
 }
 
