@@ -37,6 +37,7 @@ var commands = []*command{
 	{name: "sidecar", summary: "run the standard Ankka Flow sidecar (Kafka ⇄ the streamlet process), configured by FLOW_* variables", run: runSidecar},
 	{name: "test", summary: "test an action: its fixtures, or with --conformance the action protocol", run: runTest},
 	{name: "init", summary: "write a new action directory (raw, python, node, go or bash) that passes its own tests", run: runInit},
+	{name: "describe", summary: "print the canonical descriptor.json of an action directory or config line", run: runDescribe},
 }
 
 // errUsage marks a mistake on the command line: the caller prints usage and exits 2.

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/protocol"
+)
+
+// runDescribe is `millrace describe DIR|LINE [-o FILE]`: the canonical descriptor.json of the
+// streamlet an action config line declares, exactly as the bridge's discovery answers it.
+func runDescribe(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "describe", "DIR|LINE [-o FILE]")
+	out := fs.String("o", "", "write descriptor.json to FILE instead of stdout")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fs.usageErr(fmt.Sprintf("expected one action directory, config file or config line (quoted), got %d arguments", len(pos)))
+	}
+	a, err := local.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	if problems := protocol.Validate(a.Spec(Version())); len(problems) > 0 {
+		return fmt.Errorf("%s declares a streamlet that is not valid:\n%v", a.Source, problems)
+	}
+	data, err := protocol.MarshalDescriptor(a.Spec(Version()))
+	if err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, data, 0o644); err != nil {
+			return fmt.Errorf("writing the descriptor: %w", err)
+		}
+		return nil
+	}
+	if isTerminal(e.stdout) {
+		data = append(data, '\n') // the canonical bytes end without one; a shell prompt wants it
+	}
+	_, err = e.stdout.Write(data)
+	return err
+}

@@ -1,0 +1,17 @@
+package main
+
+import (
+	"io"
+	"os"
+)
+
+// isTerminal reports whether w is a terminal (a character device), for output meant for a
+// person: progress lines, a final newline.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/protocol"
+)
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+	code = dispatch(context.Background(), e, args)
+	return code, out.String(), errOut.String()
+}
+
+// TestDescribe: describe prints the canonical descriptor the bridge's discovery answers, from
+// a directory, a config line, or to a file.
+func TestDescribe(t *testing.T) {
+	a, err := bridge.ParseFile("../../actions/route-orders/action.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := protocol.MarshalDescriptor(a.Spec(Version()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, "describe", "../../actions/route-orders"); code != 0 || out != string(want) {
+		t.Fatalf("describe route-orders = %d, %s (stderr %s); want 0, %s", code, out, errOut, want)
+	}
+	file := filepath.Join(t.TempDir(), "descriptor.json")
+	if code, _, errOut := runCmd(t, "describe", "-o", file, "../../actions/route-orders/action.conf"); code != 0 {
+		t.Fatalf("describe -o = %d (%s)", code, errOut)
+	}
+	if got, _ := os.ReadFile(file); !bytes.Equal(got, want) {
+		t.Fatalf("describe -o wrote %s; want %s", got, want)
+	}
+	if code, out, _ := runCmd(t, "describe", "tiny --in a=a.v1 --out b=b.v1 -- cat"); code != 0 || !strings.Contains(out, `"name":"tiny"`) {
+		t.Fatalf("describe LINE = %d, %s", code, out)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"describe"}, 2, "expected one action directory"},
+		{[]string{"describe", "no-such-dir"}, 1, "is not an action directory"},
+		{[]string{"describe", "x --in a=a.v1 --bogus -- cat"}, 1, `word 4 "--bogus": unknown flag`},
+		{[]string{"test", "actions"}, 2, "expected: millrace test action DIR|LINE"},
+		{[]string{"test", "action", "a", "b"}, 2, "expected one action directory"},
+		{[]string{"init", "action", "x"}, 2, "--lang is required"},
+	}
+	for _, tt := range tests {
+		code, _, errOut := runCmd(t, tt.args...)
+		if code != tt.code || !strings.Contains(errOut, tt.want) {
+			t.Errorf("millrace %q = %d, %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
+		}
+	}
+}
+
+// TestInitThenTest is the issue's promise, through the commands: init, then conformance and
+// fixtures pass; a broken golden file makes `test action` exit 1 with the difference.
+func TestInitThenTest(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "x")
+	if code, _, errOut := runCmd(t, "init", "action", dir, "--lang", "raw"); code != 0 {
+		t.Fatalf("init = %d: %s", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "test", "action", dir, "--conformance"); code != 0 || !strings.HasSuffix(out, "x: conformant\n") {
+		t.Fatalf("test --conformance = %d:\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCmd(t, "test", "action", dir); code != 0 || !strings.Contains(out, "all pass") {
+		t.Fatalf("test = %d:\n%s%s", code, out, errOut)
+	}
+	golden := filepath.Join(dir, "fixtures", "formal.out.jsonl")
+	if err := os.WriteFile(golden, []byte(`{"outcome":"done","emits":[{"payload":{"message":"Good evening, Dr. Hopper!"}}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCmd(t, "test", "action", dir, "--json")
+	if code != 1 || !strings.Contains(out, `"emits[0].payload.message: want \"Good evening, Dr. Hopper!\", got \"Good morning, Dr. Hopper!\""`) {
+		t.Fatalf("test --json with a wrong golden = %d:\n%s", code, out)
+	}
+	if code, _, errOut := runCmd(t, "test", "action", dir, "--update"); code != 0 {
+		t.Fatalf("test --update = %d: %s", code, errOut)
+	}
+	if code, out, _ := runCmd(t, "test", "action", dir); code != 0 {
+		t.Fatalf("test after --update = %d:\n%s", code, out)
+	}
+}
