@@ -188,23 +188,19 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 	results := make([]stdio.Result, len(recs))
 	var wg sync.WaitGroup
 	for i, r := range recs {
-		it, err := c.item(b, topic, r)
-		if err != nil {
-			results[i] = stdio.Result{Outcome: stdio.Failed, Err: err}
-			continue
-		}
 		wg.Add(1)
-		err = c.pool.Submit(c.ctx, it, func(res stdio.Result) {
+		err := c.pool.Submit(c.ctx, c.item(b, topic, r), func(res stdio.Result) {
 			results[i] = res
 			wg.Done()
 		})
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, stdio.ErrBadItem): // not JSON, or too large for a line
 			wg.Done()
-			outcome := stdio.Failed
-			if errors.Is(err, stdio.ErrClosed) || c.ctx.Err() != nil {
-				outcome = stdio.Abandoned
-			}
-			results[i] = stdio.Result{Outcome: outcome, Err: err}
+			results[i] = stdio.Result{Outcome: stdio.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}
+		default: // the pool is closed or the conversation over
+			wg.Done()
+			results[i] = stdio.Result{Outcome: stdio.Abandoned, Err: err}
 		}
 	}
 	wg.Wait()

@@ -31,10 +31,7 @@ const (
 // maxHeaderError caps the error text written in a dead letter's header.
 const maxHeaderError = 4 << 10
 
-var (
-	errNotJSON = errors.New("the value is not JSON")
-	nullJSON   = json.RawMessage("null")
-)
+var nullJSON = json.RawMessage("null")
 
 // IdempotencyKey returns the idempotencyKey of a record: hex of the first 16 bytes of
 // SHA-256 over the pipeline, streamlet, topic, partition and offset. It is the same on every
@@ -59,9 +56,8 @@ func recordID(topic string, partition int32, offset int64) string {
 	return topic + "/" + strconv.FormatInt(int64(partition), 10) + "/" + strconv.FormatInt(offset, 10)
 }
 
-// item maps one input record to an action item. A value that is not JSON is an error: it never
-// reaches the action.
-func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) (stdio.Item, error) {
+// item maps one input record to an action item.
+func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) stdio.Item {
 	r := in.GetRecord()
 	id := recordID(topic, b.GetPartition(), in.GetOffset())
 	it := stdio.Item{
@@ -74,13 +70,11 @@ func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecor
 		Timestamp:      in.GetTimestampMs(),
 		IdempotencyKey: IdempotencyKey(c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
 	}
-	switch v := r.GetValue(); {
-	case len(v) == 0:
+	// A value that is not JSON is refused by Submit (stdio.ErrBadItem): it never reaches the
+	// action.
+	it.Payload = json.RawMessage(r.GetValue())
+	if len(it.Payload) == 0 {
 		it.Payload = nullJSON // an empty value is the payload null
-	case json.Valid(v):
-		it.Payload = json.RawMessage(v)
-	default:
-		return it, fmt.Errorf("%w (%d bytes starting %.40q): the action takes JSON values only; produce JSON to the inlet, or route such records away with --dead-letter", errNotJSON, len(v), v)
 	}
 	if r.Key != nil {
 		it.Key, it.KeyBase64 = textOrBase64(r.Key)
@@ -90,7 +84,7 @@ func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecor
 		sh.Value, sh.ValueBase64 = textOrBase64(h.GetValue())
 		it.Headers = append(it.Headers, sh)
 	}
-	return it, nil
+	return it
 }
 
 // textOrBase64 returns b as text when it is UTF-8, else base64 (standard, padded) for the
@@ -135,7 +129,6 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.
 	}
 	for i, res := range results {
 		in := b.GetRecords()[i]
-		where := fmt.Sprintf("record %s", recordID(topic, b.GetPartition(), in.GetOffset()))
 		var cause error
 		switch res.Outcome {
 		case stdio.Done:
@@ -185,7 +178,7 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.
 		m.items("failed", 1)
 		m.items("abandoned", len(results)-i-1)
 		m.batch("fail")
-		return []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("%s failed for good after %d attempt(s): %v", where, attempts, cause))}
+		return []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("record %s failed for good after %d attempt(s): %v", recordID(topic, b.GetPartition(), in.GetOffset()), attempts, cause))}
 	}
 	m.batch("ack")
 	return append(msgs, &flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: id}}})
