@@ -94,6 +94,9 @@ func runChild(mode string) int {
 	default:
 		c.send(stdio.Message{Type: stdio.TypeReady})
 	}
+	if mode == "deaf" {
+		time.Sleep(time.Hour) // reads nothing more: the engine's writes block
+	}
 	var held []stdio.Message // window mode: items held to answer out of order
 	for {
 		m, ok := c.next()

@@ -148,8 +148,9 @@ type Pool struct {
 	seq     atomic.Uint64
 	window  int
 
-	slots chan struct{} // one per unfinished item: Submit's back-pressure
-	ready chan *task    // items that may run now; never fuller than slots
+	queueSize int        // unfinished items at most: Submit's back-pressure
+	lowWater  int        // a blocked Submit wakes when outstanding falls to it
+	ready     chan *task // items that may run now; never fuller than queueSize
 
 	abandoning atomic.Bool
 
@@ -158,6 +159,7 @@ type Pool struct {
 	retrying    map[*task]struct{}
 	procs       map[*process]struct{}
 	outstanding int
+	space       chan struct{} // closed when a full queue drains to lowWater; nil when nobody waits
 	closed      bool
 	drained     chan struct{} // closed once closed and nothing is outstanding
 	drainedDone bool
@@ -291,7 +293,10 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	if qs == 0 {
 		qs = max(64, 2*cfg.Concurrency*p.window)
 	}
-	p.slots = make(chan struct{}, qs)
+	p.queueSize = qs
+	// Hysteresis: a blocked Submit wakes once a quarter of the queue is free, not once per
+	// finished item, so back-pressure costs one wake-up per batch of items.
+	p.lowWater = qs - max(1, qs/4)
 	p.ready = make(chan *task, qs)
 	for _, pr := range procs {
 		p.procs[pr] = struct{}{}
@@ -495,17 +500,6 @@ func (p *Pool) Submit(ctx context.Context, it Item, done func(Result)) error {
 		return err
 	}
 	it.Payload = payload
-	select {
-	case p.slots <- struct{}{}:
-	default:
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.closedCh:
-			return fmt.Errorf("%w: item %s not accepted", ErrClosed, it.ID)
-		}
-	}
 	t := &task{item: it, done: done}
 	switch {
 	case it.Key != nil:
@@ -514,9 +508,22 @@ func (p *Pool) Submit(ctx context.Context, it Item, done func(Result)) error {
 		t.key, t.keyed = "\x00base64:"+it.KeyBase64, true
 	}
 	p.mu.Lock()
+	for p.outstanding >= p.queueSize && !p.closed {
+		if p.space == nil {
+			p.space = make(chan struct{})
+		}
+		space := p.space
+		p.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.closedCh:
+		}
+		p.mu.Lock()
+	}
 	if p.closed {
 		p.mu.Unlock()
-		<-p.slots
 		return fmt.Errorf("%w: item %s not accepted", ErrClosed, it.ID)
 	}
 	p.outstanding++
@@ -644,12 +651,15 @@ func (p *Pool) final(t *task, res Result) {
 		}
 	}
 	p.outstanding--
+	if p.space != nil && p.outstanding <= p.lowWater {
+		close(p.space)
+		p.space = nil
+	}
 	if p.closed && p.outstanding == 0 && !p.drainedDone {
 		p.drainedDone = true
 		close(p.drained)
 	}
 	p.mu.Unlock()
-	<-p.slots
 }
 
 // abandonAll ends every unfinished item as Abandoned: queued, waiting behind a key, waiting to

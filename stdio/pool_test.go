@@ -508,6 +508,21 @@ func TestCloseAbandons(t *testing.T) {
 	}
 }
 
+// TestAbandonBlockedWrite: a child that stops reading stdin blocks the engine's write of a
+// large item; with no item timeout, Close(abandon) still ends it and returns.
+func TestAbandonBlockedWrite(t *testing.T) {
+	p := start(t, config("deaf", func(c *stdio.Config) { c.ItemTimeout = -1; c.ShutdownGrace = 100 * time.Millisecond }))
+	ch := submit(t, p, item("big", `"`+strings.Repeat("b", 4<<20)+`"`))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.Close(ctx, false); err != nil {
+		t.Fatalf("Close(abandon) = %v", err)
+	}
+	if r := wait(t, ch); r.Outcome != stdio.Abandoned {
+		t.Fatalf("result = %v %v; want abandoned", r.Outcome, r.Err)
+	}
+}
+
 func TestBackPressure(t *testing.T) {
 	p := start(t, config("hang", func(c *stdio.Config) { c.QueueSize = 2; c.ShutdownGrace = 100 * time.Millisecond }))
 	submit(t, p, item("1", "1"))

@@ -70,6 +70,7 @@ type process struct {
 	stdin   *os.File
 	stdout  *os.File
 	stderr  *os.File
+	wmu     sync.Mutex // one line at a time on stdin
 	wbuf    []byte
 	window  int
 	slots   chan struct{} // one per delivery in flight, at most window
@@ -272,7 +273,7 @@ func (pr *process) handle(m *Message, line []byte) error {
 	if t.timer != nil {
 		t.timer.Stop()
 	}
-	<-pr.slots
+	pr.next()
 	switch m.Type {
 	case TypeDone:
 		pr.pool.attemptEnded(t, Done, nil, "")
@@ -289,6 +290,25 @@ func (pr *process) handle(m *Message, line []byte) error {
 		pr.pool.attemptEnded(t, Failed, &ActionError{Message: msg, Retryable: m.Retryable}, "")
 	}
 	return nil
+}
+
+// next passes the slot of a delivery just answered to the next ready item, written at once
+// from the reader's goroutine, or frees it. Only one delivery at a time (window 1) does so:
+// the child has answered everything, so it reads its stdin and this write cannot deadlock
+// with its stdout; with a window the worker alone writes, and the reader never blocks on a
+// write.
+func (pr *process) next() {
+	if pr.window == 1 && !pr.pool.cfg.PerItem {
+		select {
+		case t := <-pr.pool.ready:
+			if pr.deliver(t) {
+				return
+			}
+			pr.pool.requeue(t)
+		default:
+		}
+	}
+	<-pr.slots
 }
 
 // deliver writes t as this process's next delivery. It returns false, having changed nothing,
@@ -315,12 +335,15 @@ func (pr *process) deliver(t *task) bool {
 	pr.last = [3]string{t.item.Delivery, t.item.ID, strconv.Itoa(t.attempts)}
 	pr.mu.Unlock()
 
+	pr.wmu.Lock()
 	pr.wbuf = appendItem(pr.wbuf[:0], &t.item)
-	if _, err := pr.stdin.Write(pr.wbuf); err != nil {
-		pr.fail(fmt.Errorf("%w: writing an item to its stdin: %w", errStdoutClosed, err))
-	}
+	_, err := pr.stdin.Write(pr.wbuf)
 	if cap(pr.wbuf) > 1<<20 {
 		pr.wbuf = nil
+	}
+	pr.wmu.Unlock()
+	if err != nil {
+		pr.fail(fmt.Errorf("%w: writing an item to its stdin: %w", errStdoutClosed, err))
 	}
 	return true
 }
