@@ -116,6 +116,11 @@ func runChild(mode string) int {
 		switch mode {
 		case "longline":
 			c.raw(`{"type":"emit","delivery":"` + m.Delivery + `","payload":"` + strings.Repeat("x", 9<<20) + "\"}\n")
+		case "chatty":
+			for range 100 {
+				c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(`"` + strings.Repeat("c", 1000) + `"`)})
+			}
+			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
 		case "badutf8":
 			c.raw("{\"type\":\"done\",\"delivery\":\"\xff\xfe\"}\n")
 		case "nonobject":

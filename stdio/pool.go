@@ -29,6 +29,7 @@ const (
 	DefaultRestartBackoff = 100 * time.Millisecond
 	DefaultRestartMax     = 30 * time.Second
 	DefaultCrashLoopAfter = 3
+	DefaultMaxStagedBytes = 64 << 20
 	// MaxWindow caps the deliveries written ahead to one process, whatever the action declares.
 	MaxWindow = 1024
 )
@@ -61,6 +62,10 @@ type Config struct {
 	RestartBackoff time.Duration // first delay between failed starts (default DefaultRestartBackoff)
 	RestartMax     time.Duration // longest delay between failed starts (default DefaultRestartMax)
 	CrashLoopAfter int           // consecutive failed starts before Health reports ErrCrashLoop (default 3)
+
+	// MaxStagedBytes bounds the emit and metric lines one delivery may stage (default
+	// DefaultMaxStagedBytes); more is a protocol violation that fails the attempt.
+	MaxStagedBytes int
 
 	// QueueSize bounds the items accepted and not yet finished (queued, in flight or waiting to
 	// retry); Submit blocks when it is reached. Default: 64, or 2 × processes × window if more.
@@ -222,6 +227,9 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.RetryMax, DefaultRetryMax)
 	def(&c.RestartBackoff, DefaultRestartBackoff)
 	def(&c.RestartMax, DefaultRestartMax)
+	if c.MaxStagedBytes <= 0 {
+		c.MaxStagedBytes = DefaultMaxStagedBytes
+	}
 	if c.CrashLoopAfter == 0 {
 		c.CrashLoopAfter = DefaultCrashLoopAfter
 	}

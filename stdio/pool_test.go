@@ -167,6 +167,7 @@ func TestBadChild(t *testing.T) {
 		mut   func(*stdio.Config)
 	}{
 		{"longline", stdio.ErrLineTooLong, []string{"8 MiB", `"{\"type\":\"emit\"`}, nil},
+		{"chatty", stdio.ErrProtocol, []string{"staged more than 50000 bytes"}, func(c *stdio.Config) { c.MaxStagedBytes = 50000 }},
 		{"badutf8", stdio.ErrProtocol, []string{"not valid UTF-8"}, nil},
 		{"nonobject", stdio.ErrProtocol, []string{"not a JSON object", `"[1,2,3]"`}, nil},
 		{"wrongdelivery", stdio.ErrProtocol, []string{`"dl_someone_else", which is not in flight`}, nil},
@@ -521,6 +522,41 @@ func TestAbandonBlockedWrite(t *testing.T) {
 	if r := wait(t, ch); r.Outcome != stdio.Abandoned {
 		t.Fatalf("result = %v %v; want abandoned", r.Outcome, r.Err)
 	}
+}
+
+// TestNoZombies: after Close, no child of the engine is left, running or unreaped, whatever
+// the children did.
+func TestNoZombies(t *testing.T) {
+	p := start(t, config("crashonce", func(c *stdio.Config) { c.Concurrency = 3; c.Retries = 2 }))
+	var chans []<-chan stdio.Result
+	for i := range 6 {
+		chans = append(chans, submit(t, p, item(strconv.Itoa(i), "1")))
+	}
+	for _, ch := range chans {
+		if r := wait(t, ch); r.Outcome != stdio.Done {
+			t.Fatalf("result = %v %v", r.Outcome, r.Err)
+		}
+	}
+	if len(children()) == 0 {
+		t.Fatal("no children listed while the pool runs; is /proc/self/task/*/children readable?")
+	}
+	if err := p.Close(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if kids := children(); len(kids) > 0 {
+		t.Fatalf("children of the engine after Close: %v; want none", kids)
+	}
+}
+
+// children lists the engine's child processes, zombies included.
+func children() []string {
+	var kids []string
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	return kids
 }
 
 func TestBackPressure(t *testing.T) {

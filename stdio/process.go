@@ -51,6 +51,7 @@ type task struct {
 	attempts int
 	seq      uint64 // of the current attempt, for stderr attribution
 	emits    []Emit
+	staged   int      // bytes of emit and metric lines of the current attempt
 	metrics  []Metric // of every attempt
 	written  time.Time
 	timer    *time.Timer // item timeout of the current attempt
@@ -254,6 +255,13 @@ func (pr *process) handle(m *Message, line []byte) error {
 		pr.mu.Unlock()
 		return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", ErrProtocol, m.Type, m.Delivery, quoteStart(line))
 	}
+	if m.Type == TypeEmit || m.Type == TypeMetric {
+		t.staged += len(line)
+		if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
+			pr.mu.Unlock()
+			return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", ErrProtocol, m.Delivery, sizeName(limit))
+		}
+	}
 	switch m.Type {
 	case TypeEmit:
 		t.emits = append(t.emits, Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
@@ -325,6 +333,7 @@ func (pr *process) deliver(t *task) bool {
 	t.item.Attempt = t.attempts
 	t.item.Delivery = p.prefix + strconv.FormatUint(t.seq, 36)
 	t.emits = nil
+	t.staged = 0
 	t.written = time.Now()
 	t.timer = nil
 	if p.cfg.ItemTimeout > 0 {
