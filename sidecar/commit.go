@@ -130,6 +130,7 @@ func (s *Sidecar) commitRound(round []*batch) error {
 			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		b.p.commits++
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
 	}

@@ -60,6 +60,8 @@ type partition struct {
 	stallSince time.Time
 	attempts   int
 	warned     bool
+
+	commits int // offset commits made for this partition, for tests
 }
 
 // kafka is the Kafka client and the goroutine that polls it.

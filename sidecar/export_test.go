@@ -1,0 +1,24 @@
+package sidecar
+
+// CommitsFor returns how many offset commits s made for topic/partition.
+func CommitsFor(s *Sidecar, topic string, partition int32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp{topic, partition}]; p != nil {
+		return p.commits
+	}
+	return 0
+}
+
+// Owned returns the partitions of topic that s owns.
+func Owned(s *Sidecar, topic string) []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int32
+	for _, p := range s.order {
+		if p.topic == topic && p.owned {
+			out = append(out, p.partition)
+		}
+	}
+	return out
+}
