@@ -34,6 +34,9 @@ const (
 	MaxWindow = 1024
 )
 
+// writeBatch is the size past which the worker stops adding item lines to one write.
+const writeBatch = 64 << 10
+
 // Config describes the action a Pool runs and how. The zero value of each optional field takes
 // the default named beside it.
 type Config struct {
@@ -357,6 +360,7 @@ func (p *Pool) forget(pr *process) {
 // serve feeds pr items until it dies (true), has served its one item in per-item mode (true),
 // or the pool quits (false).
 func (p *Pool) serve(pr *process) bool {
+	var batch []byte
 	for {
 		select {
 		case pr.slots <- struct{}{}:
@@ -373,7 +377,7 @@ func (p *Pool) serve(pr *process) bool {
 		case <-p.quit:
 			return false
 		}
-		if !pr.deliver(t) {
+		if !pr.register(t) {
 			<-pr.slots
 			p.requeue(t)
 			if p.abandoning.Load() {
@@ -385,6 +389,32 @@ func (p *Pool) serve(pr *process) bool {
 			case <-p.quit:
 				return false
 			}
+		}
+		// With a window, every ready item that fits goes out in the same write.
+		batch = appendItem(batch[:0], &t.item)
+	fill:
+		for len(batch) < writeBatch {
+			select {
+			case pr.slots <- struct{}{}:
+			default:
+				break fill
+			}
+			select {
+			case t = <-p.ready:
+			default:
+				<-pr.slots
+				break fill
+			}
+			if !pr.register(t) {
+				<-pr.slots
+				p.requeue(t)
+				break
+			}
+			batch = appendItem(batch, &t.item)
+		}
+		pr.write(batch)
+		if cap(batch) > 1<<20 {
+			batch = nil
 		}
 		if p.cfg.PerItem {
 			select {

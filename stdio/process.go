@@ -59,6 +59,11 @@ type task struct {
 	bo       backoff.BackOff
 }
 
+type lastDelivery struct {
+	delivery, item string
+	attempt        int
+}
+
 // process is one supervised child: its conversation, pipes and goroutines. It is created by
 // Pool.spawn and owned by one worker goroutine, which alone writes items to it.
 type process struct {
@@ -83,12 +88,12 @@ type process struct {
 
 	mu       sync.Mutex
 	inflight map[string]*task
-	last     [3]string // delivery, item and attempt of the last delivery written, for stderr lines
-	ended    bool      // no new deliveries
-	cause    error     // why the conversation ended first
-	timedOut *task     // the delivery whose timeout killed the process
-	stopping bool      // shutdown sent: EOF is expected
-	exitErr  error     // cmd.Wait's
+	last     lastDelivery // the last delivery written, for stderr lines
+	ended    bool         // no new deliveries
+	cause    error        // why the conversation ended first
+	timedOut *task        // the delivery whose timeout killed the process
+	stopping bool         // shutdown sent: EOF is expected
+	exitErr  error        // cmd.Wait's
 
 	tailMu sync.Mutex
 	tail   []string
@@ -322,10 +327,27 @@ func (pr *process) next() {
 // deliver writes t as this process's next delivery. It returns false, having changed nothing,
 // when the process takes no more deliveries or the pool is abandoning.
 func (pr *process) deliver(t *task) bool {
+	if !pr.register(t) {
+		return false
+	}
+	pr.wmu.Lock()
+	pr.wbuf = appendItem(pr.wbuf[:0], &t.item)
+	pr.writeLocked(pr.wbuf)
+	if cap(pr.wbuf) > 1<<20 {
+		pr.wbuf = nil
+	}
+	pr.wmu.Unlock()
+	return true
+}
+
+// register makes t a delivery in flight on this process (attempt counted, delivery id set,
+// timeout running) that the caller then writes. It returns false, having changed nothing,
+// when the process takes no more deliveries or the pool is abandoning.
+func (pr *process) register(t *task) bool {
 	p := pr.pool
 	pr.mu.Lock()
+	defer pr.mu.Unlock()
 	if pr.ended || p.abandoning.Load() {
-		pr.mu.Unlock()
 		return false
 	}
 	t.attempts++
@@ -341,20 +363,21 @@ func (pr *process) deliver(t *task) bool {
 		t.timer = time.AfterFunc(p.cfg.ItemTimeout, func() { pr.timeout(t, delivery) })
 	}
 	pr.inflight[t.item.Delivery] = t
-	pr.last = [3]string{t.item.Delivery, t.item.ID, strconv.Itoa(t.attempts)}
-	pr.mu.Unlock()
+	pr.last = lastDelivery{t.item.Delivery, t.item.ID, t.attempts}
+	return true
+}
 
+// write writes item lines to the child's stdin.
+func (pr *process) write(lines []byte) {
 	pr.wmu.Lock()
-	pr.wbuf = appendItem(pr.wbuf[:0], &t.item)
-	_, err := pr.stdin.Write(pr.wbuf)
-	if cap(pr.wbuf) > 1<<20 {
-		pr.wbuf = nil
-	}
+	pr.writeLocked(lines)
 	pr.wmu.Unlock()
-	if err != nil {
+}
+
+func (pr *process) writeLocked(lines []byte) {
+	if _, err := pr.stdin.Write(lines); err != nil {
 		pr.fail(fmt.Errorf("%w: writing an item to its stdin: %w", errStdoutClosed, err))
 	}
-	return true
 }
 
 // timeout ends the process when delivery is still unanswered.
@@ -607,9 +630,8 @@ func (pr *process) logStderr(line []byte, truncated bool) {
 	// line written during a delivery may arrive after its answer.
 	if cur != nil {
 		attrs = append(attrs, slog.String("delivery", cur.item.Delivery), slog.String("item", cur.item.ID), slog.Int("attempt", cur.item.Attempt))
-	} else if pr.last[0] != "" {
-		n, _ := strconv.Atoi(pr.last[2])
-		attrs = append(attrs, slog.String("delivery", pr.last[0]), slog.String("item", pr.last[1]), slog.Int("attempt", n))
+	} else if pr.last.delivery != "" {
+		attrs = append(attrs, slog.String("delivery", pr.last.delivery), slog.String("item", pr.last.item), slog.Int("attempt", pr.last.attempt))
 	}
 	pr.mu.Unlock()
 	msg := "action stderr"
