@@ -75,6 +75,7 @@ type LineError struct {
 	Message string
 }
 
+// Error names the word (by position, from 1) and what was expected.
 func (e *LineError) Error() string {
 	if e.Index < 0 {
 		return "action config: " + e.Message

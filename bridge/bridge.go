@@ -23,6 +23,4 @@ var (
 	ErrConfig = errors.New("bridge: action config")
 	// ErrNoConfig is returned by FromEnv when MILLRACE_ACTION is unset or blank.
 	ErrNoConfig = errors.New("bridge: no action config: give the line as arguments, --config FILE, or in " + EnvAction)
-	// ErrClosed is returned by Server.Serve after Server.Close or when the server was stopped.
-	ErrClosed = errors.New("bridge: server closed")
 )
