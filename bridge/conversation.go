@@ -175,6 +175,7 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 	}
 	c.batches.Add(1)
 	c.mu.Unlock()
+	c.log.Debug("batch taken", "batch", id, "inlet", b.GetInlet(), "partition", b.GetPartition(), "records", len(b.GetRecords()))
 	go func() {
 		defer c.batches.Done()
 		c.process(b, topic)

@@ -634,7 +634,7 @@ func TestShutdown(t *testing.T) {
 	s := dial(t, r.addr)
 	s.start(r, "c", 0)
 	s.batch(1, 0, rec(0, nil, `{"op":"sleep","ms":200}`))
-	waitLog(t, r, `"msg":"started"`)
+	waitLog(t, r, `"msg":"batch taken"`)
 	if err := r.stop(); err != nil {
 		t.Errorf("ListenAndServe = %v; want nil", err)
 	}
