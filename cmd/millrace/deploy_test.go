@@ -248,10 +248,10 @@ func TestDockerfileBuild(t *testing.T) {
 	// build arguments in the environment. OUT sends the binary to a temporary folder instead of
 	// the repository.
 	bin := filepath.Join(t.TempDir(), binaryName)
-	const version = "9.8.7-deploytest"
+	const stamp = "9.8.7-deploytest"
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "TARGETOS="+runtime.GOOS, "TARGETARCH="+runtime.GOARCH, "VERSION="+version, "OUT="+bin)
+	cmd.Env = append(os.Environ(), "TARGETOS="+runtime.GOOS, "TARGETARCH="+runtime.GOARCH, "VERSION="+stamp, "OUT="+bin)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the Dockerfile's build command %q failed: %v\n%s", command, err, out)
 	}
@@ -299,8 +299,8 @@ func TestDockerfileBuild(t *testing.T) {
 		t.Fatalf("running %s %q: %v", bin, args, err)
 		return "", 0
 	}
-	if out, code := run(nil, "version"); code != 0 || !strings.HasPrefix(out, "millrace "+version+" ") {
-		t.Errorf("millrace version = %q, exit %d; want \"millrace %s (protocol …)\", exit 0", out, code, version)
+	if out, code := run(nil, "version"); code != 0 || !strings.HasPrefix(out, "millrace "+stamp+" ") {
+		t.Errorf("millrace version = %q, exit %d; want \"millrace %s (protocol …)\", exit 0", out, code, stamp)
 	}
 	ready := filepath.Join(t.TempDir(), "ready")
 	env := []string{"FLOW_READINESS_FILE=" + ready}
@@ -335,6 +335,8 @@ type (
 		Name      string            `json:"name"`
 		Namespace string            `json:"namespace"`
 		Labels    map[string]string `json:"labels,omitempty"`
+		// kubectl create … --dry-run=client -o yaml writes creationTimestamp: null.
+		CreationTimestamp any `json:"creationTimestamp,omitempty"`
 	}
 	deploymentSpec struct {
 		Replicas int `json:"replicas"`
@@ -694,9 +696,10 @@ func millraceImageTag(t *testing.T) string {
 // descriptorConfigMap is configmap.yaml for the descriptor bytes: what -update-deploy writes.
 func descriptorConfigMap(cm *object, version string, descriptor []byte) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `# The deployed descriptor of the streamlet in deployment.yaml: what `+"`millrace describe`"+` prints
-# for the bridge container's action line, with millrace %s (the image's). The sidecar checks
-# the bridge's Discover answer against it. Written by
+	fmt.Fprintf(&b, `# The deployed descriptor of the streamlet in deployment.yaml: what millrace %s (the image's)
+# prints for the bridge container's action line with `+"`millrace describe LINE`"+`, the same as
+# `+"`millrace describe actions/score-listing`"+`. The sidecar checks the bridge's Discover answer
+# against it. Written by
 #   go test ./cmd/millrace -run TestKubernetesExample -update-deploy
 # and checked by the same test without the flag, so it cannot drift from the action line.
 apiVersion: v1
@@ -735,20 +738,29 @@ func TestKubernetesExample(t *testing.T) {
 		if got, want := a.Line(), conf.Line(); got != want {
 			t.Errorf("the bridge container's action line = %s; want the one of %s: %s", got, exampleAction, want)
 		}
-		version := millraceImageTag(t)
-		descriptor, err := protocol.MarshalDescriptor(a.Spec(version))
+		imageVersion := millraceImageTag(t)
+		descriptor, err := protocol.MarshalDescriptor(a.Spec(imageVersion))
 		if err != nil {
 			t.Fatal(err)
 		}
+		// `millrace describe LINE` from the image's millrace prints the same bytes.
+		defer func(v string) { version = v }(version)
+		version = imageVersion
+		for _, arg := range []string{bridge.Join(br.Args[1:]), filepath.Dir(exampleAction)} {
+			var stdout, stderr bytes.Buffer
+			if code := dispatch(context.Background(), &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, []string{"describe", arg}); code != 0 || stdout.String() != string(descriptor) {
+				t.Errorf("millrace describe %s = exit %d %q %q; want exit 0 and the bridge's Spec as descriptor.json:\n%s", arg, code, stdout.String(), stderr.String(), descriptor)
+			}
+		}
 		cm := m["ConfigMap"]
 		if *updateDeploy {
-			if err := os.WriteFile(configMapFile, descriptorConfigMap(cm, version, descriptor), 0o644); err != nil {
+			if err := os.WriteFile(configMapFile, descriptorConfigMap(cm, imageVersion, descriptor), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			m = readManifests(t, manifestsDir)
 			cm = m["ConfigMap"]
 		}
-		if got := cm.Data[descriptorKey]; got != string(descriptor)+"\n" {
+		if got := cm.Data[descriptorKey]; strings.TrimSuffix(got, "\n") != string(descriptor) {
 			t.Errorf("ConfigMap %s %s =\n%s\nwant what the code makes of the bridge's action line (rewrite it: go test ./cmd/millrace -run TestKubernetesExample -update-deploy):\n%s", cm.Metadata.Name, descriptorKey, got, descriptor)
 		}
 		if len(cm.Data) != 1 {
