@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -677,6 +678,36 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("metrics lack %s:\n%s", want, body)
 		}
 	}
+}
+
+// TestMetricsEndpoint: --metrics serves the Prometheus text format over HTTP.
+func TestMetricsEndpoint(t *testing.T) {
+	r := startBridge(t, oneOutlet+" --metrics 127.0.0.1:0")
+	waitLog(t, r, `"msg":"serving metrics"`)
+	var line struct{ Address string }
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"serving metrics"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := dial(t, r.addr)
+	s.start(r, "c", 0)
+	s.batch(1, 0, rec(0, nil, `{"op":"skip"}`))
+	s.wait(1)
+	resp, err := http.Get("http://" + line.Address + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"millrace_conversations_total 1", `millrace_batches_total{answer="ack"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("GET /metrics lacks %s:\n%s", want, body)
+		}
+	}
+	expectEOF(t, s.stop())
 }
 
 // TestActionMetricsCap: a careless action cannot grow the metrics without bound.
