@@ -184,6 +184,8 @@ func runChild(mode string) int {
 			case `"retryable"`:
 				c.send(stdio.Message{Type: stdio.TypeMetric, Delivery: m.Delivery, Name: "tries", Value: 1})
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "upstream busy", Retryable: true})
+			case `"hang"`:
+				time.Sleep(time.Hour)
 			case `"fatal"`:
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "bad listing"})
 			case `"abstain"`:

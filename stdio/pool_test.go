@@ -303,6 +303,21 @@ func TestActionAnswers(t *testing.T) {
 	}
 }
 
+// TestTimeoutRearms: the per-process watchdog, armed for an earlier delivery that was
+// answered, re-arms for the next deadline and still catches a later hang.
+func TestTimeoutRearms(t *testing.T) {
+	p := start(t, config("errors", func(c *stdio.Config) { c.ItemTimeout = 400 * time.Millisecond }))
+	if r := run(t, p, item("a", `"ok"`)); r.Outcome != stdio.Done {
+		t.Fatalf("a = %v %v", r.Outcome, r.Err)
+	}
+	time.Sleep(200 * time.Millisecond) // b's deadline falls after the watchdog's first firing
+	began := time.Now()
+	r := run(t, p, item("b", `"hang"`))
+	if r.Outcome != stdio.Failed || !errors.Is(r.Err, stdio.ErrTimeout) || time.Since(began) < 400*time.Millisecond {
+		t.Fatalf("b = %v %v after %v; want a timeout after 400ms", r.Outcome, r.Err, time.Since(began))
+	}
+}
+
 func TestKeyAffinity(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, config("keys", func(c *stdio.Config) {

@@ -54,7 +54,7 @@ type task struct {
 	staged   int      // bytes of emit and metric lines of the current attempt
 	metrics  []Metric // of every attempt
 	written  time.Time
-	timer    *time.Timer // item timeout of the current attempt
+	deadline time.Time   // of the current attempt, when ItemTimeout is set
 	retry    *time.Timer // pending retry
 	bo       backoff.BackOff
 }
@@ -93,7 +93,9 @@ type process struct {
 	cause    error        // why the conversation ended first
 	timedOut *task        // the delivery whose timeout killed the process
 	stopping bool         // shutdown sent: EOF is expected
-	exitErr  error        // cmd.Wait's
+	watchdog *time.Timer  // item timeouts: fires at the oldest deadline in flight (or later)
+	armed    bool
+	exitErr  error // cmd.Wait's
 
 	tailMu sync.Mutex
 	tail   []string
@@ -283,9 +285,6 @@ func (pr *process) handle(m *Message, line []byte) error {
 	}
 	delete(pr.inflight, m.Delivery)
 	pr.mu.Unlock()
-	if t.timer != nil {
-		t.timer.Stop()
-	}
 	pr.next()
 	switch m.Type {
 	case TypeDone:
@@ -357,10 +356,18 @@ func (pr *process) register(t *task) bool {
 	t.emits = nil
 	t.staged = 0
 	t.written = time.Now()
-	t.timer = nil
 	if p.cfg.ItemTimeout > 0 {
-		delivery := t.item.Delivery
-		t.timer = time.AfterFunc(p.cfg.ItemTimeout, func() { pr.timeout(t, delivery) })
+		t.deadline = t.written.Add(p.cfg.ItemTimeout)
+		// One watchdog timer per process, armed for the oldest deadline: no timer is made
+		// or stopped per item.
+		if !pr.armed {
+			pr.armed = true
+			if pr.watchdog == nil {
+				pr.watchdog = time.AfterFunc(p.cfg.ItemTimeout, pr.watch)
+			} else {
+				pr.watchdog.Reset(p.cfg.ItemTimeout)
+			}
+		}
 	}
 	pr.inflight[t.item.Delivery] = t
 	pr.last = lastDelivery{t.item.Delivery, t.item.ID, t.attempts}
@@ -380,18 +387,37 @@ func (pr *process) writeLocked(lines []byte) {
 	}
 }
 
-// timeout ends the process when delivery is still unanswered.
-func (pr *process) timeout(t *task, delivery string) {
+// watch runs when the watchdog fires: it ends the process if a delivery outlived its
+// deadline, else re-arms for the earliest deadline in flight.
+func (pr *process) watch() {
+	now := time.Now()
 	pr.mu.Lock()
-	if pr.inflight[delivery] != t || pr.ended {
+	var expired *task
+	var next time.Time
+	for _, t := range pr.inflight {
+		switch {
+		case !t.deadline.After(now):
+			if expired == nil || t.seq < expired.seq {
+				expired = t
+			}
+		case next.IsZero() || t.deadline.Before(next):
+			next = t.deadline
+		}
+	}
+	pr.armed = false
+	if expired == nil || pr.ended {
+		if expired == nil && !next.IsZero() && !pr.ended {
+			pr.armed = true
+			pr.watchdog.Reset(next.Sub(now))
+		}
 		pr.mu.Unlock()
 		return
 	}
 	if pr.timedOut == nil {
-		pr.timedOut = t
+		pr.timedOut = expired
 	}
 	pr.mu.Unlock()
-	pr.fail(fmt.Errorf("%w: delivery %s (item %s) got no answer within %v", ErrTimeout, delivery, t.item.ID, pr.pool.cfg.ItemTimeout))
+	pr.fail(fmt.Errorf("%w: delivery %s (item %s) got no answer within %v", ErrTimeout, expired.item.Delivery, expired.item.ID, pr.pool.cfg.ItemTimeout))
 }
 
 // fail ends the conversation with cause (the first cause wins) and kills the process group,
@@ -439,6 +465,9 @@ func (pr *process) reap() {
 	pr.mu.Lock()
 	pr.exitErr = err
 	pr.ended = true
+	if pr.watchdog != nil {
+		pr.watchdog.Stop()
+	}
 	cause, stopping := pr.cause, pr.stopping
 	if cause == nil {
 		cause = errStdoutClosed
@@ -462,9 +491,6 @@ func (pr *process) reap() {
 		h(pr.pid, endErr)
 	}
 	for _, t := range inflight {
-		if t.timer != nil {
-			t.timer.Stop()
-		}
 		pr.pool.attemptEnded(t, Failed, pr.deliveryError(t, cause, err), "")
 	}
 	close(pr.dead)
@@ -559,9 +585,6 @@ func (pr *process) abandon() {
 		time.AfterFunc(pr.pool.cfg.ShutdownGrace, func() { pr.fail(errAbandoned) })
 	}
 	for _, t := range inflight {
-		if t.timer != nil {
-			t.timer.Stop()
-		}
 		pr.pool.attemptEnded(t, Abandoned, fmt.Errorf("%w: delivery %s of item %s abandoned", ErrClosed, t.item.Delivery, t.item.ID), "")
 	}
 }
