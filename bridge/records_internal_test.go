@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"testing"
 	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
 // FuzzTextOrBase64 checks that key and header bytes survive the trip to an item and back from
@@ -31,6 +35,10 @@ func TestBytesOfBadBase64(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
+	// The derivation is documented (README); a change would re-key every record in flight.
+	if got, want := IdempotencyKey("pipe", "score-listing", "listings", 3, 1042), "25ec15e1e9cdf74d5a74c078f578c602"; got != want {
+		t.Errorf("IdempotencyKey(pipe, score-listing, listings, 3, 1042) = %s; want %s", got, want)
+	}
 	k := IdempotencyKey("p", "s", "t", 1, 2)
 	if len(k) != 32 || k != IdempotencyKey("p", "s", "t", 1, 2) {
 		t.Errorf("IdempotencyKey = %q; want 32 hex digits, stable", k)
@@ -39,4 +47,19 @@ func TestIdempotencyKey(t *testing.T) {
 	if IdempotencyKey("ab", "c", "t", 1, 2) == IdempotencyKey("a", "bc", "t", 1, 2) || k == IdempotencyKey("p", "s", "t", 1, 3) {
 		t.Errorf("IdempotencyKey collides on different records")
 	}
+}
+
+// FuzzSizeBound checks that the cheap bound is never below the exact size of an Emit.
+func FuzzSizeBound(f *testing.F) {
+	f.Add("out", []byte("k"), []byte(`{"a":1}`), "h", []byte("v"), uint64(1))
+	f.Fuzz(func(t *testing.T, outlet string, key, value []byte, hk string, hv []byte, id uint64) {
+		if !utf8.ValidString(outlet) || !utf8.ValidString(hk) {
+			return
+		}
+		rec := &flowv1.Record{Key: key, Value: value, Headers: []*flowv1.Header{{Key: hk, Value: hv}, {Key: hk}}}
+		msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
+		if b, n := sizeBound(outlet, rec), proto.Size(msg); b < n {
+			t.Fatalf("sizeBound = %d; want at least proto.Size = %d", b, n)
+		}
+	})
 }
