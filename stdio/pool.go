@@ -71,7 +71,7 @@ type Config struct {
 	MaxStagedBytes int
 
 	// QueueSize bounds the items accepted and not yet finished (queued, in flight or waiting to
-	// retry); Submit blocks when it is reached. Default: 64, or 2 × processes × window if more.
+	// retry); Submit blocks when it is reached. Default: 256, or 2 × processes × window if more.
 	QueueSize int
 
 	Hello  Hello        // config and vars sent to every process; Action and Version default to Name and Version
@@ -302,12 +302,12 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	p.window = procs[0].window
 	qs := cfg.QueueSize
 	if qs == 0 {
-		qs = max(64, 2*cfg.Concurrency*p.window)
+		qs = max(256, 2*cfg.Concurrency*p.window)
 	}
 	p.queueSize = qs
-	// Hysteresis: a blocked Submit wakes once a quarter of the queue is free, not once per
+	// Hysteresis: a blocked Submit wakes once half of the queue is free, not once per
 	// finished item, so back-pressure costs one wake-up per batch of items.
-	p.lowWater = qs - max(1, qs/4)
+	p.lowWater = qs / 2
 	p.ready = make(chan *task, qs)
 	for _, pr := range procs {
 		p.procs[pr] = struct{}{}
