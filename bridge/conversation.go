@@ -73,6 +73,9 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		c.maxBytes = MaxMessageBytes
 	}
 	c.log = s.log.With("pipeline", st.GetPipeline(), "conversation", c.id)
+	if st.GetStreamlet() != "" && st.GetStreamlet() != a.Name {
+		c.log.Warn("Start names another streamlet than the action config line; serving it all the same", "start_streamlet", st.GetStreamlet(), "action", a.Name)
+	}
 	for _, b := range st.GetInlets() {
 		c.inlets[b.GetPort()] = b.GetTopic()
 	}
