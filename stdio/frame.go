@@ -110,6 +110,9 @@ func quoteStart(line []byte) string {
 // what is wrong and quotes the start of the line.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
+	if decodeDone(line, m) {
+		return nil
+	}
 	trimmed := bytes.TrimLeft(line, " \t\r")
 	if len(trimmed) == 0 {
 		return fmt.Errorf("%w: an empty line where a JSON object was expected", ErrProtocol)
@@ -130,6 +133,24 @@ func DecodeMessage(line []byte, m *Message) error {
 		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, quoteStart(line))
 	}
 	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, quoteStart(line))
+}
+
+// decodeDone decodes, without the general decoder, the line every delivery ends with when it
+// is written exactly as AppendMessage writes it: {"type":"done","delivery":"<id>"} with an id
+// free of escapes. It reports false, leaving m alone, for any other line.
+func decodeDone(line []byte, m *Message) bool {
+	const prefix, suffix = `{"type":"done","delivery":"`, `"}`
+	if len(line) < len(prefix)+len(suffix) || string(line[:len(prefix)]) != prefix || string(line[len(line)-len(suffix):]) != suffix {
+		return false
+	}
+	id := line[len(prefix) : len(line)-len(suffix)]
+	for _, c := range id {
+		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	m.Type, m.Delivery = TypeDone, string(id)
+	return true
 }
 
 func shortErr(err error) string {

@@ -126,6 +126,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"hello","protocol":1,"action":"a","config":{"n":1},"vars":{"v":"x"}}`,
 		`{"type":"done","delivery":"d1","unknown":{"deep":[true]}}`,
 		`[]`, `{"type":"x"}`, "\xff", `{"type":"done"} {}`,
+		`{"type":"done","delivery":"dl_1"}`, `{"type":"done","delivery":"a\"b"}`, `{"type":"done","delivery":"x"}"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -143,6 +144,16 @@ func FuzzDecodeMessage(f *testing.F) {
 		if !utf8.Valid(line) || !stdjson.Valid(line) || m.Type == "" {
 			t.Fatalf("DecodeMessage(%q) accepted a line that is not a UTF-8 JSON object with a type", line)
 		}
+		var generic map[string]any
+		if err := stdjson.Unmarshal(line, &generic); err != nil {
+			t.Fatalf("DecodeMessage(%q) accepted what encoding/json refuses: %v", line, err)
+		}
+		if v, ok := field(generic, "type"); ok && v != m.Type {
+			t.Fatalf("DecodeMessage(%q) type %q; encoding/json reads %v", line, m.Type, v)
+		}
+		if v, ok := field(generic, "delivery"); ok && v != m.Delivery {
+			t.Fatalf("DecodeMessage(%q) delivery %q; encoding/json reads %v", line, m.Delivery, v)
+		}
 		if len(m.Payload) > 0 && !stdjson.Valid(m.Payload) {
 			t.Fatalf("DecodeMessage(%q) payload %q is not valid JSON", line, m.Payload)
 		}
@@ -158,6 +169,19 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatalf("round trip of %q:\n first %q\nsecond %q", line, out, out2)
 		}
 	})
+}
+
+// field returns the string value of the one key of obj matching name case-insensitively (as
+// struct decoding does); ok is false when there is none or more than one.
+func field(obj map[string]any, name string) (v string, ok bool) {
+	n := 0
+	for k, x := range obj {
+		if strings.EqualFold(k, name) {
+			v, _ = x.(string)
+			n++
+		}
+	}
+	return v, n == 1
 }
 
 // FuzzDecodeLines checks LineReader on any stream and limit: every line it returns fits the
