@@ -1,0 +1,480 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// action is a streamlet the suite deploys: how to run its bridge, describe it, and find the id
+// of an output record.
+type action struct {
+	name     string   // the streamlet's name
+	args     []string // the arguments of `millrace bridge`
+	describe string   // the argument of `millrace describe`
+	in       string   // the inlet port
+	outs     []string // the outlet ports (the dead-letter port among them)
+	dead     string   // the --dead-letter port, or ""
+	env      []string // extra environment of the bridge (and so of the action)
+	// value returns the input value of record i; nil means JSON {"id": ID, "n": i}.
+	value func(id string, i int) []byte
+	// idOf returns the id of an output record: by default its key, which the echo actions keep.
+	idOf func(r *kgo.Record) string
+}
+
+// scoreListing is the Python example, actions/score-listing; every record is a listing it
+// scores, the output carrying the listing's id.
+func scoreListing() action {
+	dir := filepath.Join(bin.root, "actions/score-listing")
+	return action{
+		name: "score-listing", args: []string{"--config", filepath.Join(dir, "action.conf")}, describe: dir,
+		in: "listings", outs: []string{"scores", "rejects", "unsure"},
+		value: func(id string, i int) []byte {
+			return fmt.Appendf(nil, `{"id":%q,"rooms":%d,"surface_m2":%d,"price_eur":%d,"age_hours":1,"city":"Lyon"}`, id, 2+i%4, 30+i%90, 100000+i)
+		},
+		idOf: func(r *kgo.Record) string {
+			var v struct{ ID string }
+			json.Unmarshal(r.Value, &v)
+			return v.ID
+		},
+	}
+}
+
+// goEcho is actions/go-echo (the SDK example), built once.
+func goEcho() action {
+	return lineAction("go-echo", []string{"--in", "in=echo.v1", "--out", "out=echo.v1"}, bin.goEcho)
+}
+
+// child is this test binary playing an action in mode (runChild); dead adds a dead-letter
+// outlet. flags are more words of the config line.
+func child(mode string, dead bool, flags ...string) action {
+	words := []string{"--in", "in=e2e.v1", "--out", "out=e2e.v1"}
+	if dead {
+		words = append(words, "--out", "dead=e2e.v1", "--dead-letter", "dead")
+	}
+	a := lineAction("e2e-"+mode, append(words, flags...), bin.self)
+	a.env = []string{envChild + "=" + mode}
+	if dead {
+		a.dead = "dead"
+	}
+	return a
+}
+
+// lineAction is a streamlet given by config-line words and a command.
+func lineAction(name string, words []string, command ...string) action {
+	args := append(append(append([]string{name}, words...), "--"), command...)
+	a := action{name: name, args: args, describe: quoteLine(args), in: "", outs: nil}
+	for i := 0; i+1 < len(words); i++ {
+		port, _, _ := strings.Cut(words[i+1], "=")
+		switch words[i] {
+		case "--in":
+			a.in = port
+		case "--out":
+			a.outs = append(a.outs, port)
+		}
+	}
+	return a
+}
+
+// quoteLine writes words as one config line, each word single-quoted.
+func quoteLine(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// produced is one input record: its id and where it landed.
+type produced struct {
+	id        string
+	partition int32
+	offset    int64
+}
+
+// pipeline is one deployed streamlet: its topics, group, descriptor, and its replicas (a
+// bridge and a sidecar each).
+type pipeline struct {
+	t          testing.TB
+	b          *broker
+	a          action
+	dir        string
+	inTopic    string
+	outTopics  map[string]string // port → topic
+	group      string
+	descriptor string
+	sidecarEnv []string
+
+	mu       sync.Mutex
+	produced []produced
+	replicas []*replica
+}
+
+// replica is one bridge and its sidecar.
+type replica struct {
+	idx     int
+	port    int
+	bridge  *proc
+	sidecar *proc
+	starts  int
+}
+
+// newPipeline creates the topics (the inlet with partitions partitions, each outlet with 2)
+// and writes descriptor.json with `millrace describe`. sidecarEnv adds or overrides FLOW_*
+// variables.
+func newPipeline(t testing.TB, b *broker, a action, partitions int32, sidecarEnv ...string) *pipeline {
+	t.Helper()
+	pl := &pipeline{t: t, b: b, a: a, dir: t.TempDir(), outTopics: map[string]string{}, sidecarEnv: sidecarEnv}
+	pl.inTopic = b.topic(t, "in", partitions)
+	for _, o := range a.outs {
+		pl.outTopics[o] = b.topic(t, o, 2)
+	}
+	pl.group = "e2e-" + filepath.Base(pl.inTopic)
+	pl.descriptor = filepath.Join(pl.dir, "descriptor.json")
+	cmd := exec.Command(bin.millrace, "describe", a.describe, "-o", pl.descriptor)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("millrace describe %s: %v\n%s", a.describe, err, out)
+	}
+	return pl
+}
+
+// start starts replica idx (a bridge, then its sidecar) and returns it.
+func (pl *pipeline) start(idx int) *replica {
+	pl.t.Helper()
+	r := &replica{idx: idx, port: freePort(pl.t)}
+	pl.startBridge(r)
+	pl.startSidecar(r)
+	pl.mu.Lock()
+	pl.replicas = append(pl.replicas, r)
+	pl.mu.Unlock()
+	return r
+}
+
+func (pl *pipeline) startBridge(r *replica) {
+	r.starts++
+	env := append([]string{"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port)}, pl.a.env...)
+	r.bridge = startProc(pl.t, pl.dir, fmt.Sprintf("bridge-%d", r.idx), env, append([]string{"bridge"}, pl.a.args...)...)
+}
+
+func (pl *pipeline) startSidecar(r *replica) {
+	var outs []string
+	for _, o := range pl.a.outs {
+		outs = append(outs, o+"="+pl.outTopics[o])
+	}
+	env := []string{
+		"FLOW_BROKERS=" + strings.Join(pl.b.addrs, ","),
+		"FLOW_PIPELINE=e2e",
+		"FLOW_STREAMLET=" + pl.a.name,
+		"FLOW_DESCRIPTOR=" + pl.descriptor,
+		"FLOW_INLETS=" + pl.a.in + "=" + pl.inTopic,
+		"FLOW_OUTLETS=" + strings.Join(outs, ","),
+		"FLOW_CONSUMER_GROUP=" + pl.group,
+		"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port),
+		"FLOW_READINESS_FILE=" + filepath.Join(pl.dir, fmt.Sprintf("ready-%d", r.idx)),
+		"FLOW_STALL_WARNING_AFTER=3s",
+	}
+	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d", r.idx), append(env, pl.sidecarEnv...), "sidecar")
+}
+
+// records builds n input records numbered from first, with unique ids (the key is the id).
+func (pl *pipeline) records(first, n int) []*kgo.Record {
+	rs := make([]*kgo.Record, n)
+	for i := range rs {
+		id := fmt.Sprintf("id-%07d", first+i)
+		v := []byte(nil)
+		if pl.a.value != nil {
+			v = pl.a.value(id, first+i)
+		} else {
+			v = fmt.Appendf(nil, `{"id":%q,"n":%d}`, id, first+i)
+		}
+		rs[i] = &kgo.Record{Topic: pl.inTopic, Key: []byte(id), Value: v}
+	}
+	return rs
+}
+
+// produce writes records to the inlet, waits for all, and remembers them by id (the key).
+func (pl *pipeline) produce(rs ...*kgo.Record) {
+	pl.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, r := range rs {
+		r.Topic = pl.inTopic
+	}
+	results := pl.b.admin.ProduceSync(ctx, rs...)
+	if err := results.FirstErr(); err != nil {
+		pl.t.Fatalf("produce to the inlet %s: %v", pl.inTopic, err)
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, r := range results {
+		pl.produced = append(pl.produced, produced{id: string(r.Record.Key), partition: r.Record.Partition, offset: r.Record.Offset})
+	}
+}
+
+// produceSpread produces n records from first in chunks over about d, in the background;
+// wait blocks until all are written.
+func (pl *pipeline) produceSpread(first, n int, d time.Duration) (wait func()) {
+	const chunk = 50
+	rs := pl.records(first, n)
+	chunks := (n + chunk - 1) / chunk
+	done := make(chan struct{})
+	var failed error
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i += chunk {
+			j := min(i+chunk, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			results := pl.b.admin.ProduceSync(ctx, rs[i:j]...)
+			cancel()
+			if err := results.FirstErr(); err != nil {
+				failed = fmt.Errorf("produce to the inlet %s: %w", pl.inTopic, err)
+				return
+			}
+			pl.mu.Lock()
+			for _, r := range results {
+				pl.produced = append(pl.produced, produced{id: string(r.Record.Key), partition: r.Record.Partition, offset: r.Record.Offset})
+			}
+			pl.mu.Unlock()
+			time.Sleep(d / time.Duration(chunks))
+		}
+	}()
+	return func() {
+		<-done
+		if failed != nil {
+			pl.t.Fatal(failed)
+		}
+	}
+}
+
+// ends returns the end offset of every inlet partition written to, from what was produced.
+func (pl *pipeline) ends() map[int32]int64 {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	end := map[int32]int64{}
+	for _, p := range pl.produced {
+		end[p.partition] = max(end[p.partition], p.offset+1)
+	}
+	return end
+}
+
+// committedCount returns how many produced records lie below the group's commits.
+func (pl *pipeline) committedCount() (int, map[int32]int64) {
+	c, err := pl.b.committed(pl.group, pl.inTopic)
+	if err != nil {
+		return -1, nil
+	}
+	n := 0
+	for p, end := range pl.ends() {
+		n += int(min(c[p], end))
+	}
+	return n, c
+}
+
+// waitDone waits until the group has committed every produced record. It fails the test when
+// nothing is committed for idle, naming where it stands and the logs' tails.
+func (pl *pipeline) waitDone(idle time.Duration) {
+	pl.t.Helper()
+	if !pl.waitCommitted(len(pl.produced), idle) {
+		n, c := pl.committedCount()
+		pl.t.Fatalf("the pipeline stopped: %d of %d records committed (commits %v, ends %v) and no progress for %s\n%s", n, len(pl.produced), c, pl.ends(), idle, pl.logTails(30))
+	}
+}
+
+// waitCommitted waits until at least want records are committed; it reports false when
+// nothing progressed for idle.
+func (pl *pipeline) waitCommitted(want int, idle time.Duration) bool {
+	last, since := -1, time.Now()
+	for {
+		n, _ := pl.committedCount()
+		if n >= want {
+			return true
+		}
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > idle {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// logTails returns the last n lines of every process's log.
+func (pl *pipeline) logTails(n int) string {
+	var b strings.Builder
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, r := range pl.replicas {
+		for _, p := range []*proc{r.bridge, r.sidecar} {
+			fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.name, p.log, p.tail(n))
+		}
+	}
+	return b.String()
+}
+
+// sidecarsHave reports whether any sidecar log holds s.
+func (pl *pipeline) sidecarsHave(s string) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, r := range pl.replicas {
+		if r.sidecar.logHas(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// bridgesHave reports whether any bridge log holds s.
+func (pl *pipeline) bridgesHave(s string) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, r := range pl.replicas {
+		if r.bridge.logHas(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// tally is a case's count of records by id.
+type tally struct {
+	in          int // records produced to the inlet
+	out         int // distinct input ids found on the outlets (not the dead-letter one)
+	dead        int // distinct input ids found on the dead-letter outlet
+	uncommitted int // ids found nowhere, at or after their partition's commit: still in Kafka
+	lost        int // ids found nowhere, yet committed: lost
+	dup         int // extra copies of ids, over all outlets
+	unexpected  int // output records whose id was never produced
+	deadRecords []*kgo.Record
+	outRecords  map[string][]*kgo.Record // by id
+}
+
+// tally reads every outlet and counts the produced ids.
+func (pl *pipeline) tally() tally {
+	pl.t.Helper()
+	tl := tally{outRecords: map[string][]*kgo.Record{}}
+	seen, deadSeen := map[string]int{}, map[string]int{}
+	idOf := pl.a.idOf
+	if idOf == nil {
+		idOf = func(r *kgo.Record) string { return string(r.Key) }
+	}
+	for _, o := range pl.a.outs {
+		for _, r := range pl.b.readAll(pl.t, pl.outTopics[o]) {
+			id := idOf(r)
+			if o == pl.a.dead {
+				deadSeen[id]++
+				tl.deadRecords = append(tl.deadRecords, r)
+			} else {
+				seen[id]++
+				tl.outRecords[id] = append(tl.outRecords[id], r)
+			}
+		}
+	}
+	_, commits := pl.committedCount()
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	tl.in = len(pl.produced)
+	ids := map[string]bool{}
+	for _, p := range pl.produced {
+		ids[p.id] = true
+		n := seen[p.id] + deadSeen[p.id]
+		switch {
+		case seen[p.id] > 0:
+			tl.out++
+		case deadSeen[p.id] > 0:
+			tl.dead++
+		case p.offset >= commits[p.partition]:
+			tl.uncommitted++
+		default:
+			tl.lost++
+		}
+		if n > 1 {
+			tl.dup += n - 1
+		}
+	}
+	for id, n := range seen {
+		if !ids[id] {
+			tl.unexpected += n
+		}
+	}
+	for id, n := range deadSeen {
+		if !ids[id] {
+			tl.unexpected += n
+		}
+	}
+	return tl
+}
+
+func (tl tally) String() string {
+	return fmt.Sprintf("in %d, out %d, dead-lettered %d, uncommitted %d, lost %d, duplicated %d, unexpected %d",
+		tl.in, tl.out, tl.dead, tl.uncommitted, tl.lost, tl.dup, tl.unexpected)
+}
+
+// check fails the test when a record was lost or an unexpected one appeared.
+func (tl tally) check(t testing.TB) {
+	t.Helper()
+	if tl.lost != 0 || tl.unexpected != 0 {
+		t.Errorf("tally = %s; want lost 0 and unexpected 0", tl)
+	}
+}
+
+// report logs the case's row and appends it to the MILLRACE_E2E_REPORT file.
+func (pl *pipeline) report(table string, tl tally, seen string) {
+	pl.t.Helper()
+	pl.t.Logf("%s [%s]: %s; seen: %s", pl.t.Name(), pl.b.name(), tl, seen)
+	writeReport(table, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s |", pl.t.Name(), pl.b.name(),
+		tl.in, tl.out, tl.dead, tl.uncommitted, tl.lost, tl.dup, strings.ReplaceAll(cut(seen, 300), "|", `\|`)))
+}
+
+var reportMu sync.Mutex
+
+// writeReport appends "table<TAB>row" to the report file, if any.
+func writeReport(table, row string) {
+	path := os.Getenv(envReport)
+	if path == "" {
+		return
+	}
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s\t%s\n", table, row)
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// sortedKeys returns m's keys in order, for stable messages.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// ciN is the number of records of a CI case (MILLRACE_E2E_N overrides def).
+func ciN(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("MILLRACE_E2E_N")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
