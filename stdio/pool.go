@@ -97,7 +97,7 @@ type Hooks struct {
 
 // AttemptInfo describes one finished attempt, for Hooks.AttemptFinished.
 type AttemptInfo struct {
-	Item    *Item         // the item as delivered (Delivery and Attempt set); read only
+	Item    *Item         // the item as delivered (Delivery and Attempt set); read only, valid during the call
 	Outcome Outcome       // Done, Failed (this attempt), Abstained or Abandoned
 	Latency time.Duration // from the item's write to its answer
 	Err     error         // why the attempt failed
