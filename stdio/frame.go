@@ -110,7 +110,7 @@ func quoteStart(line []byte) string {
 // what is wrong and quotes the start of the line.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
-	if decodeDone(line, m) {
+	if decodeDone(line, m) || decodeEmit(line, m) {
 		return nil
 	}
 	trimmed := bytes.TrimLeft(line, " \t\r")
@@ -151,6 +151,58 @@ func decodeDone(line []byte, m *Message) bool {
 	}
 	m.Type, m.Delivery = TypeDone, string(id)
 	return true
+}
+
+// decodeEmit decodes, without the general decoder, an emit line written as AppendMessage
+// writes the common case: {"type":"emit","delivery":"<id>",["key":"<key>",]"payload":<value>}
+// with an id and key free of escapes and one valid JSON value. It reports false, leaving m
+// alone, for any other line.
+func decodeEmit(line []byte, m *Message) bool {
+	const prefix = `{"type":"emit","delivery":"`
+	if len(line) < len(prefix)+2 || string(line[:len(prefix)]) != prefix || line[len(line)-1] != '}' {
+		return false
+	}
+	rest := line[len(prefix):]
+	id, rest, ok := plainString(rest)
+	if !ok {
+		return false
+	}
+	var key []byte
+	hasKey := false
+	if bytes.HasPrefix(rest, []byte(`,"key":"`)) {
+		if key, rest, ok = plainString(rest[len(`,"key":"`):]); !ok {
+			return false
+		}
+		hasKey = true
+	}
+	if !bytes.HasPrefix(rest, []byte(`,"payload":`)) {
+		return false
+	}
+	payload := bytes.TrimSpace(rest[len(`,"payload":`) : len(rest)-1])
+	if len(payload) == 0 || !utf8.Valid(payload) || !json.Valid(payload) {
+		return false
+	}
+	m.Type, m.Delivery = TypeEmit, string(id)
+	if hasKey {
+		k := string(key)
+		m.Key = &k
+	}
+	m.Payload = append(json.RawMessage(nil), payload...)
+	return true
+}
+
+// plainString splits b after a JSON string body free of escapes, control and non-ASCII
+// bytes, whose opening quote was already consumed.
+func plainString(b []byte) (body, rest []byte, ok bool) {
+	for i, c := range b {
+		switch {
+		case c == '"':
+			return b[:i], b[i+1:], true
+		case c < 0x20 || c == '\\' || c >= utf8.RuneSelf:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
 }
 
 func shortErr(err error) string {

@@ -126,7 +126,8 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"hello","protocol":1,"action":"a","config":{"n":1},"vars":{"v":"x"}}`,
 		`{"type":"done","delivery":"d1","unknown":{"deep":[true]}}`,
 		`[]`, `{"type":"x"}`, "\xff", `{"type":"done"} {}`,
-		`{"type":"done","delivery":"dl_1"}`, `{"type":"done","delivery":"a\"b"}`, `{"type":"done","delivery":"x"}"}`,
+		`{"type":"done","delivery":"dl_1"}`, `{"type":"emit","delivery":"d","key":"k","payload":{"a":[1,"x"]}}`,
+		`{"type":"emit","delivery":"d","payload": 1 ,"payload":2}`, `{"type":"emit","delivery":"d","payload":"é"}`, `{"type":"done","delivery":"a\"b"}`, `{"type":"done","delivery":"x"}"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -154,6 +155,12 @@ func FuzzDecodeMessage(f *testing.F) {
 		if v, ok := field(generic, "delivery"); ok && v != m.Delivery {
 			t.Fatalf("DecodeMessage(%q) delivery %q; encoding/json reads %v", line, m.Delivery, v)
 		}
+		if v, ok := field(generic, "key"); ok && (m.Key == nil || *m.Key != v) {
+			t.Fatalf("DecodeMessage(%q) key %v; encoding/json reads %q", line, m.Key, v)
+		}
+		if raw, ok := rawField(line, "payload"); ok && !bytes.Equal(bytes.TrimSpace(raw), m.Payload) && m.Type != stdio.TypeHello {
+			t.Fatalf("DecodeMessage(%q) payload %s; encoding/json reads %s", line, m.Payload, raw)
+		}
 		if len(m.Payload) > 0 && !stdjson.Valid(m.Payload) {
 			t.Fatalf("DecodeMessage(%q) payload %q is not valid JSON", line, m.Payload)
 		}
@@ -172,16 +179,37 @@ func FuzzDecodeMessage(f *testing.F) {
 }
 
 // field returns the string value of the one key of obj matching name case-insensitively (as
-// struct decoding does); ok is false when there is none or more than one.
+// struct decoding does); ok is false when there is none, more than one, or it is no string.
 func field(obj map[string]any, name string) (v string, ok bool) {
 	n := 0
+	isString := false
 	for k, x := range obj {
 		if strings.EqualFold(k, name) {
-			v, _ = x.(string)
+			v, isString = x.(string)
 			n++
 		}
 	}
-	return v, n == 1
+	return v, n == 1 && isString
+}
+
+// rawField returns the raw bytes of the one key of a JSON object line matching name exactly;
+// ok is false when there is none or it appears twice, or a case-folded twin exists.
+func rawField(line []byte, name string) (stdjson.RawMessage, bool) {
+	var obj map[string]stdjson.RawMessage
+	if stdjson.Unmarshal(line, &obj) != nil {
+		return nil, false
+	}
+	n := 0
+	for k := range obj {
+		if strings.EqualFold(k, name) {
+			n++
+		}
+	}
+	raw, ok := obj[name]
+	if !ok || n != 1 || bytes.Count(line, []byte(`"`+name+`"`)) != 1 {
+		return nil, false
+	}
+	return raw, true
 }
 
 // FuzzDecodeLines checks LineReader on any stream and limit: every line it returns fits the
