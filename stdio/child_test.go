@@ -139,7 +139,8 @@ func runChild(mode string) int {
 		case "flood":
 			line := strings.Repeat("e", 99) + "\n"
 			w := bufio.NewWriterSize(os.Stderr, 1<<16)
-			for range (20 << 20) / 100 {
+			mb, _ := strconv.Atoi(os.Getenv("STDIO_TEST_FLOOD_MB"))
+			for range (max(mb, 20) << 20) / 100 {
 				w.WriteString(line)
 			}
 			w.Flush()
