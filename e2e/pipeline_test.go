@@ -135,7 +135,7 @@ type replica struct {
 // variables.
 func newPipeline(t testing.TB, b *broker, a action, partitions int32, sidecarEnv ...string) *pipeline {
 	t.Helper()
-	pl := &pipeline{t: t, b: b, a: a, dir: t.TempDir(), outTopics: map[string]string{}, sidecarEnv: sidecarEnv}
+	pl := &pipeline{t: t, b: b, a: a, dir: logDir(t), outTopics: map[string]string{}, sidecarEnv: sidecarEnv}
 	pl.inTopic = b.topic(t, "in", partitions)
 	for _, o := range a.outs {
 		pl.outTopics[o] = b.topic(t, o, 2)
@@ -469,6 +469,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// logDir is where a case's processes write their logs: a temporary directory, or one kept under
+// MILLRACE_E2E_LOGS when that is set.
+func logDir(t testing.TB) string {
+	root := os.Getenv("MILLRACE_E2E_LOGS")
+	if root == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(root, unsafeChars.ReplaceAllString(t.Name(), "-")+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("logs in %s", dir)
+	return dir
 }
 
 // ciN is the number of records of a CI case (MILLRACE_E2E_N overrides def).

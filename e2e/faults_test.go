@@ -1,0 +1,236 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Faults run the Python example (actions/score-listing) over records produced while the fault
+// strikes; each reports records in / out / lost / duplicated. Lost must be 0; duplicates may
+// only come from batches in flight at a fault.
+
+// idleFault bounds how long a case may see no commit at all: a SIGKILLed sidecar's group
+// member lingers until its session times out (45 s), then the sidecar's backoff may add 30 s.
+const idleFault = 150 * time.Second
+
+// every runs f at random intervals in [lo, hi) in a goroutine until stop is called; stop
+// waits for it and returns how often f ran.
+func every(seed uint64, lo, hi time.Duration, f func()) (stop func() int) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	quit, done := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(lo + time.Duration(rng.Int64N(int64(hi-lo)))):
+				f()
+				n++
+			}
+		}
+	}()
+	return func() int {
+		close(quit)
+		return <-done
+	}
+}
+
+func seed(t *testing.T) uint64 {
+	s := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("MILLRACE_E2E_SEED"), 10, 64); err == nil {
+		s = v
+	}
+	t.Logf("seed %d (MILLRACE_E2E_SEED repeats it)", s)
+	return s
+}
+
+// TestFaultActionKilled SIGKILLs the action's processes (children of the bridge, found by
+// parent PID) at random intervals while records flow.
+func TestFaultActionKilled(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 4)
+	r := pl.start(0)
+	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+	killed := 0
+	stop := every(seed(t), 150*time.Millisecond, 700*time.Millisecond, func() {
+		for _, pid := range children(r.bridge.pid()) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+	})
+	wait()
+	time.Sleep(2 * time.Second) // keep killing a while after the last record
+	rounds := stop()
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	pl.report("action SIGKILLed at random intervals", tl, fmt.Sprintf("%d kill rounds, %d processes killed; bridge action-attempt-failed log lines: %d",
+		rounds, killed, len(r.bridge.logLines("action attempt failed", 100000))))
+	tl.check(t)
+	if killed == 0 {
+		t.Errorf("no action process was killed: the fault did not happen")
+	}
+}
+
+// TestFaultBridgeKilled SIGKILLs the bridge three times mid-run and restarts it on its port;
+// the action processes it leaves must exit on their own (their stdin closes).
+func TestFaultBridgeKilled(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 4)
+	r := pl.start(0)
+	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+	var orphans []int
+	for range 3 {
+		time.Sleep(2 * time.Second)
+		orphans = append(orphans, r.bridge.kill()...)
+		pl.startBridge(r)
+	}
+	wait()
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	left := 0
+	waitUntil(10*time.Second, func() bool {
+		left = 0
+		for _, pid := range orphans {
+			if alive(pid) {
+				left++
+			}
+		}
+		return left == 0
+	})
+	pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %q",
+		len(orphans), left, cut(firstLine(r.sidecar.logLines("stream failed", 1)), 200)))
+	tl.check(t)
+	if left != 0 {
+		t.Errorf("%d action processes outlived their SIGKILLed bridge by 10 s", left)
+	}
+}
+
+// TestFaultSidecarKilled SIGKILLs the sidecar mid-run and starts it again; then SIGTERMs it
+// and starts it again.
+func TestFaultSidecarKilled(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 4)
+	r := pl.start(0)
+	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+	time.Sleep(2 * time.Second)
+	r.sidecar.kill()
+	pl.startSidecar(r)
+	time.Sleep(2 * time.Second)
+	r.sidecar.stop(t, 30*time.Second)
+	pl.startSidecar(r)
+	wait()
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	pl.report("sidecar SIGKILLed and restarted, then SIGTERMed and restarted", tl, "")
+	tl.check(t)
+}
+
+// TestFaultRebalance starts a second replica (bridge and sidecar) in the group mid-run, waits
+// until it owns partitions, and stops it again.
+func TestFaultRebalance(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 4)
+	r0 := pl.start(0)
+	wait := pl.produceSpread(0, ciN(4000), 10*time.Second)
+	time.Sleep(2 * time.Second)
+	r1 := pl.start(1)
+	if !waitUntil(60*time.Second, func() bool { return r1.sidecar.logHas("partition assigned") }) {
+		t.Fatalf("the second replica was assigned no partition within 60 s\n%s", pl.logTails(20))
+	}
+	time.Sleep(3 * time.Second)
+	r1.sidecar.stop(t, 30*time.Second)
+	r1.bridge.stop(t, 30*time.Second)
+	wait()
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	pl.report("second replica joins, then leaves (rebalance)", tl, fmt.Sprintf("replica 0 revocations logged: %d, replica 1 assignments: %d",
+		len(r0.sidecar.logLines("partition revoked", 100)), len(r1.sidecar.logLines("partition assigned", 100))))
+	tl.check(t)
+}
+
+// TestFaultProduceRefused makes the broker refuse every write to the outlet (its
+// max.message.bytes set below any batch): nothing may be committed, the stall warning must be
+// logged, and progress must resume once the limit is restored.
+func TestFaultProduceRefused(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 2)
+	r := pl.start(0)
+	pl.produce(pl.records(0, 200)...)
+	pl.waitDone(60 * time.Second)
+
+	setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "16")
+	pl.produce(pl.records(200, ciN(1000))...)
+	if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+		t.Fatalf("no stall warning within 60 s of the outlet refusing writes\n%s", pl.logTails(20))
+	}
+	n, _ := pl.committedCount()
+	if n != 200 {
+		t.Errorf("committed %d records while the outlet refused writes; want 200 (nothing more)", n)
+	}
+	failure := firstLine(r.sidecar.logLines("stream failed", 1))
+	stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+
+	setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", strconv.Itoa(16<<20))
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	pl.report("outlet refuses writes (max.message.bytes 16), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(failure, 250), cut(stall, 250)))
+	tl.check(t)
+	if failure == "" || stall == "" {
+		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
+	}
+}
+
+// TestFaultBrokerRestart restarts the broker mid-run with its data: kfake closed and reopened
+// on its data directory, the real broker with `scripts/kafka restart`.
+func TestFaultBrokerRestart(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 4)
+	r := pl.start(0)
+	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+	time.Sleep(3 * time.Second)
+	b.restart(t, 2*time.Second)
+	wait()
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	pl.report("broker restarted mid-run (down 2 s)", tl, fmt.Sprintf("sidecar: %q", cut(firstLine(r.sidecar.logLines(`"level":"ERROR"`, 1)), 250)))
+	tl.check(t)
+}
+
+func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	rr.Configs = append(rr.Configs, c)
+	req.Resources = append(req.Resources, rr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, b.admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("set %s=%s on topic %s: %v", key, value, topic, err)
+	}
+}
+
+func firstLine(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[0]
+}
