@@ -38,6 +38,7 @@ var commands = []*command{
 	{name: "test", summary: "test an action: its fixtures, or with --conformance the action protocol", run: runTest},
 	{name: "init", summary: "write a new action directory (raw, python, node, go or bash) that passes its own tests", run: runInit},
 	{name: "describe", summary: "print the canonical descriptor.json of an action directory or config line", run: runDescribe},
+	{name: "run", summary: "run an action or a pipeline on a local Kafka broker: input lines in, output records out", run: runRun},
 }
 
 // errUsage marks a mistake on the command line: the caller prints usage and exits 2.

@@ -1,13 +1,10 @@
 package main
 
-import (
-	"io"
-	"os"
-)
+import "os"
 
-// isTerminal reports whether w is a terminal (a character device), for output meant for a
-// person: progress lines, a final newline.
-func isTerminal(w io.Writer) bool {
+// isTerminal reports whether w (a reader or writer) is a terminal (a character device): for
+// output meant for a person (progress lines, a final newline), or input typed by one.
+func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ankka-flow/millrace/local"
+)
+
+// runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
+// sidecar and the bridge as in production, input lines in, output records out.
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--brokers HOST:PORT,…] [--data DIR]")
+	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
+	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
+	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
+	brokers := fs.String("brokers", "", "a Kafka cluster to use instead of the in-process broker, comma-separated")
+	data := fs.String("data", "", "keep the in-process broker's data in DIR, across runs")
+	partitions := fs.Int("partitions", 1, "partitions of each topic created")
+	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
+	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fs.usageErr(fmt.Sprintf("expected one action directory, config line (quoted) or pipeline file, got %d arguments", len(pos)))
+	}
+	p, err := loadRunnable(pos[0])
+	if err != nil {
+		return err
+	}
+
+	out := &termWriter{w: e.stderr, term: isTerminal(e.stderr)}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	opts := local.Options{
+		Bare: *bare, Follow: *follow, DataDir: *data, Partitions: *partitions, StallAfter: *stall,
+		Out: e.stdout, Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})),
+		Version: Version(),
+	}
+	if out.term {
+		opts.Progress = progressWriter{out}
+	}
+	if *brokers != "" {
+		opts.Brokers = strings.Split(*brokers, ",")
+	}
+	switch {
+	case *input == "-":
+		opts.Input = e.stdin
+	case *input != "":
+		f, err := os.Open(*input)
+		if err != nil {
+			return fmt.Errorf("the input: %w", err)
+		}
+		defer f.Close()
+		opts.Input = f
+	case !isTerminal(e.stdin):
+		opts.Input = e.stdin
+	}
+	sum, err := local.Run(ctx, p, opts)
+	if sum != nil {
+		fmt.Fprintf(e.stderr, "millrace run: %s: %s\n", p.Name, sum)
+	}
+	switch {
+	case errors.Is(err, local.ErrInterrupted):
+		return &exitError{code: 130, msg: err.Error()}
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// loadRunnable reads what `millrace run` was given: an action directory, a pipeline file, an
+// action config file, or a config line.
+func loadRunnable(arg string) (*local.Pipeline, error) {
+	if st, err := os.Stat(arg); err == nil && !st.IsDir() && local.IsPipelineFile(arg) {
+		return local.LoadPipeline(arg)
+	}
+	a, err := local.Load(arg)
+	if err != nil {
+		return nil, err
+	}
+	p := local.Single(a)
+	p.Name = a.Name
+	return p, nil
+}
+
+// termWriter serialises stderr between logs and the progress line; on a terminal each log
+// line first clears the progress line it would otherwise run into.
+type termWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	term bool
+}
+
+func (t *termWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.term {
+		if _, err := io.WriteString(t.w, "\r\033[K"); err != nil {
+			return 0, err
+		}
+	}
+	return t.w.Write(p)
+}
+
+// progressWriter writes the progress line as given (it redraws itself with \r).
+type progressWriter struct{ t *termWriter }
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	p.t.mu.Lock()
+	defer p.t.mu.Unlock()
+	return p.t.w.Write(b)
+}

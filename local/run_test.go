@@ -1,0 +1,217 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ankka-flow/millrace/local"
+)
+
+// initAction writes a raw (Python) action for the run tests.
+func initAction(t *testing.T, name string) string {
+	t.Helper()
+	needRuntimes(t, "raw")
+	dir := filepath.Join(t.TempDir(), name)
+	if err := local.Init(context.Background(), dir, "raw", local.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestRunSingle: input lines in, every output record out as JSON lines, then Run returns on
+// its own with a complete summary.
+func TestRunSingle(t *testing.T) {
+	dir := initAction(t, "greet")
+	a, err := local.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `{"key": "u1", "payload": {"name": "Ada"}}
+{"key": "u2", "payload": {"name": "Zoë"}, "headers": [{"key": "source", "value": "sample"}]}
+{"payload": {"name": "Grace"}}
+`
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := local.Run(ctx, local.Single(a), local.Options{Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"})
+	if err != nil {
+		t.Fatalf("Run = %v (summary %v)", err, sum)
+	}
+	want := `{"outlet":"out","key":"u1","payload":{"message":"Hello, Ada!"}}
+{"outlet":"out","key":"u2","payload":{"message":"Hello, Zoë!"}}
+{"outlet":"out","payload":{"message":"Hello, Grace!"}}
+`
+	if out.String() != want {
+		t.Fatalf("Run printed\n%s\nwant\n%s", out.String(), want)
+	}
+	if !sum.Complete || sum.In != 3 || sum.Total() != 3 || sum.Failed != 0 {
+		t.Fatalf("summary = %+v; want complete, 3 in, 3 out, 0 failed", sum)
+	}
+}
+
+// writeUpper writes an action that upper-cases the message of each greeting.
+func writeUpper(t *testing.T, dir string) {
+	t.Helper()
+	files := map[string]string{
+		"action.conf": "upper --in in=greeting.v1 --out out=greeting.v1 -- python3 main.py\n",
+		"main.py": `import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["type"] == "hello":
+        print(json.dumps({"type": "ready"}), flush=True)
+    elif m["type"] == "item":
+        d = m["delivery"]
+        out = {"type": "emit", "delivery": d, "payload": {"message": m["payload"]["message"].upper()}}
+        if "key" in m:
+            out["key"] = m["key"]
+        print(json.dumps(out, ensure_ascii=False), flush=True)
+        print(json.dumps({"type": "done", "delivery": d}), flush=True)
+    elif m["type"] == "shutdown":
+        sys.exit(0)
+`,
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRunPipeline: two streamlets, the output of the first feeding the second through a topic
+// the pipeline file binds, with a config value set; every record of both outlets is printed.
+func TestRunPipeline(t *testing.T) {
+	root := t.TempDir()
+	greet := initAction(t, "greet")
+	writeUpper(t, filepath.Join(root, "upper"))
+	pipeline := filepath.Join(root, "greetings.pipeline")
+	content := "# names → greetings → GREETINGS\ninput names\n" + greet + " in=names out=greetings --set greeting=Hi\nupper in=greetings out=loud\n"
+	if err := os.WriteFile(pipeline, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !local.IsPipelineFile(pipeline) {
+		t.Fatalf("IsPipelineFile(%s) = false", pipeline)
+	}
+	p, err := local.LoadPipeline(pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in := "{\"name\": \"Ada\"}\n{\"name\": \"Zoë\"}\n"
+	sum, err := local.Run(ctx, p, local.Options{Input: strings.NewReader(in), Bare: true, Out: &out, Logger: testLogger(t), Version: "test"})
+	if err != nil {
+		t.Fatalf("Run = %v (summary %v)", err, sum)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var greets, louds []string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, `{"streamlet":"greet","outlet":"out"`):
+			greets = append(greets, l)
+		case strings.HasPrefix(l, `{"streamlet":"upper","outlet":"out"`):
+			louds = append(louds, l)
+		default:
+			t.Errorf("unexpected output line %s", l)
+		}
+	}
+	wantLoud := []string{`{"streamlet":"upper","outlet":"out","payload":{"message":"HI, ADA!"}}`, `{"streamlet":"upper","outlet":"out","payload":{"message":"HI, ZOË!"}}`}
+	if len(greets) != 2 || strings.Join(louds, "\n") != strings.Join(wantLoud, "\n") {
+		t.Fatalf("Run printed\n%s\nwant 2 greet lines and\n%s", out.String(), strings.Join(wantLoud, "\n"))
+	}
+	if sum.In != 2 || sum.Out["greet.out"] != 2 || sum.Out["upper.out"] != 2 || !sum.Complete {
+		t.Fatalf("summary = %+v", sum)
+	}
+}
+
+// TestRunFaults: each fault ends the run with its error and a reason a person can act on.
+func TestRunFaults(t *testing.T) {
+	dir := initAction(t, "greet")
+	a, err := local.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		p       func() *local.Pipeline
+		in      string
+		opts    local.Options
+		wantErr error
+		want    string
+	}{
+		{name: "bad-input", in: "{\"name\": \"Ada\"}\n", wantErr: local.ErrInput, want: `line 1: json: unknown field "name"`},
+		{name: "bare-not-json", in: "{}\nnot json\n", opts: local.Options{Bare: true}, wantErr: local.ErrInput, want: "line 2: not JSON"},
+		{name: "stall", in: "{\"payload\": {\"id\": 4}}\n", opts: local.Options{StallAfter: time.Second}, wantErr: local.ErrStalled, want: "payload has no name"},
+		{name: "refused", in: "", p: func() *local.Pipeline {
+			p := local.Single(a)
+			p.Streamlets[0].Values = map[string]string{"nope": "1"}
+			return p
+		}, wantErr: local.ErrRefused, want: "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := local.Single(a)
+			if tt.p != nil {
+				p = tt.p()
+			}
+			opts := tt.opts
+			opts.Input, opts.Logger, opts.Version = strings.NewReader(tt.in), testLogger(t), "test"
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := local.Run(ctx, p, opts)
+			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Run(%s) = %v; want %v containing %q", tt.name, err, tt.wantErr, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunInterrupted: ctx ending stops the run cleanly; with Follow that is the way it ends.
+func TestRunInterrupted(t *testing.T) {
+	dir := initAction(t, "greet")
+	a, err := local.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, follow := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var out bytes.Buffer
+		done := make(chan error, 1)
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := local.Run(ctx, local.Single(a), local.Options{Input: pr, Out: &out, Follow: follow, Logger: testLogger(t), Version: "test"})
+			done <- err
+		}()
+		if _, err := pw.Write([]byte("{\"key\": \"k\", \"payload\": {\"name\": \"Ada\"}}\n")); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		err := <-done
+		pw.Close()
+		if follow && err != nil || !follow && !errors.Is(err, local.ErrInterrupted) {
+			t.Fatalf("Run(follow %v) after cancel = %v", follow, err)
+		}
+	}
+}
