@@ -223,6 +223,41 @@ func runChild(mode string) int {
 				time.Sleep(time.Millisecond)
 			}
 			c.echo(m)
+		case "chaos":
+			// Misbehave on the first attempt of some items (chosen by id), then behave; keyed
+			// items take a lock file per key while answering, so two deliveries of one key
+			// in flight at once show up as an error.
+			if m.Attempt == 1 {
+				switch h := fnv32(m.ID) % 16; h {
+				case 0:
+					fmt.Fprintln(os.Stderr, "chaos: crash")
+					return 3
+				case 1:
+					c.raw("oops, a stray print\n")
+				case 2:
+					c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "chaos: busy", Retryable: true})
+					continue
+				case 3:
+					time.Sleep(time.Hour)
+				case 4:
+					c.send(stdio.Message{Type: stdio.TypeDone, Delivery: "dl_not_mine"})
+				case 5:
+					c.echo(m)
+					c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(`"late"`)})
+					continue
+				}
+			}
+			if m.Key != nil {
+				lock := filepath.Join(marker, "key-"+*m.Key)
+				if !takeLock(lock) {
+					c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "key in flight twice: " + *m.Key})
+					continue
+				}
+				c.echo(m)
+				os.Remove(lock)
+				continue
+			}
+			c.echo(m)
 		case "pid":
 			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(strconv.Itoa(os.Getpid()))})
 			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
@@ -256,6 +291,33 @@ func runChild(mode string) int {
 			c.echo(m)
 		}
 	}
+}
+
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return h
+}
+
+// takeLock creates lock holding this pid; a lock left by a dead process is taken over.
+func takeLock(lock string) bool {
+	for range 2 {
+		f, err := os.OpenFile(lock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err == nil {
+			fmt.Fprint(f, os.Getpid())
+			f.Close()
+			return true
+		}
+		b, _ := os.ReadFile(lock)
+		pid, _ := strconv.Atoi(string(b))
+		if pid > 0 && syscall.Kill(pid, 0) == nil {
+			return false // held by a live process
+		}
+		os.Remove(lock)
+	}
+	return false
 }
 
 func init() {
