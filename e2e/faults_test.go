@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -117,8 +118,9 @@ func TestFaultBridgeKilled(t *testing.T) {
 	}
 }
 
-// TestFaultSidecarKilled SIGKILLs the sidecar mid-run and starts it again; then SIGTERMs it
-// and starts it again.
+// TestFaultSidecarKilled SIGKILLs the sidecar mid-run and starts it again (its old group
+// member lingers until its session times out, 45 s); once the new one owns partitions it is
+// SIGTERMed and started again.
 func TestFaultSidecarKilled(t *testing.T) {
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 4)
@@ -127,7 +129,10 @@ func TestFaultSidecarKilled(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	r.sidecar.kill()
 	pl.startSidecar(r)
-	time.Sleep(2 * time.Second)
+	if !waitUntil(idleFault, func() bool { return r.sidecar.logHas("partition assigned") }) {
+		t.Fatalf("the restarted sidecar was assigned no partition within %s\n%s", idleFault, pl.logTails(20))
+	}
+	time.Sleep(time.Second)
 	r.sidecar.stop(t, 30*time.Second)
 	pl.startSidecar(r)
 	wait()
@@ -135,6 +140,36 @@ func TestFaultSidecarKilled(t *testing.T) {
 	tl := pl.tally()
 	pl.report("sidecar SIGKILLed and restarted, then SIGTERMed and restarted", tl, "")
 	tl.check(t)
+	tl.checkDup(t, 2*4*100)
+}
+
+// TestSidecarStopsWhileJoining SIGTERMs a sidecar while it waits to join its group (the
+// previous sidecar was SIGKILLed, so the join waits for its session to time out): it must
+// still exit within FLOW_SHUTDOWN_TIMEOUT (20 s), as a pod's 30 s grace period needs.
+func TestSidecarStopsWhileJoining(t *testing.T) {
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 2)
+	r := pl.start(0)
+	pl.produce(pl.records(0, 100)...)
+	pl.waitDone(60 * time.Second)
+	r.sidecar.kill()
+	pl.startSidecar(r)
+	if !waitUntil(30*time.Second, func() bool { return r.sidecar.logHas("conversation started") }) {
+		t.Fatalf("the restarted sidecar started no conversation within 30 s\n%s", pl.logTails(20))
+	}
+	time.Sleep(time.Second)
+	start := time.Now()
+	r.sidecar.signal(syscall.SIGTERM)
+	select {
+	case <-r.sidecar.done:
+		t.Logf("the sidecar exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+	case <-time.After(25 * time.Second):
+		r.sidecar.signal(syscall.SIGQUIT) // the Go runtime writes every goroutine's stack to the log
+		<-r.sidecar.done
+		t.Errorf("the sidecar did not exit within 25 s of SIGTERM (FLOW_SHUTDOWN_TIMEOUT is 20 s) while joining its group; its goroutines at SIGQUIT are in %s\n%s",
+			r.sidecar.log, stacksOf(r.sidecar.logText(), "sidecar"))
+	}
+	writeReport("sidecar SIGTERM while joining its group", fmt.Sprintf("| %s | %s | exited after %s |", t.Name(), b.name(), time.Since(start).Round(time.Millisecond)))
 }
 
 // TestFaultRebalance starts a second replica (bridge and sidecar) in the group mid-run, waits
@@ -226,6 +261,21 @@ func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
 	if err != nil {
 		t.Fatalf("set %s=%s on topic %s: %v", key, value, topic, err)
 	}
+}
+
+// stacksOf returns the goroutine stacks of a Go panic dump in log that mention pkg.
+func stacksOf(log, pkg string) string {
+	i := strings.Index(log, "goroutine ")
+	if i < 0 {
+		return "(no goroutine dump in the log)"
+	}
+	var keep []string
+	for _, g := range strings.Split(log[i:], "\n\n") {
+		if strings.Contains(g, "/"+pkg+".") || strings.Contains(g, "/"+pkg+"/") {
+			keep = append(keep, g)
+		}
+	}
+	return cut(strings.Join(keep, "\n\n"), 8000)
 }
 
 func firstLine(lines []string) string {

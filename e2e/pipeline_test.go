@@ -428,6 +428,15 @@ func (tl tally) check(t testing.TB) {
 	}
 }
 
+// checkDup fails the test when more records were duplicated than bound, the records the
+// batches in flight at the faults may hold.
+func (tl tally) checkDup(t testing.TB, bound int) {
+	t.Helper()
+	if tl.dup > bound {
+		t.Errorf("tally = %s; want at most %d duplicates (the batches in flight at the faults)", tl, bound)
+	}
+}
+
 // report logs the case's row and appends it to the MILLRACE_E2E_REPORT file.
 func (pl *pipeline) report(table string, tl tally, seen string) {
 	pl.t.Helper()
