@@ -631,6 +631,65 @@ func TestChaos(t *testing.T) {
 	t.Logf("failed attempts by cause: %v", seen)
 }
 
+// TestChaosAbandon closes a busy chaotic pool without draining: every item still ends
+// exactly once, done (with its own emit) or abandoned (with none).
+func TestChaosAbandon(t *testing.T) {
+	p := start(t, config("chaos", func(c *stdio.Config) {
+		c.Concurrency = 3
+		c.Window = 4
+		c.Retries = 10
+		c.ItemTimeout = 500 * time.Millisecond
+		c.ShutdownGrace = 200 * time.Millisecond
+		c.Env = append(c.Env, "STDIO_TEST_MARKER="+t.TempDir())
+	}))
+	const n = 150
+	var mu sync.Mutex
+	calls := make(map[string]int)
+	finished := make(chan struct{}, n)
+	for i := range n {
+		id := "abandon/0/" + strconv.Itoa(i)
+		payload := strconv.Itoa(i)
+		it := item(id, payload)
+		if i%2 == 0 {
+			k := "k" + strconv.Itoa(i%5)
+			it.Key = &k
+		}
+		err := p.Submit(context.Background(), it, func(r stdio.Result) {
+			mu.Lock()
+			calls[id]++
+			mu.Unlock()
+			switch {
+			case r.Outcome == stdio.Done && len(r.Emits) == 1 && string(r.Emits[0].Payload) == payload:
+			case r.Outcome == stdio.Abandoned && len(r.Emits) == 0 && errors.Is(r.Err, stdio.ErrClosed):
+			default:
+				t.Errorf("item %s = %v %+v %v; want done with its emit or abandoned", id, r.Outcome, r.Emits, r.Err)
+			}
+			finished <- struct{}{}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n / 3 {
+		<-finished
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Close(ctx, false); err != nil {
+		t.Fatalf("Close(abandon) = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != n {
+		t.Fatalf("%d items finished after Close; want all %d", len(calls), n)
+	}
+	for id, c := range calls {
+		if c != 1 {
+			t.Errorf("item %s finished %d times; want once", id, c)
+		}
+	}
+}
+
 // TestNoZombies: after Close, no child of the engine is left, running or unreaped, whatever
 // the children did.
 func TestNoZombies(t *testing.T) {
