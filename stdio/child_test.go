@@ -89,6 +89,8 @@ func runChild(mode string) int {
 		c.raw("Welcome to my action v1.0\n")
 	case "window", "windowcrash":
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 4})
+	case "slowwindow":
+		c.send(stdio.Message{Type: stdio.TypeReady, Window: 8})
 	case "readyconfig":
 		c.raw(`{"type":"ready","future":true}` + "\n")
 	default:
@@ -257,6 +259,9 @@ func runChild(mode string) int {
 				os.Remove(lock)
 				continue
 			}
+			c.echo(m)
+		case "slowwindow":
+			time.Sleep(150 * time.Millisecond)
 			c.echo(m)
 		case "pid":
 			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(strconv.Itoa(os.Getpid()))})

@@ -49,8 +49,11 @@ type Config struct {
 	Concurrency int  // processes running at once (default 1)
 	PerItem     bool // one fresh process per delivery instead of serving many
 
-	ReadyTimeout  time.Duration // hello → ready (default DefaultReadyTimeout)
-	ItemTimeout   time.Duration // per attempt, from the item's write (0: DefaultItemTimeout; <0: none)
+	ReadyTimeout time.Duration // hello → ready (default DefaultReadyTimeout)
+	// ItemTimeout bounds each attempt (0: DefaultItemTimeout; <0: none). Its clock starts at
+	// the later of the item's write and the process's previous answer, so deliveries written
+	// ahead in a window wait their turn without using up their time.
+	ItemTimeout   time.Duration
 	ShutdownGrace time.Duration // shutdown → exit 0, before SIGTERM then SIGKILL (default DefaultShutdownGrace)
 
 	// Window is the number of deliveries written ahead to one process. 0 lets the action decide

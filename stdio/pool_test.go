@@ -836,6 +836,22 @@ func TestWindowCrash(t *testing.T) {
 	}
 }
 
+// TestWindowTimeoutTakesTurns: eight items written ahead to a sequential action taking 150ms
+// each all finish on their first attempt under a 400ms item timeout: a delivery's clock starts
+// at its turn, not at its write.
+func TestWindowTimeoutTakesTurns(t *testing.T) {
+	p := start(t, config("slowwindow", func(c *stdio.Config) { c.ItemTimeout = 400 * time.Millisecond }))
+	var chans []<-chan stdio.Result
+	for i := range 8 {
+		chans = append(chans, submit(t, p, item(strconv.Itoa(i), "1")))
+	}
+	for i, ch := range chans {
+		if r := wait(t, ch); r.Outcome != stdio.Done || r.Attempts != 1 {
+			t.Fatalf("item %d = %v after %d attempts (%v); want done at once", i, r.Outcome, r.Attempts, r.Err)
+		}
+	}
+}
+
 func TestConfigWindow(t *testing.T) {
 	p := start(t, config("echo", func(c *stdio.Config) { c.Window = 8 }))
 	if p.Window() != 8 {

@@ -54,7 +54,6 @@ type task struct {
 	staged   int      // bytes of emit and metric lines of the current attempt
 	metrics  []Metric // of every attempt
 	written  time.Time
-	deadline time.Time   // of the current attempt, when ItemTimeout is set
 	retry    *time.Timer // pending retry
 	bo       backoff.BackOff
 }
@@ -93,7 +92,8 @@ type process struct {
 	cause    error        // why the conversation ended first
 	timedOut *task        // the delivery whose timeout killed the process
 	stopping bool         // shutdown sent: EOF is expected
-	watchdog *time.Timer  // item timeouts: fires at the oldest deadline in flight (or later)
+	watchdog *time.Timer  // item timeouts: fires at the oldest delivery's deadline (or later)
+	answered time.Time    // when the last delivery was answered, for item timeouts
 	armed    bool
 	exitErr  error // cmd.Wait's
 
@@ -284,6 +284,9 @@ func (pr *process) handle(m *Message, line []byte) error {
 		return nil
 	}
 	delete(pr.inflight, m.Delivery)
+	if pr.pool.cfg.ItemTimeout > 0 {
+		pr.answered = time.Now()
+	}
 	pr.mu.Unlock()
 	pr.next()
 	switch m.Type {
@@ -357,7 +360,6 @@ func (pr *process) register(t *task) bool {
 	t.staged = 0
 	t.written = time.Now()
 	if p.cfg.ItemTimeout > 0 {
-		t.deadline = t.written.Add(p.cfg.ItemTimeout)
 		// One watchdog timer per process, armed for the oldest deadline: no timer is made
 		// or stopped per item.
 		if !pr.armed {
@@ -387,37 +389,39 @@ func (pr *process) writeLocked(lines []byte) {
 	}
 }
 
-// watch runs when the watchdog fires: it ends the process if a delivery outlived its
-// deadline, else re-arms for the earliest deadline in flight.
+// watch runs when the watchdog fires: it ends the process if its oldest delivery outlived its
+// deadline, else re-arms for that deadline. A delivery's clock starts at the later of its write
+// and the process's previous answer: with a window, deliveries written ahead wait their turn
+// in a sequential action, and only the oldest one can be late.
 func (pr *process) watch() {
 	now := time.Now()
 	pr.mu.Lock()
-	var expired *task
-	var next time.Time
+	var oldest *task
 	for _, t := range pr.inflight {
-		switch {
-		case !t.deadline.After(now):
-			if expired == nil || t.seq < expired.seq {
-				expired = t
-			}
-		case next.IsZero() || t.deadline.Before(next):
-			next = t.deadline
+		if oldest == nil || t.seq < oldest.seq {
+			oldest = t
 		}
 	}
 	pr.armed = false
-	if expired == nil || pr.ended {
-		if expired == nil && !next.IsZero() && !pr.ended {
-			pr.armed = true
-			pr.watchdog.Reset(next.Sub(now))
-		}
+	if oldest == nil || pr.ended {
+		pr.mu.Unlock()
+		return
+	}
+	start := oldest.written
+	if pr.answered.After(start) {
+		start = pr.answered
+	}
+	if deadline := start.Add(pr.pool.cfg.ItemTimeout); deadline.After(now) {
+		pr.armed = true
+		pr.watchdog.Reset(deadline.Sub(now))
 		pr.mu.Unlock()
 		return
 	}
 	if pr.timedOut == nil {
-		pr.timedOut = expired
+		pr.timedOut = oldest
 	}
 	pr.mu.Unlock()
-	pr.fail(fmt.Errorf("%w: delivery %s (item %s) got no answer within %v", ErrTimeout, expired.item.Delivery, expired.item.ID, pr.pool.cfg.ItemTimeout))
+	pr.fail(fmt.Errorf("%w: delivery %s (item %s) got no answer within %v", ErrTimeout, oldest.item.Delivery, oldest.item.ID, pr.pool.cfg.ItemTimeout))
 }
 
 // fail ends the conversation with cause (the first cause wins) and kills the process group,
