@@ -744,9 +744,9 @@ func (p *Pool) abandonAll() {
 // Close stops the pool. With drain, queued and in-flight items finish first (retries
 // included); without it, or when ctx ends first, every unfinished item is Abandoned at once.
 // Then every process gets shutdown and, after ShutdownGrace, SIGTERM then SIGKILL of its
-// process group (at once when ctx has ended). Close returns when every goroutine and process
-// is gone, with ctx.Err() if ctx ended before the drain finished. It may be called more than
-// once; later calls wait for the first and return nil.
+// process group (at once when ctx has ended). Close returns when every done callback has run
+// and every goroutine and process is gone, with ctx.Err() if ctx ended before the drain
+// finished. It may be called more than once; later calls wait for the first and return nil.
 func (p *Pool) Close(ctx context.Context, drain bool) error {
 	first := false
 	p.closeOnce.Do(func() { first = true })
