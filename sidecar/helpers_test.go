@@ -227,11 +227,15 @@ func writeDescriptor(t testing.TB, spec *flowv1.Spec) string {
 
 // call is one batch handed to the fake process.
 type call struct {
-	conv  int // 1 for the first conversation
+	ctx   context.Context // the stream's
+	conv  int             // 1 for the first conversation
 	start *flowv1.Start
 	batch *flowv1.Batch
 	send  func(*flowv1.FromProcess) error
 }
+
+// done is closed when the stream ends.
+func (c *call) done() <-chan struct{} { return c.ctx.Done() }
 
 func (c *call) emit(outlet string, r *flowv1.Record) error {
 	return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: c.batch.BatchId, Outlet: outlet, Record: r}}})
@@ -258,6 +262,9 @@ func echo(c *call) error {
 	}
 	return c.ack()
 }
+
+// errClose, returned by a fake process's onBatch, ends the stream normally without being asked.
+var errClose = errors.New("close the stream")
 
 // fakeProcess is a streamlet process written for the tests: Discovery and Streamlet on
 // 127.0.0.1:0, answering batches with onBatch (one goroutine per batch when async).
@@ -393,9 +400,11 @@ func (f *fakeProcess) Run(stream flowv1.Streamlet_RunServer) error {
 			f.batches = append(f.batches, m.Batch)
 			h := f.onBatch
 			f.mu.Unlock()
-			c := &call{conv: conv, start: start, batch: m.Batch, send: send}
+			c := &call{ctx: stream.Context(), conv: conv, start: start, batch: m.Batch, send: send}
 			if !f.async {
-				if err := h(c); err != nil {
+				if err := h(c); errors.Is(err, errClose) {
+					return nil
+				} else if err != nil {
 					return err
 				}
 				continue

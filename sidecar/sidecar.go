@@ -20,6 +20,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -119,8 +120,13 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
 	// No keepalive pings: the spec promises a process's default ping policy is never provoked.
+	// Reconnect quickly after the process restarts: the sidecar's own backoff paces retries.
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(c.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(c.MaxMessageBytes),

@@ -1,0 +1,173 @@
+package sidecar_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+// TestStreamFailures makes the first conversation fail in each way the spec lists, and checks
+// that the sidecar fails the stream (the cause logged), starts a new conversation, redelivers
+// from the last commit, and in the end commits everything with nothing lost.
+func TestStreamFailures(t *testing.T) {
+	rec := &flowv1.Record{Value: []byte("x")}
+	for _, tc := range []struct {
+		name   string
+		env    map[string]string
+		first  func(f *fakeProcess, c *call) error // the first conversation's answer to its batch
+		logged string
+		// committedFirst: the first batch was legitimately acknowledged before the violation,
+		// so it may be committed by the first conversation.
+		committedFirst bool
+		// partialWrites: the failed conversation's other emits may have been written (at
+		// least once), but nothing was committed.
+		partialWrites bool
+	}{
+		{name: "fail", logged: "the process failed batch 1", first: func(_ *fakeProcess, c *call) error { return c.fail("boom") }},
+		{name: "emit to an undeclared outlet", logged: "names outlet", first: func(_ *fakeProcess, c *call) error {
+			if err := c.emit("nope", rec); err != nil {
+				return err
+			}
+			return c.ack()
+		}},
+		{name: "ack for a batch never sent", logged: "an Ack for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
+			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: 999}}})
+		}},
+		{name: "emit for a batch never sent", logged: "an Emit for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
+			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 999, Outlet: "out", Record: rec}}})
+		}},
+		{name: "fail for a batch never sent", logged: "a Fail for batch 0, which was never sent", first: func(_ *fakeProcess, c *call) error {
+			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{}}})
+		}},
+		{name: "emit after its ack", logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
+			if err := echo(c); err != nil {
+				return err
+			}
+			return c.emit("out", rec)
+		}},
+		{name: "second ack", logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
+			if err := echo(c); err != nil {
+				return err
+			}
+			return c.ack()
+		}},
+		{name: "empty message", logged: "empty message", first: func(_ *fakeProcess, c *call) error {
+			return c.send(&flowv1.FromProcess{})
+		}},
+		{name: "emit without a record", logged: "carries no record", first: func(_ *fakeProcess, c *call) error {
+			return c.emit("out", nil)
+		}},
+		{name: "process closes the stream", logged: "closed its side of the stream without being asked", first: func(_ *fakeProcess, c *call) error {
+			return errClose
+		}},
+		{name: "process ends the stream with an error", logged: "closed the stream or became unreachable", first: func(_ *fakeProcess, c *call) error {
+			return status.Error(codes.Internal, "process crashed")
+		}},
+		{name: "process unreachable", logged: "closed the stream or became unreachable", first: func(f *fakeProcess, c *call) error {
+			go func() {
+				f.stop()
+				f.restart(t)
+			}()
+			return nil
+		}},
+		{name: "emit over the message limit", logged: "ResourceExhausted",
+			env: map[string]string{"FLOW_MAX_MESSAGE_BYTES": "64Ki", "FLOW_INLET_IN_BATCH_MAX_BYTES": "32Ki"},
+			first: func(_ *fakeProcess, c *call) error {
+				return c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
+			}},
+		{name: "produce failure", logged: "produce failed", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
+			// Larger than the producer's batch limit (and a default broker's message.max.bytes):
+			// the write fails, so nothing of the batch may be committed.
+			if err := c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 2<<20)}); err != nil {
+				return err
+			}
+			return echo(c)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBroker(t)
+			in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+			const n = 20
+			b.produce(t, records(in, 1, n)...)
+			f := newProcess(t, nil)
+			redelivered := int64(-1)
+			f.onBatch = func(c *call) error {
+				if c.conv == 2 {
+					f.mu.Lock()
+					if redelivered < 0 {
+						redelivered = c.batch.Records[0].Offset
+					}
+					f.mu.Unlock()
+				}
+				if c.conv == 1 {
+					if err := tc.first(f, c); err != nil {
+						return err
+					}
+					// Leave the stream open: the sidecar must end it.
+					<-c.done()
+					return nil
+				}
+				return echo(c)
+			}
+			e := baseEnv(t, b, f, in, out)
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			r := start(t, e.config(t))
+			group := e["FLOW_CONSUMER_GROUP"]
+			if !tc.committedFirst {
+				// Nothing is committed until the second conversation runs.
+				<-f.startCh
+				<-f.startCh
+			}
+			waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: n}) })
+			if err := r.stop(t); err != nil {
+				t.Errorf("Run() = %v; want nil", err)
+			}
+			if !strings.Contains(r.logs.String(), tc.logged) {
+				t.Errorf("the sidecar's log does not name the cause %q:\n%s", tc.logged, r.logs.String())
+			}
+			f.mu.Lock()
+			starts := append([]*flowv1.Start(nil), f.starts...)
+			f.mu.Unlock()
+			if len(starts) < 2 {
+				t.Fatalf("conversations = %d; want a second after the failure", len(starts))
+			}
+			if starts[0].ConversationId == starts[1].ConversationId {
+				t.Errorf("the second Start reuses conversation_id %s; want a new one", starts[0].ConversationId)
+			}
+			if tc.committedFirst {
+				return
+			}
+			// Redelivered from the last commit: the second conversation's first batch starts
+			// at offset 0, and every output comes from a later conversation.
+			f.mu.Lock()
+			first := redelivered
+			f.mu.Unlock()
+			if first != 0 {
+				t.Errorf("the second conversation's first batch starts at offset %d; want 0 (the last commit)", first)
+			}
+			got := b.readAll(t, out, n)
+			seen := map[string]bool{}
+			for _, o := range got {
+				for _, h := range o.Headers {
+					if h.Key == "conv" && string(h.Value) == "1" && !tc.partialWrites {
+						t.Errorf("output %q was written by the failed conversation", o.Value)
+					}
+				}
+				seen[string(o.Value)] = true
+			}
+			for i := range n {
+				if !seen[fmt.Sprintf("v%d!", i)] {
+					t.Errorf("record %d never came out: lost", i)
+				}
+			}
+		})
+	}
+}
