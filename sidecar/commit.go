@@ -16,13 +16,14 @@ import (
 const commitTimeout = 30 * time.Second
 
 // commitLoop produces and commits acknowledged batches, in rounds: every batch acknowledged
-// since the last round is produced, all confirmed, and only then committed together. It stops
-// at the conversation's first failure (the round in progress finishes) or, once the
-// conversation is stopping, when nothing acknowledged is left.
+// since the last round is produced, all confirmed, and only then committed together. Once the
+// conversation has ended (failed or stopping) it drains what was acknowledged before the end
+// (those acks were valid) and returns; a produce or commit failure of its own ends it at once,
+// committing nothing more.
 func (s *Sidecar) commitLoop(c *conversation) {
 	for {
 		s.mu.Lock()
-		for c.err == nil && len(c.acked) == 0 && !c.stopping {
+		for len(c.acked) == 0 && c.err == nil && !c.stopping {
 			s.mu.Unlock()
 			select {
 			case <-c.commitKick:
@@ -32,13 +33,15 @@ func (s *Sidecar) commitLoop(c *conversation) {
 		}
 		round := c.acked
 		c.acked = nil
-		done := c.err != nil || (c.stopping && len(round) == 0)
 		s.mu.Unlock()
-		if done {
+		if len(round) == 0 {
 			return
 		}
 		if err := s.commitRound(round); err != nil {
 			s.failConv(c, err)
+			s.mu.Lock()
+			c.acked = nil
+			s.mu.Unlock()
 			return
 		}
 	}

@@ -142,8 +142,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	cancelStream()
 	stopSender()
 	wg.Wait()
-	// The committer produces and commits what was acknowledged before the end (all of it on a
-	// graceful end, the round in progress on a failure) and then stops.
+	// The committer produces and commits what was acknowledged before the end, then stops.
 	s.mu.Lock()
 	c.stopping = true
 	select {
