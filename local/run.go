@@ -60,12 +60,13 @@ type Options struct {
 
 // Summary is what a run did.
 type Summary struct {
-	In       int            `json:"in"`      // input lines produced
-	Out      map[string]int `json:"out"`     // output records printed, by outlet
-	Failed   int            `json:"failed"`  // records whose batch failed (each is redelivered)
-	Retries  int            `json:"retries"` // attempts the actions failed and retried
-	Elapsed  time.Duration  `json:"elapsedNs"`
-	Complete bool           `json:"complete"` // every input line was processed and committed
+	In        int            `json:"in"`        // input lines produced
+	Committed int64          `json:"committed"` // input records processed and committed, over every streamlet
+	Out       map[string]int `json:"out"`       // output records printed, by outlet
+	Failed    int            `json:"failed"`    // records whose batch failed (each is redelivered)
+	Retries   int            `json:"retries"`   // attempts the actions failed and retried
+	Elapsed   time.Duration  `json:"elapsedNs"`
+	Complete  bool           `json:"complete"` // every input line was processed and committed
 }
 
 // Total returns the number of output records.
@@ -93,7 +94,7 @@ func (s *Summary) String() string {
 	if len(outs) > 0 {
 		detail = " (" + strings.Join(outs, ", ") + ")"
 	}
-	return fmt.Sprintf("%d records in, %d out%s, %d failed, %d retried, in %s", s.In, s.Total(), detail, s.Failed, s.Retries, s.Elapsed.Round(time.Millisecond))
+	return fmt.Sprintf("%d records in, %d committed, %d out%s, %d failed, %d retried, in %s", s.In, s.Committed, s.Total(), detail, s.Failed, s.Retries, s.Elapsed.Round(time.Millisecond))
 }
 
 // runner is one Run.
@@ -276,6 +277,7 @@ func (r *runner) summary(complete bool) *Summary {
 		s.Out[k] = v
 	}
 	for _, st := range r.streamlets {
+		s.Committed += st.sc.Stats().RecordsCommitted
 		s.Failed += int(counter(st.metrics.Registry(), "millrace_items_total", "failed"))
 		s.Retries += int(counter(st.metrics.Registry(), "millrace_retries_total", ""))
 	}
@@ -312,7 +314,7 @@ func counter(reg *prometheus.Registry, name, label string) float64 {
 func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	lastDraw := time.Time{}
+	lastDraw, lastCommitted := time.Now(), int64(0)
 	defer r.clearProgress()
 	for {
 		select {
@@ -343,8 +345,8 @@ func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
 		if inErr != nil {
 			return inErr
 		}
-		if time.Since(lastDraw) >= 500*time.Millisecond {
-			r.drawProgress()
+		if since := time.Since(lastDraw); since >= 500*time.Millisecond {
+			lastCommitted = r.drawProgress(since, lastCommitted)
 			lastDraw = time.Now()
 		}
 		if !eof || r.opts.Follow {
@@ -361,13 +363,16 @@ func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
 	}
 }
 
-func (r *runner) drawProgress() {
+// drawProgress redraws the progress line: records in, committed, out, failed, and the rate of
+// commits since the last line (over since, from the count prev). It returns the count now.
+func (r *runner) drawProgress(since time.Duration, prev int64) int64 {
 	if r.opts.Progress == nil {
-		return
+		return prev
 	}
 	s := r.summary(false)
-	rate := float64(s.In) / s.Elapsed.Seconds()
-	fmt.Fprintf(r.opts.Progress, "\r\033[K  in %d  out %d  failed %d  %.0f rec/s", s.In, s.Total(), s.Failed, rate)
+	rate := float64(s.Committed-prev) / since.Seconds()
+	fmt.Fprintf(r.opts.Progress, "\r\033[K  in %d  committed %d  out %d  failed %d  %.0f rec/s", s.In, s.Committed, s.Total(), s.Failed, rate)
+	return s.Committed
 }
 
 func (r *runner) clearProgress() {

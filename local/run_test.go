@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,6 +144,38 @@ func TestRunPipeline(t *testing.T) {
 	}
 	if sum.In != 2 || sum.Out["greet.out"] != 2 || sum.Out["upper.out"] != 2 || !sum.Complete {
 		t.Fatalf("summary = %+v", sum)
+	}
+}
+
+// TestRunExamplePipeline runs local/testdata/orders.pipeline: route-orders (Node) feeding its
+// per-customer totals to convert-currency (Go), an invalid order dead-lettered.
+func TestRunExamplePipeline(t *testing.T) {
+	for _, prog := range []string{"node", "go"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Fatalf("the example pipeline needs %s on PATH: %v", prog, err)
+		}
+	}
+	p, err := local.LoadPipeline("testdata/orders.pipeline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open("../actions/route-orders/sample.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, err := local.Run(ctx, p, local.Options{Input: in, Out: &out, Logger: testLogger(t), Version: "test"})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if sum.Out["route-orders.totals"] == 0 || sum.Out["convert-currency.converted"] != sum.Out["route-orders.totals"] || sum.Out["route-orders.invalid"] != 1 {
+		t.Fatalf("summary %s; want every total converted and one invalid order\n%s", sum, out.String())
+	}
+	if !strings.Contains(out.String(), `"rate":1.1`) {
+		t.Fatalf("output lacks the rate set by --set rate=1.1:\n%s", out.String())
 	}
 }
 

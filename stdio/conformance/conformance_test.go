@@ -88,3 +88,22 @@ func TestBehaviours(t *testing.T) {
 		})
 	}
 }
+
+// TestPerItem: with --per-item every item gets a fresh process, each shut down after its item.
+func TestPerItem(t *testing.T) {
+	a := testAction(t, "good")
+	a.PerItem = true
+	rep, err := conformance.Run(context.Background(), a, conformance.Options{Inputs: testInputs(&a)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	_ = rep.WriteText(&text)
+	if !rep.Conformant || !strings.Contains(text.String(), "burst: does not apply with --per-item") {
+		t.Fatalf("Run(per-item) =\n%s", text.String())
+	}
+	// main (3) + unknown keys (3) + config (3) + non-ascii + large: one process each
+	if !strings.Contains(text.String(), "PASS shutdown: 11 processes exited with status 0") {
+		t.Fatalf("Run(per-item) did not shut 11 processes down:\n%s", text.String())
+	}
+}
