@@ -95,6 +95,7 @@ func (s *Sidecar) commitRound(round []*batch) error {
 			offsets[b.p.topic] = map[int32]kgo.EpochOffset{}
 		}
 		offsets[b.p.topic][b.p.partition] = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
+		b.p.commits++
 		committed = append(committed, b)
 	}
 	s.mu.Unlock()
@@ -133,7 +134,6 @@ func (s *Sidecar) commitRound(round []*batch) error {
 			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
-		b.p.commits++
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
 	}

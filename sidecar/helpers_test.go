@@ -573,3 +573,18 @@ func ends(partitions int32, n int) map[int32]int64 {
 	}
 	return out
 }
+
+func header(hs []kgo.RecordHeader, key string) string {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}

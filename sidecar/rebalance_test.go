@@ -1,0 +1,110 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
+)
+
+// TestRebalanceRevokesMidBatch runs two sidecars in one group. A takes every partition and
+// its process holds every batch; B joins, and the rebalance revokes some of A's partitions
+// while their batches are with A's process. When A's process then emits and acknowledges
+// everything, the revoked batches' emits and acks are dropped silently: A commits nothing
+// for a partition it no longer owns, writes none of their emits, and does not fail its
+// stream; B reads those partitions again from the last commit, and no record is lost.
+func TestRebalanceRevokesMidBatch(t *testing.T) {
+	b := newBroker(t)
+	const parts, n = 4, 40
+	in, out := b.topic(t, "in", parts), b.topic(t, "out", parts)
+	b.produce(t, records(in, parts, n)...)
+
+	held := make(chan *call, 100)
+	release := make(chan struct{})
+	fa := newProcess(t, nil)
+	fa.async = true
+	fa.onBatch = func(c *call) error {
+		held <- c
+		<-release
+		return answer(c, "A")
+	}
+	ea := baseEnv(t, b, fa, in, out)
+	group := ea["FLOW_CONSUMER_GROUP"]
+	ra := start(t, ea.config(t))
+	for range parts {
+		<-held // every partition's first batch is with A's process
+	}
+
+	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
+	eb := baseEnv(t, b, fb, in, out)
+	eb["FLOW_CONSUMER_GROUP"] = group
+	rb := start(t, eb.config(t))
+	var moved []int32
+	waitFor(t, "B to own partitions and commit them", func() bool {
+		moved = sidecar.Owned(rb.sc, in)
+		if len(moved) == 0 {
+			return false
+		}
+		got := b.committed(t, group, in)
+		want := ends(parts, n)
+		for _, p := range moved {
+			if got[p] != want[p] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("partitions moved from A to B: %v", moved)
+	for _, p := range moved {
+		if slices.Contains(sidecar.Owned(ra.sc, in), p) {
+			t.Fatalf("partition %d owned by both sidecars", p)
+		}
+	}
+
+	close(release) // A's process now answers every batch it held, revoked ones included
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, ends(parts, n)) })
+	waitFor(t, "A's remaining batches answered", func() bool { return ra.sc.Stats().BatchesCommitted >= parts-len(moved) })
+	ra.stop(t)
+	rb.stop(t)
+
+	for _, p := range moved {
+		if c := sidecar.CommitsFor(ra.sc, in, p); c != 0 {
+			t.Errorf("A committed partition %d %d time(s) after it was revoked; want never", p, c)
+		}
+	}
+	if strings.Contains(ra.logs.String(), "stream failed") {
+		t.Errorf("A failed its stream over answers for revoked batches; want them dropped silently:\n%s", ra.logs.String())
+	}
+	total := b.count(t, out)
+	got := b.readAll(t, out, int(total))
+	seen := map[string]bool{}
+	for _, r := range got {
+		by, part := header(r.Headers, "by"), header(r.Headers, "src")
+		if by == "A" && slices.Contains(moved, int32(atoi(part))) {
+			t.Errorf("A wrote %q from revoked partition %s", r.Value, part)
+		}
+		seen[string(r.Value)] = true
+	}
+	for i := range n {
+		if !seen[fmt.Sprintf("v%d!", i)] {
+			t.Errorf("record %d lost", i)
+		}
+	}
+}
+
+// answer emits every record of the batch, tagged with who processed it and from which
+// partition, then acknowledges.
+func answer(c *call, by string) error {
+	for _, r := range c.batch.Records {
+		out := &flowv1.Record{Key: r.Record.Key, Value: append([]byte(string(r.Record.Value)), '!'), Headers: []*flowv1.Header{
+			{Key: "by", Value: []byte(by)}, {Key: "src", Value: []byte(fmt.Sprint(c.batch.Partition))},
+		}}
+		if err := c.emit("out", out); err != nil {
+			return err
+		}
+	}
+	return c.ack()
+}
