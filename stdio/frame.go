@@ -110,7 +110,7 @@ func quoteStart(line []byte) string {
 // what is wrong and quotes the start of the line.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
-	if decodeDone(line, m) || decodeEmit(line, m) {
+	if decodeFast(line, m) {
 		return nil
 	}
 	trimmed := bytes.TrimLeft(line, " \t\r")
@@ -135,59 +135,62 @@ func DecodeMessage(line []byte, m *Message) error {
 	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, quoteStart(line))
 }
 
-// decodeDone decodes, without the general decoder, the line every delivery ends with when it
-// is written exactly as AppendMessage writes it: {"type":"done","delivery":"<id>"} with an id
-// free of escapes. It reports false, leaving m alone, for any other line.
-func decodeDone(line []byte, m *Message) bool {
-	const prefix, suffix = `{"type":"done","delivery":"`, `"}`
-	if len(line) < len(prefix)+len(suffix) || string(line[:len(prefix)]) != prefix || string(line[len(line)-len(suffix):]) != suffix {
-		return false
+// fastAnswer recognises, without the general decoder and without allocating, the two lines
+// an action writes most, when written exactly as AppendMessage writes them:
+// {"type":"done","delivery":"<id>"} and
+// {"type":"emit","delivery":"<id>",["key":"<key>",]"payload":<value>}, with an id and key free
+// of escapes and non-ASCII bytes and one valid JSON value. The slices point into line. ok is
+// false for any other line, which the general decoder then reads.
+func fastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey, ok bool) {
+	const donePrefix, emitPrefix = `{"type":"done","delivery":"`, `{"type":"emit","delivery":"`
+	if len(line) < len(donePrefix)+2 || line[len(line)-1] != '}' {
+		return "", nil, nil, nil, false, false
 	}
-	id := line[len(prefix) : len(line)-len(suffix)]
-	for _, c := range id {
-		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			return false
+	switch string(line[:len(donePrefix)]) {
+	case donePrefix:
+		id, rest, ok := plainString(line[len(donePrefix):])
+		if !ok || len(rest) != 1 {
+			return "", nil, nil, nil, false, false
 		}
+		return TypeDone, id, nil, nil, false, true
+	case emitPrefix:
+	default:
+		return "", nil, nil, nil, false, false
 	}
-	m.Type, m.Delivery = TypeDone, string(id)
-	return true
-}
-
-// decodeEmit decodes, without the general decoder, an emit line written as AppendMessage
-// writes the common case: {"type":"emit","delivery":"<id>",["key":"<key>",]"payload":<value>}
-// with an id and key free of escapes and one valid JSON value. It reports false, leaving m
-// alone, for any other line.
-func decodeEmit(line []byte, m *Message) bool {
-	const prefix = `{"type":"emit","delivery":"`
-	if len(line) < len(prefix)+2 || string(line[:len(prefix)]) != prefix || line[len(line)-1] != '}' {
-		return false
-	}
-	rest := line[len(prefix):]
-	id, rest, ok := plainString(rest)
+	id, rest, ok := plainString(line[len(emitPrefix):])
 	if !ok {
-		return false
+		return "", nil, nil, nil, false, false
 	}
-	var key []byte
-	hasKey := false
 	if bytes.HasPrefix(rest, []byte(`,"key":"`)) {
 		if key, rest, ok = plainString(rest[len(`,"key":"`):]); !ok {
-			return false
+			return "", nil, nil, nil, false, false
 		}
 		hasKey = true
 	}
 	if !bytes.HasPrefix(rest, []byte(`,"payload":`)) {
-		return false
+		return "", nil, nil, nil, false, false
 	}
-	payload := bytes.TrimSpace(rest[len(`,"payload":`) : len(rest)-1])
+	payload = bytes.TrimSpace(rest[len(`,"payload":`) : len(rest)-1])
 	if len(payload) == 0 || !utf8.Valid(payload) || !json.Valid(payload) {
+		return "", nil, nil, nil, false, false
+	}
+	return TypeEmit, id, key, payload, hasKey, true
+}
+
+// decodeFast fills m from a line fastAnswer recognises.
+func decodeFast(line []byte, m *Message) bool {
+	typ, delivery, key, payload, hasKey, ok := fastAnswer(line)
+	if !ok {
 		return false
 	}
-	m.Type, m.Delivery = TypeEmit, string(id)
+	m.Type, m.Delivery = typ, string(delivery)
 	if hasKey {
 		k := string(key)
 		m.Key = &k
 	}
-	m.Payload = append(json.RawMessage(nil), payload...)
+	if payload != nil {
+		m.Payload = append(json.RawMessage(nil), payload...)
+	}
 	return true
 }
 

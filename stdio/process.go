@@ -51,6 +51,7 @@ type task struct {
 	attempts int
 	seq      uint64 // of the current attempt, for stderr attribution
 	emits    []Emit
+	emit1    [1]Emit  // room for the common single emit, saving an allocation
 	staged   int      // bytes of emit and metric lines of the current attempt
 	metrics  []Metric // of every attempt
 	written  time.Time
@@ -225,10 +226,11 @@ func (pr *process) readStdout() {
 	for {
 		line, err := lr.ReadLine()
 		if err == nil {
-			err = DecodeMessage(line, &m)
-		}
-		if err == nil {
-			err = pr.handle(&m, line)
+			if typ, delivery, key, payload, hasKey, ok := fastAnswer(line); ok {
+				err = pr.handleFast(typ, delivery, key, payload, hasKey, line)
+			} else if err = DecodeMessage(line, &m); err == nil {
+				err = pr.handle(&m, line)
+			}
 		}
 		if err != nil {
 			pr.fail(readError(err))
@@ -260,21 +262,16 @@ func (pr *process) handle(m *Message, line []byte) error {
 	t := pr.inflight[m.Delivery]
 	if t == nil {
 		pr.mu.Unlock()
-		return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", ErrProtocol, m.Type, m.Delivery, quoteStart(line))
-	}
-	if m.Type == TypeEmit || m.Type == TypeMetric {
-		t.staged += len(line)
-		if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
-			pr.mu.Unlock()
-			return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", ErrProtocol, m.Delivery, sizeName(limit))
-		}
+		return notInFlight(m.Type, m.Delivery, line)
 	}
 	switch m.Type {
 	case TypeEmit:
-		t.emits = append(t.emits, Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
-		pr.mu.Unlock()
-		return nil
+		return pr.stageLocked(t, line, Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
 	case TypeMetric:
+		if err := pr.stagedLocked(t, line); err != nil {
+			pr.mu.Unlock()
+			return err
+		}
 		metric := Metric{Name: m.Name, Value: m.Value, Labels: m.Labels}
 		t.metrics = append(t.metrics, metric)
 		pr.mu.Unlock()
@@ -283,12 +280,7 @@ func (pr *process) handle(m *Message, line []byte) error {
 		}
 		return nil
 	}
-	delete(pr.inflight, m.Delivery)
-	if pr.pool.cfg.ItemTimeout > 0 {
-		pr.answered = time.Now()
-	}
-	pr.mu.Unlock()
-	pr.next()
+	pr.answeredLocked(t)
 	switch m.Type {
 	case TypeDone:
 		pr.pool.attemptEnded(t, Done, nil, "")
@@ -305,6 +297,62 @@ func (pr *process) handle(m *Message, line []byte) error {
 		pr.pool.attemptEnded(t, Failed, &ActionError{Message: msg, Retryable: m.Retryable}, "")
 	}
 	return nil
+}
+
+// handleFast is handle for the lines fastAnswer recognises, without allocating for them
+// beyond the emit itself.
+func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey bool, line []byte) error {
+	pr.mu.Lock()
+	t := pr.inflight[string(delivery)]
+	if t == nil {
+		pr.mu.Unlock()
+		return notInFlight(typ, string(delivery), line)
+	}
+	if typ == TypeEmit {
+		e := Emit{Payload: append(json.RawMessage(nil), payload...)}
+		if hasKey {
+			k := string(key)
+			e.Key = &k
+		}
+		return pr.stageLocked(t, line, e)
+	}
+	pr.answeredLocked(t)
+	pr.pool.attemptEnded(t, Done, nil, "")
+	return nil
+}
+
+func notInFlight(typ, delivery string, line []byte) error {
+	return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", ErrProtocol, typ, delivery, quoteStart(line))
+}
+
+// stagedLocked counts line against the delivery's MaxStagedBytes. pr.mu is held.
+func (pr *process) stagedLocked(t *task, line []byte) error {
+	t.staged += len(line)
+	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
+		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", ErrProtocol, t.item.Delivery, sizeName(limit))
+	}
+	return nil
+}
+
+// stageLocked stages e for t and unlocks pr.mu.
+func (pr *process) stageLocked(t *task, line []byte, e Emit) error {
+	if err := pr.stagedLocked(t, line); err != nil {
+		pr.mu.Unlock()
+		return err
+	}
+	t.emits = append(t.emits, e)
+	pr.mu.Unlock()
+	return nil
+}
+
+// answeredLocked takes t, just answered, out of flight, unlocks pr.mu and passes its slot on.
+func (pr *process) answeredLocked(t *task) {
+	delete(pr.inflight, t.item.Delivery)
+	if pr.pool.cfg.ItemTimeout > 0 {
+		pr.answered = time.Now()
+	}
+	pr.mu.Unlock()
+	pr.next()
 }
 
 // next passes the slot of a delivery just answered to the next ready item, written at once
@@ -355,8 +403,9 @@ func (pr *process) register(t *task) bool {
 	t.attempts++
 	t.seq = p.seq.Add(1)
 	t.item.Attempt = t.attempts
-	t.item.Delivery = p.prefix + strconv.FormatUint(t.seq, 36)
-	t.emits = nil
+	var id [64]byte
+	t.item.Delivery = string(strconv.AppendUint(append(id[:0], p.prefix...), t.seq, 36))
+	t.emits = t.emit1[:0:1]
 	t.staged = 0
 	t.written = time.Now()
 	if p.cfg.ItemTimeout > 0 {
