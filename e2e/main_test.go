@@ -172,7 +172,7 @@ func runChild(mode string) int {
 }
 
 func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
-	em := childEmit{Type: "emit", Delivery: it.Delivery, Key: it.Key, KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers}
+	em := childEmit{Type: "emit", Delivery: it.Delivery, Outlet: "out", Key: it.Key, KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers}
 	poison := bytes.Contains(it.Payload, []byte(childPoisonMarker))
 	switch {
 	case mode == childFloodStderr:
