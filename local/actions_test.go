@@ -1,7 +1,6 @@
 package local_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,15 +9,6 @@ import (
 	"github.com/ankka-flow/millrace/local"
 	"github.com/ankka-flow/millrace/stdio/conformance"
 )
-
-// withoutFixtures lists the example actions allowed to have no fixtures yet, each with the
-// reason; every other directory under actions/ must have fixtures that pass. Remove an entry
-// when its fixtures land.
-var withoutFixtures = map[string]string{
-	"charge-payment":   "its answers depend on a payment service, which its own charge_test.go starts",
-	"convert-currency": "fixtures not written yet by its author",
-	"go-echo":          "fixtures not written yet by its author",
-}
 
 // TestExampleActions runs the conformance kit and the fixtures on every directory under
 // actions/. None is skipped: a missing runtime (python3, node, bash, jq, go) fails its test.
@@ -54,25 +44,7 @@ func TestExampleActions(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(fx) == 0 {
-				why, ok := withoutFixtures[e.Name()]
-				if !ok {
-					t.Errorf("%s has no fixtures: write fixtures/NAME.in.jsonl and NAME.out.jsonl", dir)
-				} else {
-					t.Logf("%s has no fixtures (allowed: %s); conformance only", dir, why)
-				}
-				rep, err := conformance.Run(t.Context(), a.Conformance("test"), conformance.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !rep.Conformant {
-					var b bytes.Buffer
-					_ = rep.WriteText(&b)
-					t.Errorf("%s is not conformant:\n%s", dir, b.String())
-				}
-				return
-			}
-			if _, listed := withoutFixtures[e.Name()]; listed {
-				t.Errorf("%s has fixtures now: remove it from withoutFixtures", dir)
+				t.Fatalf("%s has no fixtures: write fixtures/NAME.in.jsonl and NAME.out.jsonl (see README, Writing an action)", dir)
 			}
 			checkAction(t, dir)
 		})
