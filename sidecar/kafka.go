@@ -14,11 +14,16 @@ import (
 )
 
 // Fetch buffering per partition: fetching pauses when a partition holds this many batches'
-// worth of uncommitted records (by bytes or by count) and resumes when it is back under one.
+// worth of uncommitted records (by bytes or by count) and resumes when it is back under the
+// low water mark, early enough that the next fetch arrives before the queue runs dry.
 const (
 	highWaterBatches = 4
-	lowWaterBatches  = 1
+	lowWaterBatches  = 2
 )
+
+// fetchMaxWait bounds a fetch's long poll. A resumed partition waits for the fetch in flight
+// to its broker, so this is also the worst delay of a resume (Kafka's default is 500 ms).
+const fetchMaxWait = 200 * time.Millisecond
 
 // produceTimeout bounds how long an emit may wait to be written (delivery.timeout.ms).
 const produceTimeout = 60 * time.Second
@@ -76,13 +81,14 @@ type kafka struct {
 // the poller.
 func (s *Sidecar) openKafka() (*kafka, error) {
 	var topics []string
-	maxPart := int32(1 << 20)
+	// A fetch brings at most about one batch per partition (Kafka still returns a record
+	// batch larger than this whole), so buffering stays near the high water mark.
+	maxPart := int32(0)
 	for _, in := range s.cfg.Inlets {
 		topics = append(topics, in.Topic)
-		if int32(in.MaxBytes) > maxPart {
-			maxPart = int32(in.MaxBytes)
-		}
+		maxPart = max(maxPart, int32(in.MaxBytes))
 	}
+	maxPart = max(maxPart, 1)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID("millrace-sidecar"),
@@ -94,6 +100,7 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		kgo.RecordDeliveryTimeout(produceTimeout),
 		kgo.FetchMaxPartitionBytes(maxPart),
 		kgo.FetchMaxBytes(16 << 20),
+		kgo.FetchMaxWait(fetchMaxWait),
 	}
 	if len(topics) > 0 {
 		opts = append(opts,

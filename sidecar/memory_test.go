@@ -1,0 +1,67 @@
+package sidecar_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestMemoryBounded writes far more than the sidecar may buffer while the process holds
+// every batch: each partition's fetching pauses at high water, the sidecar's buffer stays
+// bounded, and once the process answers everything is processed.
+func TestMemoryBounded(t *testing.T) {
+	b := newBroker(t)
+	const parts, perPart, size = 4, 1000, 1024
+	const maxBytes = 16 << 10
+	in, out := b.topic(t, "in", parts), b.topic(t, "out", parts)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(maxBytes), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	var rs []*kgo.Record
+	for i := range parts * perPart {
+		rs = append(rs, &kgo.Record{Topic: in, Partition: int32(i % parts), Value: randomBytes(size)})
+	}
+	if err := producer.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	release := make(chan struct{})
+	f := newProcess(t, nil)
+	f.async = true
+	f.onBatch = func(c *call) error { <-release; return echo(c) }
+	e := baseEnv(t, b, f, in, out)
+	e["FLOW_INLET_IN_BATCH_MAX_BYTES"] = "16Ki"
+	r := start(t, e.config(t))
+	waitFor(t, "every partition paused", func() bool { return r.sc.Stats().Pauses >= parts })
+	close(release)
+	want := map[int32]int64{}
+	for p := range int32(parts) {
+		want[p] = perPart
+	}
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, want) })
+	st := r.sc.Stats()
+	// Per partition: the high water mark (4 batches), one fetch of about one batch, and one
+	// producer batch Kafka returns whole.
+	bound := int64(parts * (4 + 1 + 1) * maxBytes)
+	t.Logf("peak buffered %d bytes (bound %d) of %d written; %d pauses", st.PeakBufferedBytes, bound, parts*perPart*size, st.Pauses)
+	if st.PeakBufferedBytes > bound {
+		t.Errorf("peak buffered = %d bytes; want at most %d", st.PeakBufferedBytes, bound)
+	}
+	if st.BufferedRecords != 0 {
+		t.Errorf("buffered after everything was committed = %d records; want 0", st.BufferedRecords)
+	}
+}
+
+// randomBytes returns n incompressible bytes, so the fetch limits count what is buffered.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rand.IntN(256))
+	}
+	return b
+}
