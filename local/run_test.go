@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +16,30 @@ import (
 
 	"github.com/ankka-flow/millrace/local"
 )
+
+// envBrokers names a real Kafka cluster for the run tests (scripts/kafka start prints it);
+// unset, they use the in-process broker.
+const envBrokers = "MILLRACE_KAFKA_BROKERS"
+
+// prepare sets the brokers of opts from the environment and, on a real cluster, gives p's
+// topics and consumer groups a fresh suffix, so runs never see each other's records.
+func prepare(t *testing.T, p *local.Pipeline, opts *local.Options) {
+	t.Helper()
+	env := os.Getenv(envBrokers)
+	if env == "" {
+		return
+	}
+	opts.Brokers = strings.Split(env, ",")
+	suffix := fmt.Sprintf("-%d", time.Now().UnixNano())
+	rename := func(topic string) string { return topic + suffix }
+	p.Name += suffix
+	p.Input = rename(p.Input)
+	for _, s := range p.Streamlets {
+		for port, topic := range s.Bindings {
+			s.Bindings[port] = rename(topic)
+		}
+	}
+}
 
 // initAction writes a raw (Python) action for the run tests.
 func initAction(t *testing.T, name string) string {
@@ -53,7 +78,10 @@ func TestRunSingle(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sum, err := local.Run(ctx, local.Single(a), local.Options{Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"})
+	p := local.Single(a)
+	opts := local.Options{Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"}
+	prepare(t, p, &opts)
+	sum, err := local.Run(ctx, p, opts)
 	if err != nil {
 		t.Fatalf("Run = %v (summary %v)", err, sum)
 	}
@@ -122,7 +150,9 @@ func TestRunPipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	in := "{\"name\": \"Ada\"}\n{\"name\": \"Zoë\"}\n"
-	sum, err := local.Run(ctx, p, local.Options{Input: strings.NewReader(in), Bare: true, Out: &out, Logger: testLogger(t), Version: "test"})
+	opts := local.Options{Input: strings.NewReader(in), Bare: true, Out: &out, Logger: testLogger(t), Version: "test"}
+	prepare(t, p, &opts)
+	sum, err := local.Run(ctx, p, opts)
 	if err != nil {
 		t.Fatalf("Run = %v (summary %v)", err, sum)
 	}
@@ -167,7 +197,9 @@ func TestRunExamplePipeline(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sum, err := local.Run(ctx, p, local.Options{Input: in, Out: &out, Logger: testLogger(t), Version: "test"})
+	opts := local.Options{Input: in, Out: &out, Logger: testLogger(t), Version: "test"}
+	prepare(t, p, &opts)
+	sum, err := local.Run(ctx, p, opts)
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
@@ -211,6 +243,7 @@ func TestRunFaults(t *testing.T) {
 			}
 			opts := tt.opts
 			opts.Input, opts.Logger, opts.Version = strings.NewReader(tt.in), testLogger(t), "test"
+			prepare(t, p, &opts)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err := local.Run(ctx, p, opts)
@@ -233,8 +266,11 @@ func TestRunInterrupted(t *testing.T) {
 		var out bytes.Buffer
 		done := make(chan error, 1)
 		pr, pw := io.Pipe()
+		p := local.Single(a)
+		opts := local.Options{Input: pr, Out: &out, Follow: follow, Logger: testLogger(t), Version: "test"}
+		prepare(t, p, &opts)
 		go func() {
-			_, err := local.Run(ctx, local.Single(a), local.Options{Input: pr, Out: &out, Follow: follow, Logger: testLogger(t), Version: "test"})
+			_, err := local.Run(ctx, p, opts)
 			done <- err
 		}()
 		if _, err := pw.Write([]byte("{\"key\": \"k\", \"payload\": {\"name\": \"Ada\"}}\n")); err != nil {

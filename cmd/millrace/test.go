@@ -12,10 +12,11 @@ import (
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
 // protocol checks.
 func runTest(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json]")
+	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D]")
 	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
 	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
 	asJSON := fs.Bool("json", false, "print a machine-readable report on stdout")
+	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -36,6 +37,9 @@ func runTest(ctx context.Context, e *env, args []string) error {
 		return a.ConfigErr
 	}
 	ca := a.Conformance(Version())
+	if *timeout > 0 {
+		ca.ItemTimeout = *timeout
+	}
 	if *conf {
 		rep, err := conformance.Run(ctx, ca, conformance.Options{})
 		if err != nil {
