@@ -88,6 +88,17 @@ func Load(arg string) (*Action, error) {
 	return out, nil
 }
 
+// SetConfig resolves hello's config from values (typed strings, as --set KEY=VALUE gives
+// them), every other parameter at its default; the problems are an error naming each key.
+func (a *Action) SetConfig(values map[string]string) error {
+	cfg, problems := protocol.ResolveConfig(a.Descriptor().GetConfigParameters(), values)
+	if len(problems) > 0 {
+		return fmt.Errorf("%s: the config cannot be resolved: %v", a.Name, problems)
+	}
+	a.Config, a.ConfigErr = cfg, nil
+	return nil
+}
+
 // Conformance returns the action as package conformance runs it.
 func (a *Action) Conformance(version string) conformance.Action {
 	c := conformance.Action{

@@ -328,7 +328,7 @@ func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
 		for _, st := range r.streamlets {
 			if ended, err := st.sidecar.ended(); ended {
 				if errors.Is(err, sidecar.ErrRefused) {
-					return fmt.Errorf("%w: %s: %w", ErrRefused, st.s.Action.Name, err)
+					return &refusedError{streamlet: st.s.Action.Name, err: err}
 				}
 				return fmt.Errorf("local: the sidecar of %s stopped: %v", st.s.Action.Name, orStopped(err))
 			}
@@ -380,6 +380,24 @@ func (r *runner) clearProgress() {
 		fmt.Fprint(r.opts.Progress, "\r\033[K")
 	}
 }
+
+// refusedError is a refused discovery: the sidecar's error, which lists the problems, and a
+// hint for config values. It matches ErrRefused.
+type refusedError struct {
+	streamlet string
+	err       error
+}
+
+func (e *refusedError) Error() string {
+	hint := ""
+	if strings.Contains(e.err.Error(), "config.") {
+		hint = "\n  (give config values with --set KEY=VALUE; in a pipeline file, on the streamlet's line)"
+	}
+	return fmt.Sprintf("streamlet %s: %v%s", e.streamlet, e.err, hint)
+}
+
+func (e *refusedError) Is(target error) bool { return target == ErrRefused }
+func (e *refusedError) Unwrap() error        { return e.err }
 
 func orStopped(err error) error {
 	if err == nil {

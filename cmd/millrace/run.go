@@ -17,7 +17,7 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--brokers HOST:PORT,…] [--data DIR]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
@@ -26,6 +26,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	partitions := fs.Int("partitions", 1, "partitions of each topic created")
 	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
+	set := keyValues{}
+	fs.Var(set, "set", "KEY=VALUE: a deploy-time config value of the action (repeatable; in a pipeline file, --set goes on the streamlet's line)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -36,6 +38,12 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	p, err := loadRunnable(pos[0])
 	if err != nil {
 		return err
+	}
+	if len(set) > 0 {
+		if len(p.Streamlets) > 1 {
+			return fs.usageErr("--set applies to one action; in a pipeline file put --set KEY=VALUE on the streamlet's line")
+		}
+		p.Streamlets[0].Values = set
 	}
 
 	out := &termWriter{w: e.stderr, term: isTerminal(e.stderr)}

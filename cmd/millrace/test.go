@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/ankka-flow/millrace/local"
 	"github.com/ankka-flow/millrace/stdio/conformance"
@@ -12,11 +13,13 @@ import (
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
 // protocol checks.
 func runTest(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D]")
+	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D] [--set KEY=VALUE]…")
 	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
 	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
 	asJSON := fs.Bool("json", false, "print a machine-readable report on stdout")
 	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout)")
+	set := keyValues{}
+	fs.Var(set, "set", "KEY=VALUE: a config value for hello instead of the parameter's default (repeatable); fixtures with NAME.config.json still use theirs")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -32,6 +35,11 @@ func runTest(ctx context.Context, e *env, args []string) error {
 	a, err := local.Load(pos[1])
 	if err != nil {
 		return err
+	}
+	if len(set) > 0 {
+		if err := a.SetConfig(set); err != nil {
+			return err
+		}
 	}
 	if a.ConfigErr != nil && (*conf || a.Config == nil) {
 		return a.ConfigErr
@@ -94,4 +102,18 @@ func parseInterleaved(fs *flagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// keyValues is a repeatable KEY=VALUE flag.
+type keyValues map[string]string
+
+func (kv keyValues) String() string { return "" }
+
+func (kv keyValues) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	kv[k] = v
+	return nil
 }

@@ -58,7 +58,7 @@ type Action struct {
 	Env     []string        // extra environment, "K=V"
 	Config  json.RawMessage // hello's config: every declared parameter resolved ({} when none)
 	Inlets  []string        // declared inlets, in order (items name the first)
-	Outlets []string        // declared outlets, in order
+	Outlets []string        // declared outlets, in order (nil: emits' outlets are not checked)
 	PerItem bool            // --per-item: one process per item
 
 	ReadyTimeout  time.Duration // --ready-timeout (default 10s)

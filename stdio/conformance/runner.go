@@ -53,8 +53,6 @@ func newRunner(ctx context.Context, a *Action, opts Options, workdir string, inp
 // ready timeout, so that a slow start fails the ready check alone and the rest still runs.
 func (r *runner) readyWait() time.Duration { return 2*r.a.ReadyTimeout + 5*time.Second }
 
-const maxDetails = 3
-
 func (r *runner) fail(check, detail string) {
 	r.fails[check] = append(r.fails[check], detail)
 }
