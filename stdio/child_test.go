@@ -255,8 +255,8 @@ func runChild(mode string) int {
 					c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "key in flight twice: " + *m.Key})
 					continue
 				}
+				os.Remove(lock) // before the answer: once it is read, the key's next item may start
 				c.echo(m)
-				os.Remove(lock)
 				continue
 			}
 			c.echo(m)
@@ -317,8 +317,8 @@ func takeLock(lock string) bool {
 		}
 		b, _ := os.ReadFile(lock)
 		pid, _ := strconv.Atoi(string(b))
-		if pid > 0 && syscall.Kill(pid, 0) == nil {
-			return false // held by a live process
+		if pid > 0 && running(pid) {
+			return false // held by a live process (a killed one may linger as a zombie)
 		}
 		os.Remove(lock)
 	}
