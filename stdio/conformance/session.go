@@ -154,26 +154,30 @@ func (s *session) send(idx int, it stdio.Item, owner string) *delivery {
 	return d
 }
 
-// await waits until every delivery in flight is answered; each answer restarts the item
-// timeout. A timeout or an exit is charged to the owner of the oldest unanswered delivery.
+// await waits until every delivery in flight is answered; each answer (not any line) restarts
+// the item timeout. A timeout or an exit is charged to the owner of the oldest unanswered
+// delivery.
 func (s *session) await() {
+	timer := time.NewTimer(s.r.a.ItemTimeout)
+	defer timer.Stop()
 	for len(s.inflight) > 0 && s.ok() {
-		timer := time.NewTimer(s.r.a.ItemTimeout)
 		select {
 		case ev, ok := <-s.p.events:
-			timer.Stop()
 			if !ok {
 				d := s.oldest()
 				s.endAs(d.owner, fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d)))
 				return
 			}
+			before := len(s.inflight)
 			s.handle(ev)
+			if len(s.inflight) < before {
+				timer.Reset(s.r.a.ItemTimeout)
+			}
 		case <-timer.C:
 			d := s.oldest()
 			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout)", describe(d), s.r.a.ItemTimeout))
 			return
 		case <-s.r.ctx.Done():
-			timer.Stop()
 			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())
 			return
 		}
