@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -151,6 +152,7 @@ func badCases() []badCase {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	for _, c := range badCases() {
 		for _, dead := range []bool{false, true} {
@@ -158,7 +160,10 @@ func TestBadInput(t *testing.T) {
 			if dead {
 				name = c.name + "/dead-letter"
 			}
-			t.Run(name, func(t *testing.T) { runBad(t, b, c, dead) })
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				runBad(t, b, c, dead)
+			})
 		}
 	}
 }
@@ -228,7 +233,7 @@ func runBad(t *testing.T, b *broker, c badCase, dead bool) {
 		if line == "" {
 			t.Errorf("neither the sidecar's nor the bridge's log holds %q\n%s", want, pl.logTails(15))
 		}
-		seen = "log: " + line
+		seen = "log: " + logMessage(line)
 	}
 	if oc == flows && c.check != nil {
 		c.check(t, in, tl)
@@ -281,4 +286,21 @@ func values(rs []*kgo.Record) []string {
 		out = append(out, string(r.Value))
 	}
 	return out
+}
+
+// logMessage returns the telling part of a JSON log line: its error, or its message and the
+// action's line; anything else as it is.
+func logMessage(line string) string {
+	var l struct {
+		Msg   string `json:"msg"`
+		Error string `json:"error"`
+		Line  string `json:"line"`
+	}
+	if json.Unmarshal([]byte(line), &l) != nil {
+		return line
+	}
+	if l.Error != "" {
+		return l.Msg + ": " + l.Error
+	}
+	return strings.TrimSpace(l.Msg + " " + l.Line)
 }

@@ -59,6 +59,7 @@ func seed(t *testing.T) uint64 {
 // TestFaultActionKilled SIGKILLs the action's processes (children of the bridge, found by
 // parent PID) at random intervals while records flow.
 func TestFaultActionKilled(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 4)
 	r := pl.start(0)
@@ -87,6 +88,7 @@ func TestFaultActionKilled(t *testing.T) {
 // TestFaultBridgeKilled SIGKILLs the bridge three times mid-run and restarts it on its port;
 // the action processes it leaves must exit on their own (their stdin closes).
 func TestFaultBridgeKilled(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 4)
 	r := pl.start(0)
@@ -110,8 +112,8 @@ func TestFaultBridgeKilled(t *testing.T) {
 		}
 		return left == 0
 	})
-	pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %q",
-		len(orphans), left, cut(firstLine(r.sidecar.logLines("stream failed", 1)), 200)))
+	pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %s",
+		len(orphans), left, cut(logMessage(firstLine(r.sidecar.logLines("stream failed", 1))), 300)))
 	tl.check(t)
 	if left != 0 {
 		t.Errorf("%d action processes outlived their SIGKILLed bridge by 10 s", left)
@@ -122,6 +124,7 @@ func TestFaultBridgeKilled(t *testing.T) {
 // member lingers until its session times out, 45 s); once the new one owns partitions it is
 // SIGTERMed and started again.
 func TestFaultSidecarKilled(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 4)
 	r := pl.start(0)
@@ -147,6 +150,7 @@ func TestFaultSidecarKilled(t *testing.T) {
 // previous sidecar was SIGKILLed, so the join waits for its session to time out): it must
 // still exit within FLOW_SHUTDOWN_TIMEOUT (20 s), as a pod's 30 s grace period needs.
 func TestSidecarStopsWhileJoining(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 2)
 	r := pl.start(0)
@@ -175,6 +179,7 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 // TestFaultRebalance starts a second replica (bridge and sidecar) in the group mid-run, waits
 // until it owns partitions, and stops it again.
 func TestFaultRebalance(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 4)
 	r0 := pl.start(0)
@@ -199,6 +204,7 @@ func TestFaultRebalance(t *testing.T) {
 // max.message.bytes set below any batch): nothing may be committed, the stall warning must be
 // logged, and progress must resume once the limit is restored.
 func TestFaultProduceRefused(t *testing.T) {
+	t.Parallel()
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 2)
 	r := pl.start(0)
@@ -220,7 +226,7 @@ func TestFaultProduceRefused(t *testing.T) {
 	setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", strconv.Itoa(16<<20))
 	pl.waitDone(idleFault)
 	tl := pl.tally()
-	pl.report("outlet refuses writes (max.message.bytes 16), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(failure, 250), cut(stall, 250)))
+	pl.report("outlet refuses writes (max.message.bytes 16), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
 	tl.check(t)
 	if failure == "" || stall == "" {
 		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
@@ -228,7 +234,8 @@ func TestFaultProduceRefused(t *testing.T) {
 }
 
 // TestFaultBrokerRestart restarts the broker mid-run with its data: kfake closed and reopened
-// on its data directory, the real broker with `scripts/kafka restart`.
+// on its data directory, the real broker with `scripts/kafka restart`. It is the one case not
+// run in parallel, so that on a shared real broker it runs before the others start.
 func TestFaultBrokerRestart(t *testing.T) {
 	b := newBroker(t)
 	pl := newPipeline(t, b, scoreListing(), 4)
@@ -239,7 +246,7 @@ func TestFaultBrokerRestart(t *testing.T) {
 	wait()
 	pl.waitDone(idleFault)
 	tl := pl.tally()
-	pl.report("broker restarted mid-run (down 2 s)", tl, fmt.Sprintf("sidecar: %q", cut(firstLine(r.sidecar.logLines(`"level":"ERROR"`, 1)), 250)))
+	pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(r.sidecar.logLines(`"level":"ERROR"`, 1))), 400))
 	tl.check(t)
 }
 
