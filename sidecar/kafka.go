@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -193,16 +194,18 @@ func (s *Sidecar) enqueue(p *partition, r *kgo.Record) {
 	if n := len(p.queue); n > 0 && r.Offset <= p.queue[n-1].in.Offset {
 		return // already queued: a refetch after a pause
 	}
+	// Copy out of the fetch buffer: a record slicing into it would pin the whole fetch
+	// response for as long as the record waits, and the buffer bound would be a fiction.
 	in := &flowv1.InputRecord{
 		Offset:      r.Offset,
 		TimestampMs: r.Timestamp.UnixMilli(),
-		Record:      &flowv1.Record{Key: r.Key, Value: r.Value},
+		Record:      &flowv1.Record{Key: cloneKey(r.Key), Value: bytes.Clone(r.Value)},
 	}
-	if r.Value == nil {
+	if in.Record.Value == nil {
 		in.Record.Value = []byte{}
 	}
 	for _, h := range r.Headers {
-		in.Record.Headers = append(in.Record.Headers, &flowv1.Header{Key: h.Key, Value: h.Value})
+		in.Record.Headers = append(in.Record.Headers, &flowv1.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
 	}
 	size := proto.Size(in) + 8 // field tag and length inside the Batch
 	p.queue = append(p.queue, record{in: in, leaderEpoch: r.LeaderEpoch, size: size})
@@ -212,6 +215,14 @@ func (s *Sidecar) enqueue(p *partition, r *kgo.Record) {
 	if s.stats.BufferedBytes > s.stats.PeakBufferedBytes {
 		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
 	}
+}
+
+// cloneKey copies a key, keeping an absent key absent and an empty key empty.
+func cloneKey(k []byte) []byte {
+	if k == nil {
+		return nil
+	}
+	return append([]byte{}, k...)
 }
 
 func (p *partition) aboveHighWater() bool {

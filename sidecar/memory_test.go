@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -59,9 +60,9 @@ func TestMemoryBounded(t *testing.T) {
 
 // randomBytes returns n incompressible bytes, so the fetch limits count what is buffered.
 func randomBytes(n int) []byte {
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rand.IntN(256))
-	}
+	rand.NewChaCha8(seed).Read(b)
 	return b
 }
