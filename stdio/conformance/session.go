@@ -265,14 +265,14 @@ func (s *session) shutdown() {
 		case <-grace.C:
 			s.broken = true
 			s.p.kill()
-			r.fail(CheckShutdown, fmt.Sprintf("still running %s after shutdown (conversation %s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.owner))
+			r.fail(CheckShutdown, fmt.Sprintf("still running %s after shutdown (%s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.name()))
 			return
 		}
 	}
 	if !waitCtx(context.Background(), s.p.done, time.Until(t0.Add(r.a.ShutdownGrace))) {
 		s.broken = true
 		s.p.kill()
-		r.fail(CheckShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (conversation %s)", r.a.ShutdownGrace, s.owner))
+		r.fail(CheckShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (%s)", r.a.ShutdownGrace, s.name()))
 		return
 	}
 	took := time.Since(t0)
@@ -284,10 +284,21 @@ func (s *session) shutdown() {
 		r.fail(CheckFraming, s.p.endNote)
 	}
 	if code != 0 {
-		r.fail(CheckShutdown, fmt.Sprintf("%s after shutdown (conversation %s): exit with status 0%s", desc, s.owner, s.p.stderr.tail()))
+		r.fail(CheckShutdown, fmt.Sprintf("%s after shutdown (%s): exit with status 0%s", desc, s.name(), s.p.stderr.tail()))
 		return
 	}
 	r.shutdowns++
+}
+
+// name names the conversation in a report.
+func (s *session) name() string {
+	switch s.owner {
+	case CheckReady, CheckAnswers:
+		return "the main conversation"
+	case fixtureOwner:
+		return "the fixture's conversation"
+	}
+	return "the " + s.owner + " conversation"
 }
 
 // handle classifies one event of stdout.
