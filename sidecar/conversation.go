@@ -237,6 +237,11 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		limit := s.cfg.MaxMessageBytes - batchOverhead
 		recs := p.queue[p.sent:]
 		if first := recs[0]; first.size > limit {
+			// The record fails every conversation: its partition stalls.
+			if p.stallSince.IsZero() {
+				p.stallSince = s.now()
+			}
+			p.attempts++
 			return nil, fmt.Errorf("%w: %w: topic %s partition %d offset %d is %d bytes as a Batch record, over the limit of %d bytes (FLOW_MAX_MESSAGE_BYTES=%d): raise FLOW_MAX_MESSAGE_BYTES, or remove the record from the topic",
 				ErrStreamFailed, ErrRecordTooLarge, p.topic, p.partition, first.in.GetOffset(), first.size, limit, s.cfg.MaxMessageBytes)
 		}

@@ -79,6 +79,7 @@ func TestRecordTooLarge(t *testing.T) {
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_MAX_MESSAGE_BYTES"] = "64Ki"
 	e["FLOW_INLET_IN_BATCH_MAX_BYTES"] = "32Ki"
+	e["FLOW_STALL_WARNING_AFTER"] = "1ms"
 	b.produce(t,
 		&kgo.Record{Topic: in, Value: []byte("a")},
 		&kgo.Record{Topic: in, Value: []byte("b")},
@@ -88,6 +89,7 @@ func TestRecordTooLarge(t *testing.T) {
 	r := start(t, e.config(t))
 	want := "topic " + in + " partition 0 offset 2"
 	waitFor(t, "two failed conversations", func() bool { return strings.Count(r.logs.String(), want) >= 2 })
+	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), "partition stalled") })
 	r.stop(t)
 	for _, bt := range f.seen() {
 		for _, rec := range bt.Records {
