@@ -31,14 +31,19 @@ type broker struct {
 	admin   *kgo.Client
 }
 
-func newBroker(t testing.TB) *broker {
+func newBroker(t testing.TB) *broker { return openBroker(t, true) }
+
+// openBroker is newBroker; persist=false keeps kfake's data in memory only (no restart).
+func openBroker(t testing.TB, persist bool) *broker {
 	t.Helper()
 	b := &broker{}
 	if seeds := os.Getenv(envBrokers); seeds != "" {
 		b.real = true
 		b.addrs = strings.Split(seeds, ",")
 	} else {
-		b.dataDir = t.TempDir()
+		if persist {
+			b.dataDir = t.TempDir()
+		}
 		b.port = freePort(t)
 		b.startKfake(t)
 		t.Cleanup(func() {
@@ -59,8 +64,12 @@ func newBroker(t testing.TB) *broker {
 
 func (b *broker) startKfake(t testing.TB) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(b.port), kfake.DataDir(b.dataDir),
-		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(16 << 20)}))
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(b.port),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(16 << 20)})}
+	if b.dataDir != "" {
+		opts = append(opts, kfake.DataDir(b.dataDir))
+	}
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		t.Fatalf("kfake.NewCluster: %v", err)
 	}
@@ -80,6 +89,9 @@ func (b *broker) name() string {
 func (b *broker) restart(t testing.TB, down time.Duration) {
 	t.Helper()
 	if !b.real {
+		if b.dataDir == "" {
+			t.Fatal("broker restart: this kfake keeps its data in memory; use newBroker")
+		}
 		b.cluster.Close()
 		b.cluster = nil
 		time.Sleep(down)

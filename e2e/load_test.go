@@ -33,7 +33,7 @@ func BenchmarkLoad(b *testing.B) {
 }
 
 func loadOnce(b *testing.B, n int) {
-	br := newBroker(b)
+	br := openBroker(b, false)
 	pl := newPipeline(b, br, goEcho(), 4)
 	produceFast(b, pl, n)
 
