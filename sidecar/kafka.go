@@ -100,7 +100,7 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(produceTimeout),
 		kgo.FetchMaxPartitionBytes(maxPart),
-		kgo.FetchMaxBytes(16 << 20),
+		kgo.FetchMaxBytes(4 << 20),
 		kgo.FetchMaxWait(fetchMaxWait),
 	}
 	if len(topics) > 0 {
