@@ -1,0 +1,457 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc"
+
+	"github.com/ankka-flow/millrace/bridge"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
+)
+
+// version is the version both sides announce: the sidecar's deployed descriptor and the
+// bridge's discovery must agree on it.
+const version = "bench"
+
+// valueSize is the size of every record's value in the throughput and latency benchmarks.
+const valueSize = 200
+
+// value returns a JSON object of exactly size bytes (at least 96) for record i.
+func value(i, size int) []byte {
+	v := fmt.Appendf(make([]byte, 0, size), `{"id":%d,"name":"listing-42","tags":["a","b"],"price":1234.5,"city":"Lyon","pad":"`, i)
+	v = append(v, bytes.Repeat([]byte{'x'}, max(0, size-len(v)-2))...)
+	return append(v, `"}`...)
+}
+
+// bins are the binaries the benchmarks build once per run: millrace and the Go echo action.
+var bins struct {
+	once     sync.Once
+	dir      string
+	millrace string
+	goEcho   string
+	err      error
+}
+
+// binaries builds cmd/millrace and actions/go-echo once, into a folder TestMain removes.
+func binaries(b testing.TB) (millrace, goEcho string) {
+	b.Helper()
+	bins.once.Do(func() {
+		bins.dir, bins.err = os.MkdirTemp("", "millrace-bench-")
+		if bins.err != nil {
+			return
+		}
+		bins.millrace, bins.goEcho = filepath.Join(bins.dir, "millrace"), filepath.Join(bins.dir, "go-echo")
+		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo"} {
+			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+				bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if bins.err != nil {
+		b.Fatal(bins.err)
+	}
+	return bins.millrace, bins.goEcho
+}
+
+// child is an echo action: the argv of its process.
+type child struct {
+	name string
+	argv []string
+}
+
+// children returns the Go echo action (actions/go-echo, on the SDK, which declares a window of
+// 64) and the Python echo loop of the stdio benchmarks (declares nothing).
+func children(b testing.TB) []child {
+	_, goEcho := binaries(b)
+	py, err := filepath.Abs("../stdio/testdata/echo.py")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := []child{{"go", []string{goEcho}}}
+	if _, err := exec.LookPath("python3"); err == nil {
+		cs = append(cs, child{"python", []string{"python3", py}})
+	} else {
+		b.Logf("no python3: the Python echo action is left out (%v)", err)
+	}
+	return cs
+}
+
+// mode is how deliveries go to a process: one at a time (the spec), or written ahead.
+type mode struct {
+	name   string
+	window int
+}
+
+// modes: lockstep forces one delivery at a time even on an action that declares a window (the
+// config line's --window wins when smaller); window64 lets 64 deliveries be written ahead.
+var modes = []mode{{"lockstep", 1}, {"window64", 64}}
+
+// actionLine is the config line of the benchmark streamlet running argv.
+func actionLine(argv []string, concurrency, window int) string {
+	return fmt.Sprintf("bench --in in=bench.v1 --out out=bench.v1 --concurrency %d --window %d -- %s", concurrency, window, bridge.Join(argv))
+}
+
+// parseAction parses a config line or fails the benchmark.
+func parseAction(b testing.TB, line string) *bridge.Action {
+	a, err := bridge.ParseString(line)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+// broker is an in-process Kafka broker (kfake) with an admin client.
+type broker struct {
+	addrs []string
+	admin *kgo.Client
+	n     atomic.Int64 // topic and group name counter
+}
+
+// newBroker starts a one-broker kfake cluster, closed when the benchmark ends.
+func newBroker(b testing.TB) *broker {
+	b.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(admin.Close)
+	return &broker{addrs: c.ListenAddrs(), admin: admin}
+}
+
+// name returns a fresh name starting with prefix.
+func (br *broker) name(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, br.n.Add(1))
+}
+
+// topic creates a fresh topic of parts partitions and returns its name.
+func (br *broker) topic(b testing.TB, prefix string, parts int) string {
+	b.Helper()
+	name := br.name(prefix)
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, int32(parts), 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), br.admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		b.Fatalf("creating topic %s: %v", name, err)
+	}
+	return name
+}
+
+// producer returns a client producing to explicit partitions (Record.Partition), with no
+// linger: what the benchmarks write goes out at once.
+func (br *broker) producer(b testing.TB, opts ...kgo.Opt) *kgo.Client {
+	b.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(br.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1 << 16)}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	return cl
+}
+
+// counter consumes a topic from its start (no group) and counts its records.
+type counter struct {
+	cl   *kgo.Client
+	seen int
+	// onRecord, when set, sees every record polled.
+	onRecord func(*kgo.Record)
+	// check, when set, is called between polls: its error ends the wait.
+	check func() error
+}
+
+func (br *broker) counter(b testing.TB, topic string) *counter {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addrs...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	return &counter{cl: cl}
+}
+
+// waitFor polls until n records were seen in all, or the timeout passes.
+func (c *counter) waitFor(n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for c.seen < n {
+		if c.check != nil {
+			if err := c.check(); err != nil {
+				return err
+			}
+		}
+		fs := c.cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("%d of %d records seen within %s", c.seen, n, timeout)
+		}
+		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			c.seen++
+			if c.onRecord != nil {
+				c.onRecord(r)
+			}
+		})
+	}
+	return nil
+}
+
+// pollFor polls for d and counts what comes.
+func (c *counter) pollFor(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for ctx.Err() == nil {
+		fs := c.cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			c.seen++
+			if c.onRecord != nil {
+				c.onRecord(r)
+			}
+		})
+	}
+	return nil
+}
+
+// produce writes n records of valueSize-byte values round-robin over parts partitions of
+// topic, numbered from first, and waits until the broker has them all.
+func produce(cl *kgo.Client, topic string, parts, first, n, size int) error {
+	var (
+		mu   sync.Mutex
+		ferr error
+	)
+	ctx := context.Background()
+	for i := first; i < first+n; i++ {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % parts), Value: value(i, size)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				ferr = cmp(ferr, err)
+				mu.Unlock()
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return ferr
+}
+
+// cmp returns a when it is not nil, else b.
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// pipeline is a streamlet process served in this process on a free loopback port, and the
+// real sidecar driving it over gRPC from the broker's inlet topic to its outlet topic: what
+// `millrace run` runs.
+type pipeline struct {
+	in, out string
+	parts   int
+	sc      *sidecar.Sidecar
+}
+
+// batchLimits are an inlet's batch limits (zero: the sidecar's defaults).
+type batchLimits struct{ records, bytes int }
+
+// startPipeline serves a streamlet with serve (which must return when its context ends),
+// starts a sidecar for a with fresh inlet and outlet topics of parts partitions, and stops
+// both when the benchmark ends: the sidecar first, as in a pod.
+func startPipeline(b testing.TB, br *broker, a *bridge.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error) *pipeline {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &pipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts), parts: parts}
+	procCtx, stopProc := context.WithCancel(context.Background())
+	procDone := make(chan error, 1)
+	go func() { procDone <- serve(procCtx, lis) }()
+	b.Cleanup(func() {
+		stopProc()
+		if err := <-procDone; err != nil {
+			b.Errorf("the streamlet process: %v", err)
+		}
+	})
+	if lim.records == 0 {
+		lim.records = sidecar.DefaultBatchMaxRecords
+	}
+	if lim.bytes == 0 {
+		lim.bytes = sidecar.DefaultBatchMaxBytes
+	}
+	cfg := &sidecar.Config{
+		Brokers: br.addrs, Pipeline: "bench", Streamlet: a.Name, Deployed: a.Spec(version),
+		Inlets:        []sidecar.Inlet{{Port: "in", Topic: p.in, MaxRecords: lim.records, MaxBytes: lim.bytes}},
+		Outlets:       []sidecar.Outlet{{Port: "out", Topic: p.out}},
+		ConsumerGroup: br.name("group"), ProcessPort: lis.Addr().(*net.TCPAddr).Port, SidecarVersion: version,
+		DiscoveryBackoff: sidecar.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
+		FailureBackoff:   sidecar.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
+	}
+	sc, err := sidecar.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.sc = sc
+	scCtx, stopSidecar := context.WithCancel(context.Background())
+	scDone := make(chan error, 1)
+	go func() { scDone <- sc.Run(scCtx) }()
+	b.Cleanup(func() { // registered last: runs first
+		stopSidecar()
+		if err := <-scDone; err != nil {
+			b.Errorf("the sidecar: %v", err)
+		}
+	})
+	return p
+}
+
+// serveBridge returns the serve function of the real bridge for a.
+func serveBridge(b testing.TB, a *bridge.Action) func(context.Context, net.Listener) error {
+	srv, err := bridge.NewServer(bridge.Options{Action: a, Version: version})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv.Serve
+}
+
+// serveNative returns the serve function of the native Go streamlet with a's descriptor.
+func serveNative(a *bridge.Action) func(context.Context, net.Listener) error {
+	return func(ctx context.Context, lis net.Listener) error {
+		gs := grpc.NewServer(bridge.GRPCOptions()...)
+		n := &native{spec: a.Spec(version)}
+		flowv1.RegisterDiscoveryServer(gs, n)
+		flowv1.RegisterStreamletServer(gs, n)
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			<-ctx.Done()
+			gs.GracefulStop()
+		}()
+		err := gs.Serve(lis)
+		<-stopped
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil
+		}
+		return err
+	}
+}
+
+// native is the native Go streamlet: every record echoed to "out" in the gRPC handler that
+// receives its batch, then the Ack; no child process. It is the ceiling without the bridge:
+// what a streamlet written in Go against the protocol costs.
+type native struct {
+	flowv1.UnimplementedStreamletServer
+	flowv1.UnimplementedDiscoveryServer
+	spec *flowv1.Spec
+}
+
+func (n *native) Discover(context.Context, *flowv1.SidecarInfo) (*flowv1.Spec, error) {
+	return n.spec, nil
+}
+
+func (n *native) ReportError(_ context.Context, ps *flowv1.Problems) (*flowv1.Empty, error) {
+	return &flowv1.Empty{}, nil
+}
+
+func (n *native) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]) error {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		batch := m.GetBatch()
+		if batch == nil {
+			continue // Start, Stop: the stream ends with the sidecar's half-close
+		}
+		for _, r := range batch.GetRecords() {
+			emit := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: batch.GetBatchId(), Outlet: "out",
+				Record: &flowv1.Record{Key: r.GetRecord().Key, Value: r.GetRecord().GetValue()}}}}
+			if err := stream.Send(emit); err != nil {
+				return err
+			}
+		}
+		if err := stream.Send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: batch.GetBatchId()}}}); err != nil {
+			return err
+		}
+	}
+}
+
+// runs collects one figure per run of a benchmark and reports their median.
+type runs []float64
+
+func (r runs) median() float64 {
+	if len(r) == 0 {
+		return 0
+	}
+	s := slices.Clone(r)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 100) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// envInt returns the integer in the environment variable name, or def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && n > 0 {
+		return n
+	}
+	return def
+}

@@ -1,0 +1,65 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// BenchmarkLatency measures the latency of a quiet stream: one record at a time (each
+// iteration produces one 200-byte record and waits until it is visible on the outlet), from
+// the call to produce until the outlet's consumer has it, through the in-process broker,
+// sidecar, bridge and echo action (one process, one delivery at a time, one partition), and
+// through the native Go streamlet for comparison. It reports p50 and p99 in ms; run it with
+// -benchtime 1000x for the figure of BENCHMARKS.md.
+func BenchmarkLatency(b *testing.B) {
+	type streamlet struct {
+		name   string
+		argv   []string // nil: the native streamlet
+		window int
+	}
+	var ss []streamlet
+	for _, c := range children(b) {
+		ss = append(ss, streamlet{c.name, c.argv, 1})
+	}
+	ss = append(ss, streamlet{name: "native"})
+	for _, s := range ss {
+		b.Run(s.name, func(b *testing.B) {
+			br := newBroker(b)
+			var p *pipeline
+			if s.argv == nil {
+				a := parseAction(b, actionLine([]string{"native"}, 1, 1))
+				p = startPipeline(b, br, a, 1, batchLimits{}, serveNative(a))
+			} else {
+				a := parseAction(b, actionLine(s.argv, 1, s.window))
+				p = startPipeline(b, br, a, 1, batchLimits{}, serveBridge(b, a))
+			}
+			prod := br.producer(b)
+			cnt := br.counter(b, p.out)
+			ctx := context.Background()
+			one := func(i int) time.Duration {
+				start := time.Now()
+				if err := prod.ProduceSync(ctx, &kgo.Record{Topic: p.in, Value: value(i, valueSize)}).FirstErr(); err != nil {
+					b.Fatal(err)
+				}
+				if err := cnt.waitFor(i+1, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			for i := range 20 { // warm-up: the group joins, the process starts
+				one(i)
+			}
+			i := 20
+			var lat []time.Duration
+			for b.Loop() {
+				lat = append(lat, one(i))
+				i++
+			}
+			b.ReportMetric(ms(percentile(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(percentile(lat, 99)), "p99-ms")
+		})
+	}
+}

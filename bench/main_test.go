@@ -1,0 +1,58 @@
+package bench_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		os.Exit(runRole(role))
+	}
+	code := m.Run()
+	if bins.dir != "" {
+		os.RemoveAll(bins.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestHelpers checks the figures the benchmarks report are computed right.
+func TestHelpers(t *testing.T) {
+	for _, size := range []int{96, 200, 1000, 10 << 10} {
+		if got := len(value(7, size)); got != size {
+			t.Errorf("len(value(7, %d)) = %d; want %d", size, got, size)
+		}
+	}
+	for _, tc := range []struct {
+		in   runs
+		want float64
+	}{
+		{nil, 0}, {runs{3}, 3}, {runs{5, 1, 3}, 3}, {runs{4, 1, 3, 2}, 2.5},
+	} {
+		if got := tc.in.median(); got != tc.want {
+			t.Errorf("runs%v.median() = %v; want %v", []float64(tc.in), got, tc.want)
+		}
+	}
+	var ds []time.Duration
+	for i := 1; i <= 1000; i++ {
+		ds = append(ds, time.Duration(1001-i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 500 * time.Millisecond}, {99, 990 * time.Millisecond}, {100, 1000 * time.Millisecond}} {
+		if got := percentile(ds, tc.p); got != tc.want {
+			t.Errorf("percentile(1..1000 ms, %v) = %v; want %v", tc.p, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/protocol"
+	"github.com/ankka-flow/millrace/sidecar"
+)
+
+// The test binary plays the bridge or the sidecar when BENCH_ROLE names it, as `millrace
+// bridge` and `millrace sidecar` do (same packages, same environment variables), writing a CPU
+// profile of its whole life to BENCH_CPUPROFILE when set.
+const (
+	envRole    = "BENCH_ROLE"
+	envProfile = "BENCH_CPUPROFILE"
+)
+
+// runRole runs the role named by BENCH_ROLE until SIGTERM and returns the exit code.
+func runRole(role string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if path := os.Getenv(envProfile); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	switch role {
+	case "bridge":
+		err = serveBridgeRole(ctx, logger)
+	case "sidecar":
+		err = runSidecarRole(ctx, logger)
+	default:
+		err = fmt.Errorf("%s=%q: want bridge or sidecar", envRole, role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func serveBridgeRole(ctx context.Context, logger *slog.Logger) error {
+	a, err := bridge.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	port, err := bridge.PortFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	return bridge.ListenAndServe(ctx, port, bridge.Options{Action: a, Version: version, Logger: logger}, nil)
+}
+
+func runSidecarRole(ctx context.Context, logger *slog.Logger) error {
+	cfg, err := sidecar.ConfigFromEnv(os.Getenv, nil)
+	if err != nil {
+		return err
+	}
+	cfg.SidecarVersion = version
+	sc, err := sidecar.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return sc.Run(ctx)
+}
+
+// roleProcs runs the bridge and the sidecar as this test binary in their roles, each writing
+// its CPU profile into dir (none when dir is empty).
+func roleProcs(dir, tag string) procs {
+	prof := func(side string) []string {
+		if dir == "" {
+			return nil
+		}
+		return []string{envProfile + "=" + filepath.Join(dir, tag+"."+side+".pprof")}
+	}
+	self := []string{os.Args[0], "-test.run=^$", "-test.bench=^$"}
+	return procs{
+		bridge: self, sidecar: self,
+		bridgeEnv:  append([]string{envRole + "=bridge"}, prof("bridge")...),
+		sidecarEnv: append([]string{envRole + "=sidecar"}, prof("sidecar")...),
+		descriptor: func(b testing.TB, line, path string) {
+			data, err := protocol.MarshalDescriptor(parseAction(b, line).Spec(version))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		},
+	}
+}
+
+// BenchmarkProcs measures the throughput of the deployed shape: the bridge and the sidecar
+// each a process of its own (as in a pod), the broker in this process, with the CPU each
+// process spends per record and its peak RSS. With BENCH_PROFILE_DIR set, each process writes
+// a CPU profile of its life there (TAG.bridge.pprof, TAG.sidecar.pprof), to read with
+// `go tool pprof -top`.
+func BenchmarkProcs(b *testing.B) {
+	cs := children(b)
+	type shape struct {
+		c         child
+		n, window int
+		parts     int
+	}
+	shapes := []shape{{cs[0], 2, 64, 8}, {cs[0], 1, 1, 1}}
+	if len(cs) > 1 {
+		shapes = append(shapes, shape{cs[1], 2, 64, 8}, shape{cs[1], 1, 1, 1})
+	}
+	for _, s := range shapes {
+		mode := "lockstep"
+		if s.window > 1 {
+			mode = fmt.Sprintf("window%d", s.window)
+		}
+		tag := fmt.Sprintf("%s-c%d-%s-p%d", s.c.name, s.n, mode, s.parts)
+		b.Run(strings.ReplaceAll(tag, "-", "/"), func(b *testing.B) {
+			dir := os.Getenv("BENCH_PROFILE_DIR")
+			if dir != "" {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					b.Fatal(err)
+				}
+			}
+			br := newBroker(b)
+			pp := startProcs(b, br, roleProcs(dir, tag), actionLine(s.c.argv, s.n, s.window), s.parts)
+			cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
+			records := benchFlow(b, br, pp.in, pp.out, s.parts, pp.check)
+			pp.alive(b)
+			b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
+			b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
+			b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
+			b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+		})
+	}
+}
+
+// procCPU returns the CPU time (user + system, children excluded) pid has used.
+func procCPU(pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(stat)
+	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(rest[11], 10, 64)
+	stime, _ := strconv.ParseInt(rest[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+}
