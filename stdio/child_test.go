@@ -260,6 +260,15 @@ func runChild(mode string) int {
 				continue
 			}
 			c.echo(m)
+		case "rich":
+			v := "v1"
+			k := "out-key"
+			c.send(stdio.Message{Type: stdio.TypeMetric, Delivery: m.Delivery, Name: "rooms", Value: 3.5, Labels: map[string]string{"city": "Lyon"}})
+			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Outlet: "scores", Key: &k, Payload: []byte(`{"score": 81}`),
+				Headers: []stdio.Header{{Key: "h1", Value: &v}, {Key: "h2", ValueBase64: "AAE="}, {Key: "h3"}}})
+			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Outlet: "rejects", KeyBase64: "/w==", Payload: m.Payload})
+			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(`null`)})
+			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
 		case "slowwindow":
 			time.Sleep(150 * time.Millisecond)
 			c.echo(m)

@@ -319,6 +319,40 @@ func TestTimeoutRearms(t *testing.T) {
 	}
 }
 
+// TestEmitFields: every field of emit and metric lines reaches the Result as sent, in order.
+func TestEmitFields(t *testing.T) {
+	var hooked []stdio.Metric
+	var mu sync.Mutex
+	p := start(t, config("rich", func(c *stdio.Config) {
+		c.Hooks.Metric = func(it *stdio.Item, m stdio.Metric) { mu.Lock(); hooked = append(hooked, m); mu.Unlock() }
+	}))
+	it := item("r", `{"in":1}`)
+	it.KeyBase64 = "/w=="
+	r := run(t, p, it)
+	if r.Outcome != stdio.Done || len(r.Emits) != 3 {
+		t.Fatalf("result = %v with %d emits (%v); want done with 3", r.Outcome, len(r.Emits), r.Err)
+	}
+	e := r.Emits[0]
+	if e.Outlet != "scores" || e.Key == nil || *e.Key != "out-key" || string(e.Payload) != `{"score": 81}` || len(e.Headers) != 3 ||
+		e.Headers[0].Key != "h1" || *e.Headers[0].Value != "v1" || e.Headers[1].ValueBase64 != "AAE=" || e.Headers[2].Value != nil {
+		t.Errorf("emit 1 = %+v; want outlet, key, raw payload and the three headers as sent", e)
+	}
+	if e := r.Emits[1]; e.Outlet != "rejects" || e.Key != nil || e.KeyBase64 != "/w==" || string(e.Payload) != `{"in":1}` {
+		t.Errorf("emit 2 = %+v; want outlet rejects, keyBase64 /w==, the input payload", e)
+	}
+	if e := r.Emits[2]; e.Outlet != "" || e.Key != nil || e.KeyBase64 != "" || string(e.Payload) != "null" {
+		t.Errorf("emit 3 = %+v; want no outlet, no key, null", e)
+	}
+	if len(r.Metrics) != 1 || r.Metrics[0].Name != "rooms" || r.Metrics[0].Value != 3.5 || r.Metrics[0].Labels["city"] != "Lyon" {
+		t.Errorf("metrics = %+v; want rooms=3.5 {city=Lyon}", r.Metrics)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hooked) != 1 {
+		t.Errorf("Metric hook saw %v; want the one metric", hooked)
+	}
+}
+
 func TestKeyAffinity(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, config("keys", func(c *stdio.Config) {
