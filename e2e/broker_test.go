@@ -125,6 +125,13 @@ func (b *broker) topic(t testing.TB, what string, partitions int32) string {
 
 func (b *broker) createTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
+	if err := b.tryCreateTopic(name, partitions); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryCreateTopic creates a topic and waits until every partition has a leader.
+func (b *broker) tryCreateTopic(name string, partitions int32) error {
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
@@ -138,14 +145,17 @@ func (b *broker) createTopic(t testing.TB, name string, partitions int32) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := req.RequestWith(ctx, b.admin)
-	if err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
 	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	// Metadata may lag the creation on a real broker: wait until every partition has a leader.
-	waitUntil(30*time.Second, func() bool { return len(b.partitions(t, name)) == int(partitions) })
+	if !waitUntil(30*time.Second, func() bool { return len(b.partitions(nil, name)) == int(partitions) }) {
+		return fmt.Errorf("create topic %s: not every partition has a leader after 30 s", name)
+	}
+	return nil
 }
 
 // deleteTopic deletes a topic; errors are logged, not fatal (it is used in cleanups).

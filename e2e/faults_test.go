@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -227,6 +228,44 @@ func TestFaultProduceRefused(t *testing.T) {
 	pl.waitDone(idleFault)
 	tl := pl.tally()
 	pl.report("outlet refuses writes (max.message.bytes 16), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
+	tl.check(t)
+	if failure == "" || stall == "" {
+		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
+	}
+}
+
+// TestFaultOutletDeleted deletes the outlet's topic mid-run (its records so far are read
+// first and counted): nothing may be committed while it is gone, the stall warning must be
+// logged, and progress must resume once the topic is created again.
+func TestFaultOutletDeleted(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 2)
+	r := pl.start(0)
+	pl.produce(pl.records(0, 200)...)
+	pl.waitDone(60 * time.Second)
+
+	out := pl.outTopics["scores"]
+	pl.earlier = map[string][]*kgo.Record{"scores": b.readAll(t, out)}
+	b.deleteTopic(t, out)
+	pl.produce(pl.records(200, ciN(1000))...)
+	if !waitUntil(120*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+		t.Fatalf("no stall warning within 120 s of the outlet topic being deleted (FLOW_STALL_WARNING_AFTER=3s)\n%s", pl.logTails(20))
+	}
+	n, _ := pl.committedCount()
+	if n != 200 {
+		t.Errorf("committed %d records while the outlet topic was gone; want 200 (nothing more)", n)
+	}
+	failure := firstLine(r.sidecar.logLines("stream failed", 1))
+	stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+
+	// A real broker deletes a topic in the background: create it again until it takes.
+	if !waitUntil(60*time.Second, func() bool { return b.tryCreateTopic(out, 2) == nil }) {
+		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.tryCreateTopic(out, 2))
+	}
+	pl.waitDone(idleFault)
+	tl := pl.tally()
+	pl.report("outlet topic deleted, then created again", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
 	tl.check(t)
 	if failure == "" || stall == "" {
 		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)

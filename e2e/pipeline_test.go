@@ -119,6 +119,9 @@ type pipeline struct {
 	mu       sync.Mutex
 	produced []produced
 	replicas []*replica
+	// earlier holds output records read from an outlet before it was deleted, by port; the
+	// tally counts them with what the outlet holds at the end.
+	earlier map[string][]*kgo.Record
 }
 
 // replica is one bridge and its sidecar.
@@ -372,7 +375,7 @@ func (pl *pipeline) tally() tally {
 		idOf = func(r *kgo.Record) string { return string(r.Key) }
 	}
 	for _, o := range pl.a.outs {
-		for _, r := range pl.b.readAll(pl.t, pl.outTopics[o]) {
+		for _, r := range append(pl.earlier[o], pl.b.readAll(pl.t, pl.outTopics[o])...) {
 			id := idOf(r)
 			if o == pl.a.dead {
 				deadSeen[id]++
