@@ -30,7 +30,7 @@ import (
 
 // waitTimeout bounds every wait for the sidecar to reach a state; it is a deadline for a
 // failure message, not a timing assertion.
-const waitTimeout = 10 * time.Second
+const waitTimeout = 60 * time.Second
 
 // broker is the Kafka the tests run against: kfake in-process, or the real broker named by
 // MILLRACE_KAFKA_BROKERS.
