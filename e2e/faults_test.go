@@ -81,6 +81,7 @@ func TestFaultActionKilled(t *testing.T) {
 	pl.report("action SIGKILLed at random intervals", tl, fmt.Sprintf("%d kill rounds, %d processes killed; bridge action-attempt-failed log lines: %d",
 		rounds, killed, len(r.bridge.logLines("action attempt failed", 100000))))
 	tl.check(t)
+	tl.checkDup(t, rounds*4*100)
 	if killed == 0 {
 		t.Errorf("no action process was killed: the fault did not happen")
 	}
@@ -116,6 +117,7 @@ func TestFaultBridgeKilled(t *testing.T) {
 	pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %s",
 		len(orphans), left, cut(logMessage(firstLine(r.sidecar.logLines("stream failed", 1))), 300)))
 	tl.check(t)
+	tl.checkDup(t, 3*4*100)
 	if left != 0 {
 		t.Errorf("%d action processes outlived their SIGKILLed bridge by 10 s", left)
 	}
@@ -199,6 +201,7 @@ func TestFaultRebalance(t *testing.T) {
 	pl.report("second replica joins, then leaves (rebalance)", tl, fmt.Sprintf("replica 0 revocations logged: %d, replica 1 assignments: %d",
 		len(r0.sidecar.logLines("partition revoked", 100)), len(r1.sidecar.logLines("partition assigned", 100))))
 	tl.check(t)
+	tl.checkDup(t, 2*4*100)
 }
 
 // TestFaultProduceRefused makes the broker refuse every write to the outlet (its
@@ -287,6 +290,7 @@ func TestFaultBrokerRestart(t *testing.T) {
 	tl := pl.tally()
 	pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(r.sidecar.logLines(`"level":"ERROR"`, 1))), 400))
 	tl.check(t)
+	tl.checkDup(t, 4*100)
 }
 
 func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
