@@ -58,14 +58,13 @@ type Sidecar struct {
 	commitMu sync.Mutex
 	mu       sync.Mutex
 	parts    map[tp]*partition
-	order    []*partition // for round-robin batch building, in assignment order
+	order    []*partition // every partition ever assigned, in order of first assignment
+	next     int          // round-robin cursor into order, so no partition starves
 	conv     *conversation
 	stats    Stats
-	next     int // round-robin cursor into order
 
 	kafka *kafka // nil until the first discovery succeeds
 
-	// stallHook, when set by tests, sees every stall warning message.
 	now func() time.Time
 }
 
@@ -152,6 +151,9 @@ func (s *Sidecar) Stats() Stats {
 // other errors only when Kafka cannot be set up at all. Run must be called once.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.conn.Close()
+	if s.cfg.Events != nil {
+		defer s.cfg.Events.CloseIdleConnections()
+	}
 	s.removeReadiness()
 	defer s.removeReadiness()
 	defer func() {
