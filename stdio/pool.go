@@ -365,12 +365,8 @@ func (p *Pool) forget(pr *process) {
 func (p *Pool) serve(pr *process) bool {
 	var batch []byte
 	for {
-		select {
-		case pr.slots <- struct{}{}:
-		case <-pr.dead:
-			return true
-		case <-p.quit:
-			return false
+		if alive, quit := pr.awaitRoom(p.quit); !alive || quit {
+			return !quit
 		}
 		var t *task
 		select {
@@ -381,9 +377,8 @@ func (p *Pool) serve(pr *process) bool {
 			return false
 		}
 		if !pr.register(t) {
-			<-pr.slots
 			p.requeue(t)
-			if p.abandoning.Load() {
+			if p.abandoning.Load() || !pr.isEnded() {
 				continue
 			}
 			select {
@@ -396,20 +391,13 @@ func (p *Pool) serve(pr *process) bool {
 		// With a window, every ready item that fits goes out in the same write.
 		batch = appendItem(batch[:0], &t.item)
 	fill:
-		for len(batch) < writeBatch {
-			select {
-			case pr.slots <- struct{}{}:
-			default:
-				break fill
-			}
+		for len(batch) < writeBatch && pr.hasRoom() {
 			select {
 			case t = <-p.ready:
 			default:
-				<-pr.slots
 				break fill
 			}
 			if !pr.register(t) {
-				<-pr.slots
 				p.requeue(t)
 				break
 			}
@@ -419,15 +407,9 @@ func (p *Pool) serve(pr *process) bool {
 		if cap(batch) > 1<<20 {
 			batch = nil
 		}
-		if p.cfg.PerItem {
-			select {
-			case pr.slots <- struct{}{}: // answered: its slot is free again
-				return true
-			case <-pr.dead:
-				return true
-			case <-p.quit:
-				return false
-			}
+		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process
+			_, quit := pr.awaitRoom(p.quit)
+			return !quit
 		}
 	}
 }

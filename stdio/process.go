@@ -79,7 +79,7 @@ type process struct {
 	wmu     sync.Mutex // one line at a time on stdin
 	wbuf    []byte
 	window  int
-	slots   chan struct{} // one per delivery in flight, at most window
+	room    chan struct{} // the reader tells a worker waiting in awaitRoom that the window has room
 
 	ready      chan error    // the ready phase's outcome (capacity 1)
 	stdoutDone chan struct{} // stdout reader ended
@@ -92,6 +92,7 @@ type process struct {
 	ended    bool         // no new deliveries
 	cause    error        // why the conversation ended first
 	timedOut *task        // the delivery whose timeout killed the process
+	wantRoom bool         // a worker waits in awaitRoom
 	stopping bool         // shutdown sent: EOF is expected
 	watchdog *time.Timer  // item timeouts: fires at the oldest delivery's deadline (or later)
 	answered time.Time    // when the last delivery was answered, for item timeouts
@@ -154,7 +155,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 		pool: p, cmd: cmd, cancel: cancel, pid: cmd.Process.Pid, workdir: workdir,
 		stdin: stdinW, stdout: stdoutR, stderr: stderrR,
 		ready: make(chan error, 1), stdoutDone: make(chan struct{}), stderrDone: make(chan struct{}),
-		dead: make(chan struct{}), inflight: make(map[string]*task),
+		dead: make(chan struct{}), inflight: make(map[string]*task), room: make(chan struct{}, 1),
 	}
 	pr.log = p.log.With("action", cfg.Name, "pid", pr.pid)
 	go pr.readStdout()
@@ -221,7 +222,6 @@ func (pr *process) readStdout() {
 		return
 	}
 	pr.window = settleWindow(pr.pool.cfg.Window, m.Window, pr.pool.cfg.PerItem)
-	pr.slots = make(chan struct{}, pr.window)
 	pr.ready <- nil
 	for {
 		line, err := lr.ReadLine()
@@ -355,11 +355,11 @@ func (pr *process) answeredLocked(t *task) {
 	pr.next()
 }
 
-// next passes the slot of a delivery just answered to the next ready item, written at once
-// from the reader's goroutine, or frees it. Only one delivery at a time (window 1) does so:
-// the child has answered everything, so it reads its stdin and this write cannot deadlock
-// with its stdout; with a window the worker alone writes, and the reader never blocks on a
-// write.
+// next follows a delivery just answered. With one delivery at a time (window 1) it writes the
+// next ready item at once from the reader's goroutine: the child has answered everything, so
+// it reads its stdin and this write cannot deadlock with its stdout. With a window the worker
+// alone writes (the reader never blocks on a write); next only wakes it when the window is
+// down to half, so a busy window costs one wake-up per half window, not one per item.
 func (pr *process) next() {
 	if pr.window == 1 && !pr.pool.cfg.PerItem {
 		select {
@@ -371,7 +371,56 @@ func (pr *process) next() {
 		default:
 		}
 	}
-	<-pr.slots
+	pr.mu.Lock()
+	pr.roomLocked()
+	pr.mu.Unlock()
+}
+
+// roomLocked wakes a worker waiting for room once the window is at most half full (empty for
+// a window of 1). pr.mu is held.
+func (pr *process) roomLocked() {
+	if pr.wantRoom && len(pr.inflight) <= pr.window/2 {
+		pr.wantRoom = false
+		select {
+		case pr.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// isEnded reports whether the process takes no more deliveries.
+func (pr *process) isEnded() bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.ended
+}
+
+// hasRoom reports whether another delivery fits in the window now.
+func (pr *process) hasRoom() bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return len(pr.inflight) < pr.window
+}
+
+// awaitRoom waits until another delivery fits in the window (after the reader's wake-up, at
+// half the window), the process is dead (alive false) or quit is closed (quit true).
+func (pr *process) awaitRoom(quit <-chan struct{}) (alive, quitting bool) {
+	for {
+		pr.mu.Lock()
+		if len(pr.inflight) < pr.window && !pr.wantRoom || len(pr.inflight) == 0 {
+			pr.mu.Unlock()
+			return true, false
+		}
+		pr.wantRoom = true
+		pr.mu.Unlock()
+		select {
+		case <-pr.room:
+		case <-pr.dead:
+			return false, false
+		case <-quit:
+			return true, true
+		}
+	}
 }
 
 // deliver writes t as this process's next delivery. It returns false, having changed nothing,
@@ -397,7 +446,7 @@ func (pr *process) register(t *task) bool {
 	p := pr.pool
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	if pr.ended || p.abandoning.Load() {
+	if pr.ended || p.abandoning.Load() || len(pr.inflight) >= pr.window {
 		return false
 	}
 	t.attempts++
@@ -630,6 +679,7 @@ func (pr *process) abandon() {
 	inflight := pr.inflight
 	if inflight != nil {
 		pr.inflight = make(map[string]*task)
+		pr.roomLocked()
 	}
 	pr.mu.Unlock()
 	if len(inflight) > 0 {
