@@ -13,21 +13,22 @@ import (
 //     the slowest action (the Python echo loop, one process, one delivery at a time) drains
 //     them; the backlog (records produced and not yet out) at the end of the production is
 //     reported beside the peaks. Memory is flat when the peaks do not grow with N.
-//   - batches-1MiB/p32/N: N 10 KiB records on 32 partitions, so that every batch is 1 MiB
-//     (the default batch limit: 100 records, 1 MiB), through the Go echo action with 4
-//     processes and a window of 64, until every record is out.
+//   - batches-1MiB/p32/N: N MiB of 10 KiB records on 32 partitions (6 and 12 batches a
+//     partition, above the sidecar's high water of 4), so that every batch is 1 MiB (the
+//     default batch limit: 100 records, 1 MiB), through the Go echo action with 4 processes
+//     and a window of 64, until every record is out.
 //
 // It also reports each process's RSS when idle (after a warm-up of 1,000 records). Run it
 // with -benchtime 1x.
 func BenchmarkMemory(b *testing.B) {
 	cs := children(b)
 	slow := cs[len(cs)-1] // Python when there is python3
-	for _, n := range []int{50_000, 500_000} {
+	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("backlog/%dk", n/1000), func(b *testing.B) {
 			benchMemory(b, actionLine(slow.argv, 1, 1), 8, n, valueSize, false)
 		})
 	}
-	for _, n := range []int{32 * 100 * 3, 32 * 100 * 6} {
+	for _, n := range []int{32 * 100 * 6, 32 * 100 * 12} { // 6 and 12 batches a partition
 		b.Run(fmt.Sprintf("batches-1MiB/p32/%dMiB", n*10/1024), func(b *testing.B) {
 			benchMemory(b, actionLine(cs[0].argv, 4, 64), 32, n, 10<<10, true,
 				"FLOW_INLET_IN_BATCH_MAX_RECORDS=100", "FLOW_INLET_IN_BATCH_MAX_BYTES=1Mi")

@@ -26,7 +26,14 @@ type proc struct {
 // startProc starts argv with the extra environment env.
 func startProc(b testing.TB, name string, argv, env []string) *proc {
 	b.Helper()
-	p := &proc{name: name, log: filepath.Join(b.TempDir(), name+".log"), done: make(chan struct{})}
+	dir := os.Getenv("BENCH_LOG_DIR") // keep the processes' logs there (default: removed at the end)
+	if dir == "" {
+		dir = b.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	logName := strings.NewReplacer("/", "_", " ", "_").Replace(b.Name()) + "." + name + ".log"
+	p := &proc{name: name, log: filepath.Join(dir, logName), done: make(chan struct{})}
 	f, err := os.Create(p.log)
 	if err != nil {
 		b.Fatal(err)

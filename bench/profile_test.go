@@ -21,10 +21,12 @@ import (
 
 // The test binary plays the bridge or the sidecar when BENCH_ROLE names it, as `millrace
 // bridge` and `millrace sidecar` do (same packages, same environment variables), writing a CPU
-// profile of its whole life to BENCH_CPUPROFILE when set.
+// profile of its whole life to BENCH_CPUPROFILE and its allocations to BENCH_ALLOCSPROFILE
+// when they are set.
 const (
 	envRole    = "BENCH_ROLE"
 	envProfile = "BENCH_CPUPROFILE"
+	envAllocs  = "BENCH_ALLOCSPROFILE"
 )
 
 // runRole runs the role named by BENCH_ROLE until SIGTERM and returns the exit code.
@@ -43,6 +45,19 @@ func runRole(role string) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv(envAllocs); path != "" {
+		defer func() {
+			f, err := os.Create(path)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}()
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
@@ -93,7 +108,7 @@ func roleProcs(dir, tag string) procs {
 		if dir == "" {
 			return nil
 		}
-		return []string{envProfile + "=" + filepath.Join(dir, tag+"."+side+".pprof")}
+		return []string{envProfile + "=" + filepath.Join(dir, tag+"."+side+".pprof"), envAllocs + "=" + filepath.Join(dir, tag+"."+side+".allocs")}
 	}
 	self := []string{os.Args[0], "-test.run=^$", "-test.bench=^$"}
 	return procs{
@@ -115,8 +130,8 @@ func roleProcs(dir, tag string) procs {
 // BenchmarkProcs measures the throughput of the deployed shape: the bridge and the sidecar
 // each a process of its own (as in a pod), the broker in this process, with the CPU each
 // process spends per record and its peak RSS. With BENCH_PROFILE_DIR set, each process writes
-// a CPU profile of its life there (TAG.bridge.pprof, TAG.sidecar.pprof), to read with
-// `go tool pprof -top`.
+// a CPU profile of its life there (TAG.bridge.pprof, TAG.sidecar.pprof) and the allocations
+// it made (TAG.bridge.allocs, TAG.sidecar.allocs), to read with `go tool pprof -top`.
 func BenchmarkProcs(b *testing.B) {
 	cs := children(b)
 	type shape struct {

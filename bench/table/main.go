@@ -168,10 +168,10 @@ func memory(w io.Writer, r results) {
 	fmt.Fprintln(w, "| case | sidecar peak MiB | bridge peak MiB | sidecar idle MiB | bridge idle MiB | backlog at the end of production (records) |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: |")
 	for _, c := range []struct{ key, label string }{
-		{"Memory/backlog/50k", "50,000 records produced at full speed, Python echo, 1 process, one at a time, 8 partitions"},
-		{"Memory/backlog/500k", "500,000 records produced at full speed, same"},
-		{"Memory/batches-1MiB/p32/93MiB", "1 MiB batches (100 × 10 KiB), 32 partitions, 9,600 records, Go echo, 4 processes, window 64"},
-		{"Memory/batches-1MiB/p32/187MiB", "1 MiB batches, 32 partitions, 19,200 records, same"},
+		{"Memory/backlog/100k", "100,000 records produced at full speed, Python echo, 1 process, one at a time, 8 partitions"},
+		{"Memory/backlog/1000k", "1,000,000 records produced at full speed, same"},
+		{"Memory/batches-1MiB/p32/187MiB", "1 MiB batches (100 × 10 KiB), 32 partitions, 19,200 records (6 batches a partition), Go echo, 4 processes, window 64"},
+		{"Memory/batches-1MiB/p32/375MiB", "1 MiB batches, 32 partitions, 38,400 records (12 batches a partition), same"},
 	} {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", c.label,
 			r.num(c.key, "sidecar-peak-MiB", 1), r.num(c.key, "bridge-peak-MiB", 1),
@@ -247,10 +247,10 @@ func targets(w io.Writer, r results) {
 	}
 	v, ok := r.get("Latency/go", "p50-ms")
 	fmt.Fprintf(w, "| quiet-stream p50 under 5 ms (Go echo) | %.2f ms | %s |\n", v, verdict(v < 5, ok))
-	s1, ok1 := r.get("Memory/backlog/50k", "sidecar-peak-MiB")
-	s2, ok2 := r.get("Memory/backlog/500k", "sidecar-peak-MiB")
-	b1, _ := r.get("Memory/backlog/50k", "bridge-peak-MiB")
-	b2, _ := r.get("Memory/backlog/500k", "bridge-peak-MiB")
+	s1, ok1 := r.get("Memory/backlog/100k", "sidecar-peak-MiB")
+	s2, ok2 := r.get("Memory/backlog/1000k", "sidecar-peak-MiB")
+	b1, _ := r.get("Memory/backlog/100k", "bridge-peak-MiB")
+	b2, _ := r.get("Memory/backlog/1000k", "bridge-peak-MiB")
 	fmt.Fprintf(w, "| memory flat as the backlog grows (10× the backlog) | sidecar %.1f → %.1f MiB, bridge %.1f → %.1f MiB | %s |\n", s1, s2, b1, b2,
 		verdict(s2 <= s1*1.25+8 && b2 <= b1*1.25+8, ok1 && ok2))
 	fmt.Fprintln(w)
