@@ -129,6 +129,7 @@ type procPipeline struct {
 	in, out string
 	sidecar *proc
 	bridge  *proc
+	ready   string // the sidecar's readiness file
 }
 
 // procs names how to start the two processes: argv of the bridge and of the sidecar, extra
@@ -166,7 +167,7 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	p := &procPipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts)}
+	p := &procPipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts), ready: filepath.Join(dir, "ready")}
 	p.bridge = startProc(b, "bridge", how.bridge, append([]string{"MILLRACE_ACTION=" + line, "FLOW_PROCESS_PORT=" + port}, how.bridgeEnv...))
 	env := []string{
 		"FLOW_BROKERS=" + strings.Join(br.addrs, ","),
@@ -175,7 +176,7 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 		"FLOW_INLETS=in=" + p.in, "FLOW_OUTLETS=out=" + p.out,
 		"FLOW_CONSUMER_GROUP=" + br.name("group"),
 		"FLOW_PROCESS_PORT=" + port,
-		"FLOW_READINESS_FILE=" + filepath.Join(dir, "ready"),
+		"FLOW_READINESS_FILE=" + p.ready,
 	}
 	env = append(append(env, how.sidecarEnv...), sidecarEnv...)
 	p.sidecar = startProc(b, "sidecar", how.sidecar, env) // cleaned up first
@@ -199,4 +200,21 @@ func (p *procPipeline) check() error {
 		}
 	}
 	return nil
+}
+
+// waitReady waits until the sidecar has started its conversation with the bridge (its
+// readiness file exists): both processes are up.
+func (p *procPipeline) waitReady(b testing.TB) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(p.ready); err == nil {
+			return
+		}
+		p.alive(b)
+		if time.Now().After(deadline) {
+			b.Fatalf("the sidecar did not become ready within a minute\n%s", p.sidecar.tail(20))
+		}
+		time.Sleep(10 * time.Millisecond) // a file another process writes
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +29,9 @@ const (
 	envRole    = "BENCH_ROLE"
 	envProfile = "BENCH_CPUPROFILE"
 	envAllocs  = "BENCH_ALLOCSPROFILE"
+	// envMemStats names a file where the role writes "SEQ MALLOCS TOTALALLOC" from
+	// runtime.MemStats at every SIGUSR1 (SEQ counting the signals).
+	envMemStats = "BENCH_MEMSTATS"
 )
 
 // runRole runs the role named by BENCH_ROLE until SIGTERM and returns the exit code.
@@ -58,6 +63,30 @@ func runRole(role string) int {
 				fmt.Fprintln(os.Stderr, err)
 			}
 		}()
+	}
+	if path := os.Getenv(envMemStats); path != "" {
+		usr := make(chan os.Signal, 1)
+		signal.Notify(usr, syscall.SIGUSR1)
+		defer signal.Stop(usr)
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer close(done)
+		wg.Go(func() {
+			for seq := 1; ; seq++ {
+				select {
+				case <-done:
+					return
+				case <-usr:
+				}
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				tmp := path + ".tmp"
+				if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d %d\n", seq, ms.Mallocs, ms.TotalAlloc), 0o644); err == nil {
+					_ = os.Rename(tmp, path)
+				}
+			}
+		})
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
@@ -102,8 +131,9 @@ func runSidecarRole(ctx context.Context, logger *slog.Logger) error {
 }
 
 // roleProcs runs the bridge and the sidecar as this test binary in their roles, each writing
-// its CPU profile into dir (none when dir is empty).
-func roleProcs(dir, tag string) procs {
+// its CPU and allocation profiles into dir (none when dir is empty) and its allocation counts
+// into statsDir when signalled (see memStats).
+func roleProcs(dir, statsDir, tag string) procs {
 	prof := func(side string) []string {
 		if dir == "" {
 			return nil
@@ -113,8 +143,8 @@ func roleProcs(dir, tag string) procs {
 	self := []string{os.Args[0], "-test.run=^$", "-test.bench=^$"}
 	return procs{
 		bridge: self, sidecar: self,
-		bridgeEnv:  append([]string{envRole + "=bridge"}, prof("bridge")...),
-		sidecarEnv: append([]string{envRole + "=sidecar"}, prof("sidecar")...),
+		bridgeEnv:  append([]string{envRole + "=bridge", envMemStats + "=" + filepath.Join(statsDir, tag+".bridge.memstats")}, prof("bridge")...),
+		sidecarEnv: append([]string{envRole + "=sidecar", envMemStats + "=" + filepath.Join(statsDir, tag+".sidecar.memstats")}, prof("sidecar")...),
 		descriptor: func(b testing.TB, line, path string) {
 			data, err := protocol.MarshalDescriptor(parseAction(b, line).Spec(version))
 			if err != nil {
@@ -157,10 +187,21 @@ func BenchmarkProcs(b *testing.B) {
 				}
 			}
 			br := newBroker(b)
-			pp := startProcs(b, br, roleProcs(dir, tag), actionLine(s.c.argv, s.n, s.window), s.parts)
+			statsDir := b.TempDir()
+			pp := startProcs(b, br, roleProcs(dir, statsDir, tag), actionLine(s.c.argv, s.n, s.window), s.parts)
+			pp.waitReady(b)
+			statsS, statsB := filepath.Join(statsDir, tag+".sidecar.memstats"), filepath.Join(statsDir, tag+".bridge.memstats")
 			cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
+			mS0, bS0 := memStats(b, pp.sidecar, statsS, 1)
+			mB0, bB0 := memStats(b, pp.bridge, statsB, 1)
 			records := benchFlow(b, br, pp.in, pp.out, s.parts, pp.check)
 			pp.alive(b)
+			mS1, bS1 := memStats(b, pp.sidecar, statsS, 2)
+			mB1, bB1 := memStats(b, pp.bridge, statsB, 2)
+			b.ReportMetric(float64(mS1-mS0)/float64(records), "sidecar-allocs/rec")
+			b.ReportMetric(float64(mB1-mB0)/float64(records), "bridge-allocs/rec")
+			b.ReportMetric(float64(bS1-bS0)/float64(records), "sidecar-B/rec")
+			b.ReportMetric(float64(bB1-bB0)/float64(records), "bridge-B/rec")
 			b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
 			b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
 			b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
@@ -180,4 +221,26 @@ func procCPU(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(rest[11], 10, 64)
 	stime, _ := strconv.ParseInt(rest[12], 10, 64)
 	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+}
+
+// memStats signals p (SIGUSR1) and returns the allocation count and bytes it writes to path
+// as its answer number seq.
+func memStats(b testing.TB, p *proc, path string, seq int) (mallocs, bytes uint64) {
+	b.Helper()
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGUSR1); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got int
+		if data, err := os.ReadFile(path); err == nil {
+			if _, err := fmt.Sscan(string(data), &got, &mallocs, &bytes); err == nil && got >= seq {
+				return mallocs, bytes
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s wrote no memory statistics %d to %s within 10 s of SIGUSR1", p.name, seq, path)
+		}
+		time.Sleep(5 * time.Millisecond) // a file, not a channel: the process is another one
+	}
 }

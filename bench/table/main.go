@@ -184,8 +184,8 @@ func memory(w io.Writer, r results) {
 func deployed(w io.Writer, r results) {
 	fmt.Fprintln(w, "### Deployed shape (bridge and sidecar as two processes, as in a pod; CPU of each process per record)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| action | processes | delivery | partitions | records/s | sidecar CPU µs/record | bridge CPU µs/record | sidecar peak MiB | bridge peak MiB |")
-	fmt.Fprintln(w, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| action | processes | delivery | partitions | records/s | sidecar CPU µs/record | bridge CPU µs/record | sidecar allocs/record | bridge allocs/record | sidecar bytes allocated/record | bridge bytes allocated/record | sidecar peak MiB | bridge peak MiB |")
+	fmt.Fprintln(w, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, s := range []struct {
 		key, a, n, d, p string
 	}{
@@ -194,8 +194,10 @@ func deployed(w io.Writer, r results) {
 		{"Procs/python/c2/window64/p8", "python", "2", "window 64", "8"},
 		{"Procs/python/c1/lockstep/p1", "python", "1", "one at a time", "1"},
 	} {
-		fmt.Fprintf(w, "| %s echo | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.a, s.n, s.d, s.p, r.rate(s.key),
+		fmt.Fprintf(w, "| %s echo | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.a, s.n, s.d, s.p, r.rate(s.key),
 			r.num(s.key, "sidecar-cpu-µs/rec", 1), r.num(s.key, "bridge-cpu-µs/rec", 1),
+			r.num(s.key, "sidecar-allocs/rec", 1), r.num(s.key, "bridge-allocs/rec", 1),
+			r.num(s.key, "sidecar-B/rec", 0), r.num(s.key, "bridge-B/rec", 0),
 			r.num(s.key, "sidecar-peak-MiB", 1), r.num(s.key, "bridge-peak-MiB", 1))
 	}
 	fmt.Fprintln(w)
