@@ -100,7 +100,7 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(produceTimeout),
 		kgo.FetchMaxPartitionBytes(maxPart),
-		kgo.FetchMaxBytes(4 << 20),
+		kgo.FetchMaxBytes(max(4<<20, maxPart)),
 		kgo.FetchMaxWait(fetchMaxWait),
 	}
 	if len(topics) > 0 {
