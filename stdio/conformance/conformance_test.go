@@ -33,7 +33,9 @@ func testAction(t *testing.T, b string) conformance.Action {
 	return conformance.Action{
 		Name: b, Version: "1.0.0", Command: []string{exe}, Dir: t.TempDir(), Env: []string{envChild + "=" + b, "GORACE=atexit_sleep_ms=0"},
 		Config: json.RawMessage(`{"n":2}`), Inlets: []string{"in"}, Outlets: []string{"out"},
-		ReadyTimeout: 5 * time.Second, ItemTimeout: 3 * time.Second, ShutdownGrace: 3 * time.Second,
+		// generous bounds: a race-built child on a loaded machine is slow, and no test waits for
+		// them to pass except the behaviours built to miss them (which shorten them)
+		ReadyTimeout: 30 * time.Second, ItemTimeout: 30 * time.Second, ShutdownGrace: 30 * time.Second,
 	}
 }
 
@@ -57,6 +59,8 @@ func TestBehaviours(t *testing.T) {
 			switch b.name {
 			case "slow-ready":
 				a.ReadyTimeout = 300 * time.Millisecond
+			case "skip-answer":
+				a.ItemTimeout = 5 * time.Second // once, in the main conversation; long enough for 1 MiB under load
 			case "long-stderr":
 				opts.StderrLineMax = 64 << 10
 			}
