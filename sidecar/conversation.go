@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -282,7 +284,7 @@ func (s *Sidecar) receive(c *conversation) {
 				s.mu.Unlock()
 				return
 			}
-			s.failConv(c, streamFailed("the process closed the stream or became unreachable: %v", err))
+			s.failConv(c, s.recvFailure(err))
 			return
 		}
 		s.mu.Lock()
@@ -392,4 +394,15 @@ func portNames(ps []*flowv1.PortBinding) string {
 		return "none"
 	}
 	return s
+}
+
+// recvFailure names why reading the process's stream failed.
+func (s *Sidecar) recvFailure(err error) error {
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		return streamFailed("the process sent a message over the message limit of %d bytes (Start.max_message_bytes, FLOW_MAX_MESSAGE_BYTES): %v", s.cfg.MaxMessageBytes, err)
+	case codes.Internal:
+		return streamFailed("the process sent a message the sidecar cannot parse, or the stream broke: %v", err)
+	}
+	return streamFailed("the process closed the stream or became unreachable: %v", err)
 }

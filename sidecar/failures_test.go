@@ -66,7 +66,7 @@ func TestStreamFailures(t *testing.T) {
 		{name: "process closes the stream", logged: "closed its side of the stream without being asked", first: func(_ *fakeProcess, c *call) error {
 			return errClose
 		}},
-		{name: "process ends the stream with an error", logged: "closed the stream or became unreachable", first: func(_ *fakeProcess, c *call) error {
+		{name: "process ends the stream with an error", logged: "process crashed", first: func(_ *fakeProcess, c *call) error {
 			return status.Error(codes.Internal, "process crashed")
 		}},
 		{name: "process unreachable", logged: "closed the stream or became unreachable", first: func(f *fakeProcess, c *call) error {
@@ -76,7 +76,7 @@ func TestStreamFailures(t *testing.T) {
 			}()
 			return nil
 		}},
-		{name: "emit over the message limit", logged: "ResourceExhausted",
+		{name: "emit over the message limit", logged: "over the message limit of 65536 bytes",
 			env: map[string]string{"FLOW_MAX_MESSAGE_BYTES": "64Ki", "FLOW_INLET_IN_BATCH_MAX_BYTES": "32Ki"},
 			first: func(_ *fakeProcess, c *call) error {
 				return c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
