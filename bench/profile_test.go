@@ -23,8 +23,9 @@ import (
 
 // The test binary plays the bridge or the sidecar when BENCH_ROLE names it, as `millrace
 // bridge` and `millrace sidecar` do (same packages, same environment variables), writing a CPU
-// profile of its whole life to BENCH_CPUPROFILE and its allocations to BENCH_ALLOCSPROFILE
-// when they are set.
+// profile of its whole life to BENCH_CPUPROFILE, and its allocations and mutex contention (one
+// event in 20 sampled) to BENCH_ALLOCSPROFILE and the same path ending in .mutex instead of
+// .allocs, when they are set.
 const (
 	envRole    = "BENCH_ROLE"
 	envProfile = "BENCH_CPUPROFILE"
@@ -52,15 +53,18 @@ func runRole(role string) int {
 		defer pprof.StopCPUProfile()
 	}
 	if path := os.Getenv(envAllocs); path != "" {
+		runtime.SetMutexProfileFraction(20)
 		defer func() {
-			f, err := os.Create(path)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return
-			}
-			defer f.Close()
-			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-				fmt.Fprintln(os.Stderr, err)
+			for profile, path := range map[string]string{"allocs": path, "mutex": strings.TrimSuffix(path, ".allocs") + ".mutex"} {
+				f, err := os.Create(path)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return
+				}
+				if err := pprof.Lookup(profile).WriteTo(f, 0); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+				f.Close()
 			}
 		}()
 	}
