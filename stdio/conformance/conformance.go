@@ -44,6 +44,7 @@ const (
 	DefaultItemTimeout   = time.Minute
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultBurst         = 32
+	MinBurst             = 8
 	DefaultPayloadSize   = 1 << 20
 	// MaxInputs is how many fixture items the conformance conversations use at most.
 	MaxInputs = 20
@@ -96,7 +97,9 @@ type Options struct {
 	// Inputs are the items the conversations send (at most MaxInputs are used). Nil: the
 	// items of Dir/fixtures/*.in.jsonl, or three generic items when there are none.
 	Inputs []Input
-	// Burst is the number of items written at once in the burst check (default 32).
+	// Burst is the number of items written at once in the burst check. Zero: 32, fewer (down
+	// to MinBurst) for a slow action, so that the burst takes about two seconds at the pace
+	// of the main conversation.
 	Burst int
 	// PayloadSize is the size of the large payload (default 1 MiB).
 	PayloadSize int
@@ -211,9 +214,6 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	a.defaults()
 	if len(a.Command) == 0 {
 		return nil, fmt.Errorf("%w: action %q has no command: end its config line with -- and the program", ErrAction, a.Name)
-	}
-	if opts.Burst <= 0 {
-		opts.Burst = DefaultBurst
 	}
 	if opts.PayloadSize <= 0 {
 		opts.PayloadSize = DefaultPayloadSize

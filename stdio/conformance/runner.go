@@ -39,6 +39,8 @@ type runner struct {
 	several     int            // deliveries with several outputs to one outlet
 	main        map[int]string // outcome of each input in the main conversation
 	mainCounts  map[string]int
+	mainItems   int           // answered in the main conversation
+	mainLatency time.Duration // their answer times, summed
 }
 
 func newRunner(ctx context.Context, a *Action, opts Options, workdir string, inputs []Input) *runner {
@@ -168,6 +170,8 @@ func (r *runner) mainConversation() {
 		}
 		r.main[i] = d.outcome()
 		r.mainCounts[d.outcome()]++
+		r.mainItems++
+		r.mainLatency += d.latency
 		if i < 10 {
 			s.quiet(r.opts.Quiet)
 			r.quiets++
@@ -500,7 +504,7 @@ func (r *runner) burst() {
 	ex := r.exemplar()
 	var sent []*delivery
 	tw := time.Now()
-	for i := range r.opts.Burst {
+	for i := range r.burstSize() {
 		it := ex
 		it.Offset = int64(10000 + i)
 		it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
@@ -521,6 +525,19 @@ func (r *runner) burst() {
 		}
 	}
 	r.pass[CheckBurst] = fmt.Sprintf("%d items written at once, all answered in order in %s (%.0f items/s)", len(sent), roundDur(took), float64(len(sent))/took.Seconds())
+}
+
+// burstSize is Options.Burst, or DefaultBurst cut down for a slow action: about two seconds
+// of items at the main conversation's mean answer time, at least MinBurst.
+func (r *runner) burstSize() int {
+	if r.opts.Burst > 0 {
+		return r.opts.Burst
+	}
+	if r.mainItems == 0 || r.mainLatency <= 0 {
+		return DefaultBurst
+	}
+	mean := r.mainLatency / time.Duration(r.mainItems)
+	return max(MinBurst, min(DefaultBurst, int(2*time.Second/max(mean, time.Microsecond))))
 }
 
 // report assembles the checks.
