@@ -1,0 +1,57 @@
+package sidecar_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestBrokerRefusals makes the broker itself refuse a write or a commit once. These faults
+// need the in-process broker, so this test always runs on kfake: the sidecar fails the stream,
+// commits nothing for the batch, and redelivers it.
+func TestBrokerRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fault  func(in, out string) kfake.Fault
+		logged string
+	}{
+		{name: "produce refused", logged: "produce failed", fault: func(_, out string) kfake.Fault {
+			return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: out, Err: kerr.TopicAuthorizationFailed}
+		}},
+		{name: "commit refused", logged: "offset commit failed", fault: func(in, _ string) kfake.Fault {
+			return kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Topic: in, Err: kerr.TopicAuthorizationFailed}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("MILLRACE_KAFKA_BROKERS", "") // the fault needs kfake
+			b := newBroker(t)
+			in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+			h := b.cluster.Fault(tc.fault(in, out))
+			defer h.Remove()
+			b.produce(t, records(in, 1, 10)...)
+			f := newProcess(t, echo)
+			e := baseEnv(t, b, f, in, out)
+			r := start(t, e.config(t))
+			waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, map[int32]int64{0: 10}) })
+			r.stop(t)
+			if h.Hits() != 1 {
+				t.Errorf("fault hits = %d; want 1", h.Hits())
+			}
+			if !strings.Contains(r.logs.String(), tc.logged) {
+				t.Errorf("the log does not name %q:\n%s", tc.logged, r.logs.String())
+			}
+			var firsts []uint64
+			for _, bt := range f.seen() {
+				if bt.Records[0].Offset == 0 {
+					firsts = append(firsts, bt.BatchId)
+				}
+			}
+			if len(firsts) < 2 || f.conversations() < 2 {
+				t.Errorf("offset 0 sent %d time(s) over %d conversation(s); want it redelivered by a second conversation", len(firsts), f.conversations())
+			}
+		})
+	}
+}
