@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -81,13 +82,7 @@ func (s *Summary) Total() int {
 // String is the summary line Run's caller prints at the end.
 func (s *Summary) String() string {
 	var outs []string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range s.Out {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(s.Out)) {
 		outs = append(outs, fmt.Sprintf("%s %d", k, s.Out[k]))
 	}
 	detail := ""
@@ -215,13 +210,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	// print only what this run produces: from the outlets' end offsets now
-	ends, err := r.endOffsets(ctx, slices.Collect(func(yield func(string) bool) {
-		for t := range r.outlets {
-			if !yield(t) {
-				return
-			}
-		}
-	}))
+	ends, err := r.endOffsets(ctx, slices.Collect(maps.Keys(r.outlets)))
 	if err != nil {
 		return nil, err
 	}
