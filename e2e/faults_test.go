@@ -253,7 +253,8 @@ func TestFaultOutletDeleted(t *testing.T) {
 	b.deleteTopic(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
 	if !waitUntil(120*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
-		t.Fatalf("no stall warning within 120 s of the outlet topic being deleted (FLOW_STALL_WARNING_AFTER=3s)\n%s", pl.logTails(20))
+		t.Errorf("no stall warning within 120 s of the outlet topic being deleted (FLOW_STALL_WARNING_AFTER=3s); %d stream failures logged",
+			len(r.sidecar.logLines("stream failed", 1000)))
 	}
 	n, _ := pl.committedCount()
 	if n != 200 {
