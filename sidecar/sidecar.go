@@ -82,7 +82,9 @@ type Stats struct {
 	StallWarnings     int // PartitionStalled warnings raised
 }
 
-// New returns a Sidecar for cfg that logs to logger. It dials nothing yet.
+// New returns a Sidecar for cfg that logs to logger. It dials nothing yet. Zero values in a
+// hand-built cfg take the defaults (batch limits, message limit, timeouts, backoffs, group);
+// cfg is copied and not kept.
 func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	c := *cfg
 	if c.DiscoveryBackoff.Initial == 0 {
@@ -113,8 +115,15 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 		return nil, fmt.Errorf("%w: no deployed descriptor", ErrConfig)
 	}
 	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, now: time.Now}
+	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
+		if in.MaxRecords <= 0 {
+			in.MaxRecords = DefaultBatchMaxRecords
+		}
+		if in.MaxBytes <= 0 {
+			in.MaxBytes = DefaultBatchMaxBytes
+		}
 		s.inlets[in.Topic] = in
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
