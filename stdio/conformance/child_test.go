@@ -14,29 +14,32 @@ import (
 const envChild = "CONFORMANCE_TEST_CHILD"
 
 // The behaviours the test binary plays, each a good action or one broken in exactly one way,
-// and the one check that must catch it ("" for the good ones).
+// and the one check that must catch it ("" for the good ones); no other check may fail, and
+// every check must run unless the fault stops every conversation.
 var behaviours = []struct {
 	name  string
 	catch string
 	what  string
+	stops bool // the fault ends every conversation, so later checks cannot run
 }{
-	{"good", "", "echoes each item's key and payload as one output"},
-	{"good-multi", "", "emits two outputs per item, keyed distinctly"},
-	{"chatty", "", "logs 64 KiB on stderr per item: the kit must read stderr as it comes"},
-	{"slow-ready", "ready", "sleeps past the ready timeout before ready"},
-	{"strict-keys", "unknown-keys", "decodes hello and items strictly and crashes on a key it does not know"},
-	{"pretty", "framing", "writes every message pretty-printed over several lines"},
-	{"skip-answer", "answers", "forgets to answer an item it drops (payload skip: true)"},
-	{"double-done", "answers", "answers every item twice"},
-	{"heartbeat", "silence", "writes a heartbeat metric after every answer"},
-	{"config-crash", "config", "exits at hello when a config value has the wrong type"},
-	{"exit-3", "shutdown", "exits with status 3 on shutdown"},
-	{"stdout-log", "stdout", "logs a text line on stdout before each answer"},
-	{"small-buffer", "large-payload", "reads stdin with a 64 KiB line buffer and dies on a longer line"},
-	{"mangle", "non-ascii", "replaces non-ASCII characters with ? in its outputs"},
-	{"reverse-burst", "burst", "answers items already waiting on stdin in reverse order"},
-	{"long-stderr", "stderr", "writes a log line of 100 KiB with no newline per item"},
-	{"same-key", "outputs", "emits two outputs per item with the same key"},
+	{"good", "", "echoes each item's key and payload as one output", false},
+	{"good-multi", "", "emits two outputs per item, keyed distinctly", false},
+	{"chatty", "", "logs 64 KiB on stderr per item: the kit must read stderr as it comes", false},
+	{"slow-ready", "ready", "sleeps past the ready timeout before ready", false},
+	{"strict-keys", "unknown-keys", "decodes hello and items strictly and crashes on a key it does not know", false},
+	{"pretty", "framing", "writes every message pretty-printed over several lines", false},
+	{"skip-answer", "answers", "forgets to answer an item it drops (payload skip: true)", false},
+	{"double-done", "answers", "answers every item twice", false},
+	{"heartbeat", "silence", "writes a heartbeat metric after every answer", false},
+	{"config-crash", "config", "exits at hello when a config value has the wrong type", false},
+	{"exit-3", "shutdown", "exits with status 3 on shutdown", false},
+	{"stdout-log", "stdout", "logs a text line on stdout before each answer", false},
+	{"small-buffer", "large-payload", "reads stdin with a 64 KiB line buffer and dies on a longer line", false},
+	{"mangle", "non-ascii", "replaces non-ASCII characters with ? in its outputs", false},
+	{"reverse-burst", "burst", "answers items already waiting on stdin in reverse order", false},
+	{"long-stderr", "stderr", "writes a log line of 100 KiB with no newline per item", false},
+	{"same-key", "outputs", "emits two outputs per item with the same key", false},
+	{"huge-line", "framing", "answers every item with a 9 MiB line, over the protocol's 8 MiB", true},
 }
 
 // child runs the behaviour named by its argument as an action on stdin/stdout.
@@ -98,6 +101,9 @@ func child(b string) int {
 		}
 		if b == "long-stderr" {
 			fmt.Fprint(os.Stderr, strings.Repeat("=", 100<<10))
+		}
+		if b == "huge-line" {
+			send(map[string]any{"type": "emit", "delivery": d, "payload": strings.Repeat("x", 9<<20)})
 		}
 		if configBad {
 			send(map[string]any{"type": "error", "delivery": d, "message": "config n must be a number", "retryable": false})

@@ -150,10 +150,13 @@ var Checks = []struct{ Name, Rule string }{
 	{CheckShutdown, "exits with status 0 on shutdown, within the grace period"},
 }
 
-// Check is the verdict of one check.
+// Check is the verdict of one check. A check that could not run (its conversation was ended
+// by another check's fault, or the action never became ready) has Ran false and does not
+// pass.
 type Check struct {
 	Name    string        `json:"name"`
 	Pass    bool          `json:"pass"`
+	Ran     bool          `json:"ran"`
 	Detail  string        `json:"detail"`
 	Elapsed time.Duration `json:"elapsedNs"`
 }
@@ -165,11 +168,22 @@ type Report struct {
 	Checks     []Check `json:"checks"`
 }
 
-// Failed returns the names of the checks that failed.
+// Failed returns the names of the checks that ran and failed.
 func (r *Report) Failed() []string {
 	var names []string
 	for _, c := range r.Checks {
-		if !c.Pass {
+		if c.Ran && !c.Pass {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// NotRun returns the names of the checks that could not run.
+func (r *Report) NotRun() []string {
+	var names []string
+	for _, c := range r.Checks {
+		if !c.Ran {
 			names = append(names, c.Name)
 		}
 	}
@@ -190,7 +204,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Conformant {
 		fmt.Fprintf(&b, "%s: conformant\n", r.Action)
 	} else {
-		fmt.Fprintf(&b, "%s: not conformant (%d of %d checks failed: %s)\n", r.Action, len(r.Failed()), len(r.Checks), strings.Join(r.Failed(), ", "))
+		notRun := ""
+		if n := r.NotRun(); len(n) > 0 {
+			notRun = fmt.Sprintf("; %d not checked: %s", len(n), strings.Join(n, ", "))
+		}
+		fmt.Fprintf(&b, "%s: not conformant (%d of %d checks failed: %s%s)\n", r.Action, len(r.Failed()), len(r.Checks), strings.Join(r.Failed(), ", "), notRun)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -77,6 +77,9 @@ func TestBehaviours(t *testing.T) {
 			if got := rep.Failed(); !slices.Equal(got, want) {
 				t.Fatalf("Run(%s: %s) failed %q; want %q\n%s", b.name, b.what, got, want, text.String())
 			}
+			if notRun := rep.NotRun(); len(notRun) > 0 && !b.stops {
+				t.Fatalf("Run(%s) could not run %q\n%s", b.name, notRun, text.String())
+			}
 			if rep.Conformant != (b.catch == "") {
 				t.Fatalf("Run(%s).Conformant = %v; want %v", b.name, rep.Conformant, b.catch == "")
 			}

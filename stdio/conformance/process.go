@@ -49,6 +49,7 @@ type proc struct {
 	done    chan struct{} // closed when the process exited and its pipes were read to the end
 	exitErr error         // valid once done is closed
 	endNote string        // how stdout ended, when not cleanly (valid once events is closed)
+	tooLong bool          // stdout ended on a line over the limit: a framing fault, not a crash
 	stderr  *stderrLog
 	started time.Time
 
@@ -183,7 +184,7 @@ func (p *proc) readStdout(r io.Reader) {
 			case errors.Is(err, io.ErrUnexpectedEOF):
 				p.endNote = "the last line on stdout has no newline: end every message with \\n"
 			case errors.Is(err, stdio.ErrLineTooLong):
-				p.endNote = err.Error()
+				p.endNote, p.tooLong = err.Error(), true
 				killGroup(p.cmd) // nothing after an unbounded line can be framed again
 				_, _ = io.Copy(io.Discard, r)
 			default:

@@ -577,7 +577,7 @@ func (r *runner) report() *Report {
 
 	rep := &Report{Action: r.a.Name, Conformant: true}
 	for _, c := range Checks {
-		ck := Check{Name: c.Name, Elapsed: r.elapsed[c.Name]}
+		ck := Check{Name: c.Name, Elapsed: r.elapsed[c.Name], Ran: true}
 		switch fails := r.fails[c.Name]; {
 		case len(fails) > 0:
 			ck.Detail = fails[0]
@@ -585,11 +585,11 @@ func (r *runner) report() *Report {
 				ck.Detail += fmt.Sprintf(" (and %d more)", len(fails)-1)
 			}
 		case r.notRun != "" && !observer(c.Name):
-			ck.Detail = "not run: " + r.notRun
+			ck.Ran, ck.Detail = false, "not checked: "+r.notRun
 		case c.Name == CheckShutdown && r.shutdowns == 0:
-			ck.Detail = "not run: no conversation reached shutdown (see the failures above)"
+			ck.Ran, ck.Detail = false, "not checked: no conversation reached shutdown (see the failures above)"
 		case r.pass[c.Name] == "":
-			ck.Detail = "not run (see the failures above)"
+			ck.Ran, ck.Detail = false, "not checked: another check's fault ended its conversation (see the failures above)"
 		default:
 			ck.Pass = true
 			ck.Detail = r.pass[c.Name]

@@ -113,6 +113,9 @@ func (s *session) endAs(check, why string) {
 	if s.broken {
 		return
 	}
+	if s.p != nil && s.p.tooLong {
+		check = CheckFraming // the process was stopped for an unbounded line, not by itself
+	}
 	s.broken = true
 	if s.p != nil {
 		s.p.kill()
@@ -175,7 +178,7 @@ func (s *session) await() {
 			}
 		case <-timer.C:
 			d := s.oldest()
-			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout)", describe(d), s.r.a.ItemTimeout))
+			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout): answer every item, end each line with \\n and flush stdout", describe(d), s.r.a.ItemTimeout))
 			return
 		case <-s.r.ctx.Done():
 			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())
