@@ -113,8 +113,9 @@ func (s *session) endAs(check, why string) {
 	if s.broken {
 		return
 	}
-	if s.p != nil && s.p.tooLong {
-		check = CheckFraming // the process was stopped for an unbounded line, not by itself
+	if s.p != nil && s.p.tooLong { // stopped for an unbounded line, not ended by itself
+		<-s.p.done
+		check, why = CheckFraming, "the process was stopped: "+s.p.endNote+"; write large data to a file in MILLSTREAM_WORKDIR and send its path"
 	}
 	s.broken = true
 	if s.p != nil {
