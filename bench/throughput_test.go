@@ -153,10 +153,13 @@ type fakeSidecar struct {
 	errc   chan error  // the receiver's end
 }
 
-const batchRecords = 100 // records per batch of the fake sidecar (the sidecar's default)
+// batchRecords is the default of records per batch of the fake sidecar: the sidecar's
+// default; BENCH_BATCH_RECORDS changes it.
+const batchRecords = 100
 
 func benchFakeSidecar(b *testing.B, serve func(context.Context, net.Listener) error, parts int) {
 	n := envInt("BENCH_RECORDS", defaultRecords)
+	perBatch := envInt("BENCH_BATCH_RECORDS", batchRecords)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -205,7 +208,7 @@ func benchFakeSidecar(b *testing.B, serve func(context.Context, net.Listener) er
 		if left <= 0 {
 			return false
 		}
-		k := min(batchRecords, left)
+		k := min(perBatch, left)
 		recs := make([]*flowv1.InputRecord, k)
 		for i := range recs {
 			recs[i] = &flowv1.InputRecord{Offset: offset[p], TimestampMs: time.Now().UnixMilli(), Record: &flowv1.Record{Value: value(sent+i, valueSize)}}
