@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -116,11 +117,16 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	c := &Config{}
 
 	for _, b := range strings.Split(getenv("FLOW_BROKERS"), ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			c.Brokers = append(c.Brokers, b)
+		if b = strings.TrimSpace(b); b == "" {
+			continue
 		}
+		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || !validPort(port) {
+			bad("FLOW_BROKERS: %q is not host:port (e.g. kafka-0.kafka:9092)", b)
+			continue
+		}
+		c.Brokers = append(c.Brokers, b)
 	}
-	if len(c.Brokers) == 0 {
+	if len(c.Brokers) == 0 && strings.TrimSpace(getenv("FLOW_BROKERS")) == "" {
 		bad("FLOW_BROKERS is missing: set it to the Kafka bootstrap brokers, host:port separated by commas")
 	}
 	c.Pipeline = strings.TrimSpace(getenv("FLOW_PIPELINE"))
@@ -314,6 +320,11 @@ func parseConfigJSON(s string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 func parsePort(getenv func(string) string, name string, def int, bad func(string, ...any)) int {

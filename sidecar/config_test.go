@@ -90,6 +90,7 @@ func TestConfigFromEnvProblems(t *testing.T) {
 	}{
 		{name: "nothing set", set: map[string]string{"FLOW_BROKERS": "", "FLOW_PIPELINE": "", "FLOW_STREAMLET": "", "FLOW_DESCRIPTOR": "", "FLOW_INLETS": "", "FLOW_OUTLETS": "", "FLOW_CONFIG": ""},
 			want: []string{"FLOW_BROKERS is missing", "FLOW_PIPELINE is missing", "FLOW_STREAMLET is missing", "FLOW_DESCRIPTOR is missing"}},
+		{name: "brokers", set: map[string]string{"FLOW_BROKERS": "k1:9092,k2,:9092,k3:x"}, want: []string{`"k2" is not host:port`, `":9092" is not host:port`, `"k3:x" is not host:port`}},
 		{name: "descriptor unreadable", set: map[string]string{"FLOW_DESCRIPTOR": missingFile}, want: []string{"FLOW_DESCRIPTOR=" + missingFile + " cannot be read"}},
 		{name: "descriptor garbage", set: map[string]string{"FLOW_DESCRIPTOR": garbage}, want: []string{"is not a valid descriptor"}},
 		{name: "bindings", set: map[string]string{"FLOW_INLETS": "other=x,junk", "FLOW_OUTLETS": "out=a,out=b"},
