@@ -284,3 +284,29 @@ func TestRunInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestRunDataDir: with DataDir the broker keeps topics and committed offsets across runs, so a
+// second run handles only its own input.
+func TestRunDataDir(t *testing.T) {
+	if os.Getenv(envBrokers) != "" {
+		t.Log("DataDir is the in-process broker's; checked without " + envBrokers)
+	}
+	dir := initAction(t, "greet")
+	a, err := local.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	for i, in := range []string{`{"key": "u1", "payload": {"name": "Ada"}}` + "\n", `{"key": "u2", "payload": {"name": "Grace"}}` + "\n"} {
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		sum, err := local.Run(ctx, local.Single(a), local.Options{DataDir: data, Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"})
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+		if sum.Total() != 1 || strings.Count(out.String(), "\n") != 1 {
+			t.Fatalf("run %d printed\n%s; want its one output only", i+1, out.String())
+		}
+	}
+}
