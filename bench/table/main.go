@@ -73,7 +73,7 @@ func (r results) num(name, unit string, prec int) string {
 	return strconv.FormatFloat(v, 'f', prec, 64)
 }
 
-// group formats v rounded to a whole number with thin-space thousands separators.
+// group formats v rounded to a whole number with commas between thousands.
 func group(v float64) string {
 	s := strconv.FormatInt(int64(v+0.5), 10)
 	var b strings.Builder
