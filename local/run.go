@@ -819,6 +819,10 @@ func (r *runner) produceInput(ctx context.Context, done chan<- struct{}) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		if errors.Is(err, stdio.ErrLineTooLong) {
+			finish(fmt.Errorf("%w %d: longer than %d MiB, the largest record the sidecar passes to a streamlet: keep large data elsewhere and send a reference", ErrInput, n, sidecar.DefaultMaxMessageBytes>>20))
+			return
+		}
 		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 			finish(fmt.Errorf("%w %d: %w", ErrInput, n, err))
 			return
