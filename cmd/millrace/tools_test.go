@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,5 +91,32 @@ func TestInitThenTest(t *testing.T) {
 	}
 	if code, out, _ := runCmd(t, "test", "action", dir); code != 0 {
 		t.Fatalf("test after --update = %d:\n%s", code, out)
+	}
+}
+
+// TestRunCommand: millrace run reads stdin when no --input is given, prints the outputs on
+// stdout and the summary on stderr, and exits 1 with the reason on a bad input line.
+func TestRunCommand(t *testing.T) {
+	sample, err := os.ReadFile("../../actions/score-listing/sample.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin string, args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+		return dispatch(context.Background(), e, args), out.String(), errOut.String()
+	}
+	lines := strings.Count(string(sample), "\n")
+	code, out, errOut := run(string(sample), "run", "../../actions/score-listing")
+	if code != 0 || strings.Count(out, "\n") != lines || !strings.Contains(errOut, fmt.Sprintf("score-listing: %d records in, %d committed", lines, lines)) {
+		t.Fatalf("run score-listing = %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	code, _, errOut = run("not json\n", "run", "../../actions/score-listing")
+	if code != 1 || !strings.Contains(errOut, "bad input line 1") {
+		t.Fatalf("run with a bad line = %d, %s; want 1 naming line 1", code, errOut)
+	}
+	code, _, errOut = run("", "run", "../../actions/score-listing", "--set", "x")
+	if code != 2 || !strings.Contains(errOut, "want KEY=VALUE") {
+		t.Fatalf("run --set x = %d, %s; want a usage error", code, errOut)
 	}
 }
