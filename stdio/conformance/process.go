@@ -53,8 +53,8 @@ type proc struct {
 	stderr  *stderrLog
 	started time.Time
 
-	closeIn sync.Once
-	wg      sync.WaitGroup // the writer goroutine
+	inClosed bool           // stdin's queue is closed (driver goroutine only)
+	wg       sync.WaitGroup // the writer goroutine
 }
 
 // startProc starts a's command in a.Dir with MILLSTREAM_WORKDIR set to a fresh folder under
@@ -111,14 +111,22 @@ func dirName(dir string) string {
 	return dir
 }
 
-// write queues line for stdin; it never blocks the driver.
+// write queues line for stdin; it never blocks the driver (up to the queue's 4096 lines). After
+// closeStdin the line is dropped. write and closeStdin are called from the driver's goroutine.
 func (p *proc) write(line []byte) {
-	defer func() { _ = recover() }() // stdin already closed: the line is dropped
+	if p.inClosed {
+		return
+	}
 	p.writes <- line
 }
 
 // closeStdin closes stdin once every queued line is written. It may be called more than once.
-func (p *proc) closeStdin() { p.closeIn.Do(func() { close(p.writes) }) }
+func (p *proc) closeStdin() {
+	if !p.inClosed {
+		p.inClosed = true
+		close(p.writes)
+	}
+}
 
 func (p *proc) writer() {
 	defer p.wg.Done()
