@@ -108,6 +108,7 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 				return fmt.Errorf("local: template %s: %w", p, err)
 			}
 			rel, _ := strings.CutPrefix(p, root+"/")
+			rel = strings.TrimSuffix(rel, ".tmpl") // main.go.tmpl: kept out of the Go build of this module
 			target := filepath.Join(dir, filepath.FromSlash(rel))
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return err
