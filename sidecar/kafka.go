@@ -73,6 +73,7 @@ type partition struct {
 // kafka is the Kafka client and the goroutine that polls it.
 type kafka struct {
 	cl     *kgo.Client
+	abort  context.CancelFunc // cancels the client's own context: every request in flight fails
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -90,7 +91,9 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		maxPart = max(maxPart, int32(in.MaxBytes))
 	}
 	maxPart = max(maxPart, 1)
+	clientCtx, abort := context.WithCancel(context.Background())
 	opts := []kgo.Opt{
+		kgo.WithContext(clientCtx),
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID("millrace-sidecar"),
 		kgo.WithLogger(kgoLogger{s.log.With("component", "kafka")}),
@@ -125,10 +128,11 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		abort()
 		return nil, fmt.Errorf("sidecar: cannot create the Kafka client for %v: %w", s.cfg.Brokers, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kafka{cl: cl, cancel: cancel, done: make(chan struct{})}
+	k := &kafka{cl: cl, abort: abort, cancel: cancel, done: make(chan struct{})}
 	if len(topics) == 0 {
 		close(k.done)
 		return k, nil
@@ -140,12 +144,25 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 	return k, nil
 }
 
-// close stops the poller and closes the client, leaving the group. It may be called twice.
-func (k *kafka) close() {
+// leaveTimeout bounds leaving the group at shutdown. A leave waits for a join in progress,
+// which may wait out a dead member's session; a pod's grace period cannot.
+const leaveTimeout = 3 * time.Second
+
+// close stops the poller, leaves the group (waiting at most leaveTimeout) and closes the
+// client. It may be called twice.
+func (k *kafka) close(log *slog.Logger) {
 	k.once.Do(func() {
 		k.cancel()
 		<-k.done
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		defer cancel()
+		if err := k.cl.LeaveGroupContext(ctx); err != nil {
+			log.Warn("could not leave the consumer group in time; the broker will expire this member's session", "timeout", leaveTimeout, "error", err)
+			// Abort the requests still in flight (a held JoinGroup), so Close cannot wait on them.
+			k.abort()
+		}
 		k.cl.Close()
+		k.abort()
 	})
 }
 

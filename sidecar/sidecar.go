@@ -167,7 +167,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.removeReadiness()
 	defer func() {
 		if s.kafka != nil {
-			s.kafka.close()
+			s.kafka.close(s.log)
 		}
 	}()
 
