@@ -267,9 +267,19 @@ func TestFaultOutletDeleted(t *testing.T) {
 	if !waitUntil(60*time.Second, func() bool { return b.tryCreateTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.tryCreateTopic(out, 2))
 	}
-	pl.waitDone(idleFault)
+	// Healed: the next conversation (at most the 30 s maximum backoff away) must produce.
+	healed := pl.waitCommitted(len(pl.produced), 90*time.Second)
+	if !healed {
+		n, c := pl.committedCount()
+		t.Errorf("no progress within 90 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s",
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500))
+	}
 	tl := pl.tally()
-	pl.report("outlet topic deleted, then created again", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
+	after := "progress resumed"
+	if !healed {
+		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300)
+	}
+	pl.report("outlet topic deleted, then created again", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s; %s", n, tl.in, cut(logMessage(failure), 300), cut(stall, 250), after))
 	tl.check(t)
 	if failure == "" || stall == "" {
 		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
@@ -327,6 +337,13 @@ func stacksOf(log, pkg string) string {
 		}
 	}
 	return cut(strings.Join(keep, "\n\n"), 8000)
+}
+
+func lastLine(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
 }
 
 func firstLine(lines []string) string {
