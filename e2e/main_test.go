@@ -48,12 +48,11 @@ func TestMain(m *testing.M) {
 		fmt.Printf("e2e: not run; set %s=1 (or use scripts/e2e) to build millrace and run the end-to-end suite\n", envRun)
 		os.Exit(0)
 	}
-	code, err := setup()
-	if err != nil {
+	if err := setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	code = m.Run()
+	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
@@ -65,18 +64,18 @@ func TestMain(m *testing.M) {
 }
 
 // setup builds millrace and the Go echo action into a temporary directory.
-func setup() (int, error) {
+func setup() error {
 	wd, err := os.Getwd()
 	if err != nil {
-		return 1, err
+		return err
 	}
 	bin.root = filepath.Dir(wd)
 	if bin.self, err = os.Executable(); err != nil {
-		return 1, err
+		return err
 	}
 	dir, err := os.MkdirTemp("", "millrace-e2e-bin-")
 	if err != nil {
-		return 1, err
+		return err
 	}
 	bin.millrace = filepath.Join(dir, "millrace")
 	bin.goEcho = filepath.Join(dir, "go-echo")
@@ -88,10 +87,10 @@ func setup() (int, error) {
 		cmd := exec.Command("go", append(args, "-o", out, pkg)...)
 		cmd.Dir = bin.root
 		if b, err := cmd.CombinedOutput(); err != nil {
-			return 1, fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 		}
 	}
-	return 0, nil
+	return nil
 }
 
 // Child actions, played by this test binary when envChild names a mode. Every mode echoes

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -476,16 +475,6 @@ func cut(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// sortedKeys returns m's keys in order, for stable messages.
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // logDir is where a case's processes write their logs: a temporary directory, or one kept under
