@@ -38,9 +38,14 @@ func (s *Sidecar) commitLoop(c *conversation) {
 			return
 		}
 		if err := s.commitRound(round); err != nil {
-			s.failConv(c, err)
 			s.mu.Lock()
+			c.fail(err)
 			c.acked = nil
+			for _, b := range round {
+				if !b.revoked && b.p.epoch == b.epoch {
+					c.failing[b.p] = true // a batch whose write keeps failing stalls its partition too
+				}
+			}
 			s.mu.Unlock()
 			return
 		}

@@ -37,6 +37,9 @@ type conversation struct {
 	acked   []*batch // acknowledged, waiting to be produced and committed
 	// stopping is set once Stop was sent: no more batches.
 	stopping bool
+	// failing holds the partitions whose acknowledged batches could not be written or
+	// committed: with those in flight at a failure, they count a failed attempt.
+	failing map[*partition]bool
 
 	kick       chan struct{} // wakes the sender
 	commitKick chan struct{} // wakes the committer
@@ -100,6 +103,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		stream:     stream,
 		outlets:    map[string]string{},
 		batches:    map[uint64]*batch{},
+		failing:    map[*partition]bool{},
 		kick:       make(chan struct{}, 1),
 		commitKick: make(chan struct{}, 1),
 		failed:     make(chan struct{}),
@@ -164,7 +168,8 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	// partitions' uncommitted records again, from the last commit.
 	now := s.now()
 	for _, p := range s.order {
-		if p.inflight != nil && !p.inflight.revoked && err != nil && p.owned && len(p.queue) > 0 {
+		failed := c.failing[p] || (p.inflight != nil && !p.inflight.revoked)
+		if failed && err != nil && p.owned && len(p.queue) > 0 {
 			if p.stallSince.IsZero() {
 				p.stallSince = now
 			}

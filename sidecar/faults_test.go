@@ -9,6 +9,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// TestStallOnProduceFailure: an outlet that keeps refusing writes stalls the partitions of
+// its acknowledged batches, and the stall is warned about.
+func TestStallOnProduceFailure(t *testing.T) {
+	t.Setenv("MILLRACE_KAFKA_BROKERS", "") // the fault needs kfake
+	b := newBroker(t)
+	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	h := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: out, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	defer h.Remove()
+	b.produce(t, records(in, 1, 3)...)
+	f := newProcess(t, echo)
+	e := baseEnv(t, b, f, in, out)
+	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
+	r := start(t, e.config(t))
+	want := "msg=\"partition stalled\" topic=" + in + " partition=0 offset=0"
+	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), want) })
+}
+
 // TestBrokerRefusals makes the broker itself refuse a write or a commit once. These faults
 // need the in-process broker, so this test always runs on kfake: the sidecar fails the stream,
 // commits nothing for the batch, and redelivers it.
