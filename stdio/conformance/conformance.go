@@ -92,6 +92,19 @@ func (a *Action) inlet() string {
 	return "in"
 }
 
+// vars are hello's variables, shaped as the bridge sends them: pipeline, streamlet,
+// conversation, and the inlet and outlet bindings (port → topic).
+func (a *Action) vars() map[string]any {
+	inlets, outlets := map[string]string{}, map[string]string{}
+	for _, p := range a.Inlets {
+		inlets[p] = FixtureTopic
+	}
+	for _, p := range a.Outlets {
+		outlets[p] = FixtureTopic + "." + p
+	}
+	return map[string]any{"pipeline": FixtureTopic, "streamlet": a.Name, "conversation": FixtureTopic, "inlets": inlets, "outlets": outlets}
+}
+
 // Options tune a conformance run; the zero value is the documented behaviour.
 type Options struct {
 	// Inputs are the items the conversations send (at most MaxInputs are used). Nil: the

@@ -65,7 +65,7 @@ func (s *session) start() {
 	}
 	r.procs = append(r.procs, p)
 	s.p, s.count = p, 0
-	hello := stdio.Message{Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: r.a.Name, Version: r.a.Version, Config: s.cfg, Vars: map[string]any{}}
+	hello := stdio.Message{Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: r.a.Name, Version: r.a.Version, Config: s.cfg, Vars: r.a.vars()}
 	line := stdio.AppendMessage(nil, &hello)
 	if s.helloExtra != "" {
 		line = splice(line, s.helloExtra)
