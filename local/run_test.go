@@ -177,7 +177,7 @@ func TestRunPipeline(t *testing.T) {
 	}
 }
 
-// TestRunExamplePipeline runs local/testdata/orders.pipeline: route-orders (Node) feeding its
+// TestRunExamplePipeline runs actions/orders.pipeline: route-orders (Node) feeding its
 // per-customer totals to convert-currency (Go), an invalid order dead-lettered.
 func TestRunExamplePipeline(t *testing.T) {
 	for _, prog := range []string{"node", "go"} {
@@ -185,7 +185,7 @@ func TestRunExamplePipeline(t *testing.T) {
 			t.Fatalf("the example pipeline needs %s on PATH: %v", prog, err)
 		}
 	}
-	p, err := local.LoadPipeline("testdata/orders.pipeline")
+	p, err := local.LoadPipeline("../actions/orders.pipeline")
 	if err != nil {
 		t.Fatal(err)
 	}

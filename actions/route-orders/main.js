@@ -32,14 +32,27 @@ function item(msg) {
     send({ type: 'error', delivery, message: 'order has no lines', retryable: false });
     return;
   }
-  let net = 0;
+  // One output per SKU, keyed by it: the outputs of one item must be keyed distinctly, so an
+  // order that lists a SKU twice gets one line with the quantities and amounts added up.
+  const bySku = new Map();
   for (const line of order.lines) {
+    const sku = String(line.sku);
     const amount = Math.round(line.qty * line.price * 100) / 100;
-    net += amount;
+    const seen = bySku.get(sku);
+    if (seen) {
+      seen.qty += line.qty;
+      seen.amount = Math.round((seen.amount + amount) * 100) / 100;
+    } else {
+      bySku.set(sku, { order_id: order.order_id, sku: line.sku, qty: line.qty, amount });
+    }
+  }
+  let net = 0;
+  for (const [sku, payload] of bySku) {
+    net += payload.amount;
     send({
-      type: 'emit', delivery, outlet: 'lines', key: String(line.sku),
+      type: 'emit', delivery, outlet: 'lines', key: sku,
       headers: [{ key: 'order-id', value: String(order.order_id) }],
-      payload: { order_id: order.order_id, sku: line.sku, qty: line.qty, amount },
+      payload,
     });
   }
   net = Math.round(net * 100) / 100;
