@@ -37,7 +37,7 @@ func (s *Sidecar) commitLoop(c *conversation) {
 		if len(round) == 0 {
 			return
 		}
-		if err := s.commitRound(round); err != nil {
+		if err := s.commitRound(c.produceCtx, round); err != nil {
 			s.mu.Lock()
 			c.fail(err)
 			c.acked = nil
@@ -55,8 +55,8 @@ func (s *Sidecar) commitLoop(c *conversation) {
 // commitRound writes the emits of acknowledged batches and commits their offsets. Commit after
 // the write: offsets only after every emit is confirmed by the broker; never a commit for a
 // partition no longer owned (checked under commitMu, which revocation takes too).
-func (s *Sidecar) commitRound(round []*batch) error {
-	cl := s.kafka.cl
+func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
+	cl, prod := s.kafka.cl, s.kafka.prod
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
@@ -67,7 +67,7 @@ func (s *Sidecar) commitRound(round []*batch) error {
 		for _, r := range b.emits {
 			wg.Add(1)
 			emits++
-			cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
 				defer wg.Done()
 				if err == nil {
 					return
@@ -108,7 +108,7 @@ func (s *Sidecar) commitRound(round []*batch) error {
 		return nil
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var problems []string
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {

@@ -35,6 +35,10 @@ type conversation struct {
 	batches map[uint64]*batch // sent, not yet answered with Ack or Fail
 	lastID  uint64
 	acked   []*batch // acknowledged, waiting to be produced and committed
+	// produceCtx is the context of every write and commit of the conversation; it is
+	// canceled when the conversation's end has waited FLOW_SHUTDOWN_TIMEOUT, so a write that
+	// cannot finish (an outlet gone) does not hold the end, nor a shutdown, for longer.
+	produceCtx context.Context
 	// stopping is set once Stop was sent: no more batches.
 	stopping bool
 	// failing holds the partitions whose acknowledged batches could not be written or
@@ -98,7 +102,10 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
 		return streamFailed("cannot send Start to the process: %v", err)
 	}
+	produceCtx, cancelProduce := context.WithCancel(context.Background())
+	defer cancelProduce()
 	c := &conversation{
+		produceCtx: produceCtx,
 		start:      start,
 		stream:     stream,
 		outlets:    map[string]string{},
@@ -129,10 +136,13 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	go func() { defer close(commitDone); s.commitLoop(c) }()
 
 	graceful := false
+	var deadline time.Time // the end may take until then; then writes are abandoned
 	select {
 	case <-c.failed:
+		deadline = s.now().Add(s.cfg.ShutdownTimeout)
 	case <-ctx.Done():
 		graceful = true
+		deadline = s.now().Add(s.cfg.ShutdownTimeout)
 		// Shutdown: the sender sends Stop and half-closes; wait, bounded, for the process to
 		// finish its batches and complete its side.
 		t := time.NewTimer(s.cfg.ShutdownTimeout)
@@ -156,7 +166,9 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	default:
 	}
 	s.mu.Unlock()
+	abandon := time.AfterFunc(max(deadline.Sub(s.now()), 0), cancelProduce)
 	<-commitDone
+	abandon.Stop()
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -588,3 +588,35 @@ func atoi(s string) int {
 	fmt.Sscan(s, &n)
 	return n
 }
+
+// deleteTopic deletes topic and waits until the broker no longer knows it.
+func (b *broker) deleteTopic(t testing.TB, topic string) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.TopicNames = append(req.TopicNames, topic)
+	req.TimeoutMillis = 10000
+	resp, err := req.RequestWith(context.Background(), b.admin)
+	if err != nil {
+		t.Fatalf("delete topic %s: %v", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("delete topic %s: %v", topic, err)
+	}
+}
+
+// createTopicNamed creates topic with the given name.
+func (b *broker) createTopicNamed(t testing.TB, name string, partitions int32) {
+	t.Helper()
+	waitFor(t, "topic "+name+" created again", func() bool {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+		req.Topics = append(req.Topics, rt)
+		req.TimeoutMillis = 10000
+		resp, err := req.RequestWith(context.Background(), b.admin)
+		return err == nil && kerr.ErrorForCode(resp.Topics[0].ErrorCode) == nil
+	})
+}

@@ -72,7 +72,8 @@ type partition struct {
 
 // kafka is the Kafka client and the goroutine that polls it.
 type kafka struct {
-	cl     *kgo.Client
+	cl     *kgo.Client        // the group consumer; commits offsets
+	prod   *kgo.Client        // writes emits; replaced after a produce failure
 	abort  context.CancelFunc // cancels the client's own context: every request in flight fails
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -94,14 +95,6 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 	clientCtx, abort := context.WithCancel(context.Background())
 	opts := []kgo.Opt{
 		kgo.WithContext(clientCtx),
-		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.ClientID("millrace-sidecar"),
-		kgo.WithLogger(kgoLogger{s.log.With("component", "kafka")}),
-		// Commit after the write: acks from every in-sync replica, idempotent, and no linger,
-		// since an acknowledged batch is waiting on these records.
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-		kgo.RecordDeliveryTimeout(produceTimeout),
 		kgo.FetchMaxPartitionBytes(maxPart),
 		kgo.FetchMaxBytes(max(4<<20, maxPart)),
 		kgo.FetchMaxWait(fetchMaxWait),
@@ -120,19 +113,20 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 			kgo.OnPartitionsLost(s.revoked),
 		)
 	}
-	if s.cfg.TLS != nil {
-		opts = append(opts, kgo.DialTLSConfig(s.cfg.TLS))
-	}
-	if s.cfg.SASL != nil {
-		opts = append(opts, kgo.SASL(s.cfg.SASL))
-	}
+	opts = append(opts, s.connOpts()...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		abort()
 		return nil, fmt.Errorf("sidecar: cannot create the Kafka client for %v: %w", s.cfg.Brokers, err)
 	}
+	prod, err := s.newProducer()
+	if err != nil {
+		abort()
+		cl.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kafka{cl: cl, abort: abort, cancel: cancel, done: make(chan struct{})}
+	k := &kafka{cl: cl, prod: prod, abort: abort, cancel: cancel, done: make(chan struct{})}
 	if len(topics) == 0 {
 		close(k.done)
 		return k, nil
@@ -147,6 +141,54 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 // leaveTimeout bounds leaving the group at shutdown. A leave waits for a join in progress,
 // which may wait out a dead member's session; a pod's grace period cannot.
 const leaveTimeout = 3 * time.Second
+
+// connOpts are the options every client of the sidecar shares: brokers, TLS, SASL, logs.
+func (s *Sidecar) connOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID("millrace-sidecar"),
+		kgo.WithLogger(kgoLogger{s.log.With("component", "kafka")}),
+	}
+	if s.cfg.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(s.cfg.TLS))
+	}
+	if s.cfg.SASL != nil {
+		opts = append(opts, kgo.SASL(s.cfg.SASL))
+	}
+	return opts
+}
+
+// newProducer returns the client that writes emits. It is separate from the consumer so that
+// it can be replaced after a produce failure without leaving the group: a fresh client learns
+// the outlet topics anew (a topic deleted and created again has a new topic ID).
+func (s *Sidecar) newProducer() (*kgo.Client, error) {
+	opts := append(s.connOpts(),
+		// Commit after the write: acks from every in-sync replica, idempotent, and no linger,
+		// since an acknowledged batch is waiting on these records.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.RecordDeliveryTimeout(produceTimeout),
+		// Learn soon that an outlet topic is gone or back (refreshes happen on errors only).
+		kgo.MetadataMinAge(time.Second),
+	)
+	prod, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: cannot create the Kafka producer for %v: %w", s.cfg.Brokers, err)
+	}
+	return prod, nil
+}
+
+// renewProducer replaces the producer after a produce failure. Called between
+// conversations, when nothing is producing.
+func (s *Sidecar) renewProducer() {
+	prod, err := s.newProducer()
+	if err != nil {
+		s.log.Error("cannot renew the Kafka producer; keeping the old one", "error", err)
+		return
+	}
+	s.kafka.prod.Close()
+	s.kafka.prod = prod
+}
 
 // close stops the poller, leaves the group (waiting at most leaveTimeout) and closes the
 // client. It may be called twice.
@@ -163,6 +205,7 @@ func (k *kafka) close(log *slog.Logger) {
 		}
 		k.cl.Close()
 		k.abort()
+		k.prod.Close()
 	})
 }
 

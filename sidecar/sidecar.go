@@ -196,6 +196,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			return nil
 		}
 		s.log.Error("stream failed; redelivering from the last commit after a backoff", "error", err, "conversation", start.GetConversationId())
+		if errors.Is(err, ErrProduce) {
+			s.renewProducer()
+		}
 		s.checkStalls(ctx)
 		if s.now().Sub(began) > s.cfg.FailureBackoff.Max {
 			failures.Reset()
