@@ -237,6 +237,10 @@ func TestFaultProduceRefused(t *testing.T) {
 	}
 }
 
+// outletAbsence is how long TestFaultOutletDeleted keeps the outlet topic deleted after the
+// stall warning.
+var outletAbsence = 45 * time.Second
+
 // TestFaultOutletDeleted deletes the outlet's topic mid-run (its records so far are read
 // first and counted): nothing may be committed while it is gone, the stall warning must be
 // logged, and progress must resume once the topic is created again.
@@ -263,27 +267,72 @@ func TestFaultOutletDeleted(t *testing.T) {
 	failure := firstLine(r.sidecar.logLines("stream failed", 1))
 	stall := firstLine(r.sidecar.logLines("partition stalled", 1))
 
-	// A real broker deletes a topic in the background: create it again until it takes.
+	// Keep it gone a while, as an operator slow to notice would: the sidecar's Kafka client
+	// refreshes its metadata meanwhile. A real broker deletes a topic in the background:
+	// create it again until it takes.
+	time.Sleep(outletAbsence)
 	if !waitUntil(60*time.Second, func() bool { return b.tryCreateTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.tryCreateTopic(out, 2))
 	}
 	// Healed: the next conversation (at most the 30 s maximum backoff away) must produce.
 	healed := pl.waitCommitted(len(pl.produced), 90*time.Second)
+	restarted := ""
 	if !healed {
 		n, c := pl.committedCount()
-		t.Errorf("no progress within 90 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s",
-			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500))
+		t.Errorf("no progress within 90 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s; kafka client: %s",
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.logLines("new ID for a topic", 1)), 400))
+		// Does a new sidecar (a new Kafka client) heal it? Then nothing is lost either.
+		r.sidecar.stop(t, 30*time.Second)
+		pl.startSidecar(r)
+		if pl.waitCommitted(len(pl.produced), 90*time.Second) {
+			restarted = "; a sidecar restart healed it"
+		} else {
+			restarted = "; a sidecar restart did not heal it either"
+		}
 	}
 	tl := pl.tally()
 	after := "progress resumed"
 	if !healed {
-		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300)
+		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300) + restarted
 	}
 	pl.report("outlet topic deleted, then created again", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s; %s", n, tl.in, cut(logMessage(failure), 300), cut(stall, 250), after))
 	tl.check(t)
 	if failure == "" || stall == "" {
 		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
 	}
+}
+
+// TestFaultOutletRecreated deletes the outlet's topic and creates it again a second later, as
+// an operator changing it would, while records wait to be written to it: progress must resume.
+// (Records are produced only after the outlet is read and deleted, so the deletion destroys
+// none of the pipeline's output.)
+func TestFaultOutletRecreated(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	pl := newPipeline(t, b, scoreListing(), 2)
+	r := pl.start(0)
+	pl.produce(pl.records(0, 200)...)
+	pl.waitDone(60 * time.Second)
+
+	out := pl.outTopics["scores"]
+	pl.earlier = map[string][]*kgo.Record{"scores": b.readAll(t, out)}
+	b.deleteTopic(t, out)
+	pl.produce(pl.records(200, ciN(1000))...)
+	time.Sleep(time.Second)
+	if !waitUntil(60*time.Second, func() bool { return b.tryCreateTopic(out, 2) == nil }) {
+		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.tryCreateTopic(out, 2))
+	}
+	healed := pl.waitCommitted(len(pl.produced), 120*time.Second)
+	after := "progress resumed"
+	if !healed {
+		n, c := pl.committedCount()
+		after = "NO progress within 120 s of the topic being created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300)
+		t.Errorf("no progress within 120 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s; kafka client: %s",
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.logLines("new ID for a topic", 1)), 400))
+	}
+	tl := pl.tally()
+	pl.report("outlet topic deleted and created again a second later", tl, after)
+	tl.check(t)
 }
 
 // TestFaultBrokerRestart restarts the broker mid-run with its data: kfake closed and reopened
