@@ -14,6 +14,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -200,7 +201,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
 	}
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLog{r.log.With("component", "local")}))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(topicMaxMessageBytes), kgo.WithLogger(kgoLog{r.log.With("component", "local")}))
 	if err != nil {
 		return nil, fmt.Errorf("local: Kafka client for %s: %w", strings.Join(brokers, ","), err)
 	}
@@ -435,6 +436,10 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	return st, nil
 }
 
+// topicMaxMessageBytes is the max.message.bytes of the topics Run creates: room for a record
+// of the protocol's largest message, 4 MiB, with its batch's framing.
+const topicMaxMessageBytes = 8 << 20
+
 // createTopics creates every bound topic; one that exists is left as it is.
 func (r *runner) createTopics(ctx context.Context) error {
 	req := kmsg.NewPtrCreateTopicsRequest()
@@ -455,6 +460,10 @@ func (r *runner) createTopics(ctx context.Context) error {
 		rt.Topic = t
 		rt.NumPartitions = int32(r.opts.Partitions)
 		rt.ReplicationFactor = -1
+		// Records as large as the protocol allows (4 MiB emits), above Kafka's 1 MiB default.
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = "max.message.bytes", kmsg.StringPtr(strconv.Itoa(topicMaxMessageBytes))
+		rt.Configs = append(rt.Configs, c)
 		req.Topics = append(req.Topics, rt)
 	}
 	resp, err := req.RequestWith(ctx, r.admin)

@@ -1,0 +1,61 @@
+package sidecar_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+// TestLargeEmit: an emit under Start.max_message_bytes but over franz-go's default producer
+// batch size (about 1 MB) is produced and committed, when the outlet topic accepts records
+// that large (max.message.bytes): the client must not refuse what the protocol allows.
+func TestLargeEmit(t *testing.T) {
+	b := newBroker(t)
+	in := b.topic(t, "in", 1)
+	out := b.topic(t, "out", 1)
+	setTopicConfig(t, b, out, "max.message.bytes", "8388608")
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	f := newProcess(t, func(c *call) error {
+		for range c.batch.Records {
+			if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
+				return err
+			}
+		}
+		return c.ack()
+	})
+	e := baseEnv(t, b, f, in, out)
+	b.produce(t, records(in, 1, 1)...)
+	r := start(t, e.config(t))
+	waitFor(t, "the record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, 1)) })
+	got := b.readAll(t, out, 1)
+	if len(got[0].Value) != len(big) {
+		t.Errorf("outlet record of %d bytes; want %d", len(got[0].Value), len(big))
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("Run() = %v; want nil after shutdown", err)
+	}
+}
+
+func setTopicConfig(t *testing.T, b *broker, topic, name, value string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = name, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	rr.Configs = append(rr.Configs, c)
+	req.Resources = append(req.Resources, rr)
+	resp, err := req.RequestWith(context.Background(), b.admin)
+	if err != nil {
+		t.Fatalf("alter %s of %s: %v", name, topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
+		t.Fatalf("alter %s of %s: %v", name, topic, err)
+	}
+}
+
