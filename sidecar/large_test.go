@@ -58,4 +58,3 @@ func setTopicConfig(t *testing.T, b *broker, topic, name, value string) {
 		t.Fatalf("alter %s of %s: %v", name, topic, err)
 	}
 }
-
