@@ -129,7 +129,10 @@ type replica struct {
 	port    int
 	bridge  *proc
 	sidecar *proc
-	starts  int
+	// starts and sidecarStarts count the processes started; each has its own log,
+	// bridge-IDX.N.log and sidecar-IDX.N.log.
+	starts        int
+	sidecarStarts int
 }
 
 // newPipeline creates the topics (the inlet with partitions partitions, each outlet with 2)
@@ -166,7 +169,7 @@ func (pl *pipeline) start(idx int) *replica {
 func (pl *pipeline) startBridge(r *replica) {
 	r.starts++
 	env := append([]string{"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port)}, pl.a.env...)
-	r.bridge = startProc(pl.t, pl.dir, fmt.Sprintf("bridge-%d", r.idx), env, append([]string{"bridge"}, pl.a.args...)...)
+	r.bridge = startProc(pl.t, pl.dir, fmt.Sprintf("bridge-%d.%d", r.idx, r.starts), env, append([]string{"bridge"}, pl.a.args...)...)
 }
 
 func (pl *pipeline) startSidecar(r *replica) {
@@ -186,7 +189,8 @@ func (pl *pipeline) startSidecar(r *replica) {
 		"FLOW_READINESS_FILE=" + filepath.Join(pl.dir, fmt.Sprintf("ready-%d", r.idx)),
 		"FLOW_STALL_WARNING_AFTER=3s",
 	}
-	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d", r.idx), append(env, pl.sidecarEnv...), "sidecar")
+	r.sidecarStarts++
+	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), append(env, pl.sidecarEnv...), "sidecar")
 }
 
 // records builds n input records numbered from first, with unique ids (the key is the id).
