@@ -114,6 +114,7 @@ func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func()
 		cpu += cpuTime() - cpu0
 		next += n
 	}
+	b.Logf("records/s of each run: %.0f", rates)
 	b.ReportMetric(rates.median(), "records/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n*len(rates)), "cpu-µs/rec")
 	return next
@@ -267,6 +268,7 @@ func benchFakeSidecar(b *testing.B, serve func(context.Context, net.Listener) er
 	if fs.emits != sent {
 		b.Fatalf("%d emits for %d records", fs.emits, sent)
 	}
+	b.Logf("records/s of each run: %.0f", rates)
 	b.ReportMetric(rates.median(), "records/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n*len(rates)), "cpu-µs/rec")
 }
@@ -385,6 +387,7 @@ func benchBare(b *testing.B, argv []string, stream bool) {
 	if err := cmd.Wait(); err != nil {
 		b.Fatal(err)
 	}
+	b.Logf("records/s of each run: %.0f", rates)
 	b.ReportMetric(rates.median(), "records/s")
 }
 
