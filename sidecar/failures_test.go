@@ -82,9 +82,9 @@ func TestStreamFailures(t *testing.T) {
 				return c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
 			}},
 		{name: "produce failure", logged: "produce failed", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
-			// Larger than the producer's batch limit (and a default broker's message.max.bytes):
+			// Larger than a default broker's message.max.bytes (about 1 MiB), even compressed:
 			// the write fails, so nothing of the batch may be committed.
-			if err := c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 2<<20)}); err != nil {
+			if err := c.emit("out", &flowv1.Record{Value: incompressible(2 << 20)}); err != nil {
 				return err
 			}
 			return echo(c)

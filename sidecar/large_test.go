@@ -1,8 +1,8 @@
 package sidecar_test
 
 import (
-	"bytes"
 	"context"
+	"crypto/rand"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -10,6 +10,13 @@ import (
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
+
+// incompressible returns n random bytes: no compression shrinks them under a size limit.
+func incompressible(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
 
 // TestLargeEmit: an emit under Start.max_message_bytes but over franz-go's default producer
 // batch size (about 1 MB) is produced and committed, when the outlet topic accepts records
@@ -19,7 +26,7 @@ func TestLargeEmit(t *testing.T) {
 	in := b.topic(t, "in", 1)
 	out := b.topic(t, "out", 1)
 	setTopicConfig(t, b, out, "max.message.bytes", "8388608")
-	big := bytes.Repeat([]byte("x"), 2<<20)
+	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
 		for range c.batch.Records {
 			if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
