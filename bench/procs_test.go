@@ -168,7 +168,9 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
 	p := &procPipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts), ready: filepath.Join(dir, "ready")}
-	p.bridge = startProc(b, "bridge", how.bridge, append([]string{"MILLRACE_ACTION=" + line, "FLOW_PROCESS_PORT=" + port}, how.bridgeEnv...))
+	bridgeEnv := append([]string{"MILLRACE_ACTION=" + line, "FLOW_PROCESS_PORT=" + port}, how.bridgeEnv...)
+	bridgeEnv = append(bridgeEnv, strings.Fields(os.Getenv("BENCH_BRIDGE_ENV"))...) // experiments: GOMAXPROCS=1, GOGC=200
+	p.bridge = startProc(b, "bridge", how.bridge, bridgeEnv)
 	env := []string{
 		"FLOW_BROKERS=" + strings.Join(br.addrs, ","),
 		"FLOW_PIPELINE=bench", "FLOW_STREAMLET=bench",
