@@ -5,7 +5,7 @@
 // run. The benchmarks are in the package's tests; `go test` runs none of them without -bench.
 // scripts/bench runs them all and prints the Markdown table of BENCHMARKS.md:
 //
-//	scripts/bench            # the full run (about 15 minutes on 2 cores)
+//	scripts/bench            # the full run (about 6 minutes on 2 cores)
 //	scripts/bench -quick     # one short run of each, to check the harness
 //
 // The package has no API.
