@@ -37,20 +37,29 @@ var nullJSON = json.RawMessage("null")
 // SHA-256 over the pipeline, streamlet, topic, partition and offset. It is the same on every
 // attempt and in every conversation, so a redelivered record keeps its key.
 func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset int64) string {
-	buf := make([]byte, 0, 36+len(pipeline)+len(streamlet)+len(topic))
-	for _, s := range []string{pipeline, streamlet, topic} {
+	var stack [256]byte // on the stack for the usual name lengths: one allocation per key
+	buf := stack[:0]
+	for _, s := range [...]string{pipeline, streamlet, topic} {
 		buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
 		buf = append(buf, s...)
 	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
 	buf = binary.BigEndian.AppendUint64(buf, uint64(offset))
 	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:16])
+	var key [32]byte
+	hex.Encode(key[:], sum[:16])
+	return string(key[:])
 }
 
 // recordID is the item id of a record: "topic/partition/offset".
 func recordID(topic string, partition int32, offset int64) string {
-	return topic + "/" + strconv.FormatInt(int64(partition), 10) + "/" + strconv.FormatInt(offset, 10)
+	var stack [128]byte // one allocation, the string, for the usual topic lengths
+	id := append(stack[:0], topic...)
+	id = append(id, '/')
+	id = strconv.AppendInt(id, int64(partition), 10)
+	id = append(id, '/')
+	id = strconv.AppendInt(id, offset, 10)
+	return string(id)
 }
 
 // item maps one input record to an action item.
