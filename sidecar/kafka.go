@@ -225,14 +225,24 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 		fetches.EachError(func(topic string, p int32, err error) {
 			s.log.Warn("fetch error", "topic", topic, "partition", p, "error", err)
 		})
+		// Copy the records out of the fetch before taking the lock: the lock is the one every
+		// answer of the process waits on.
+		var got []fetched
+		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+			g := fetched{topic: f.Topic, partition: f.Partition, records: make([]record, len(f.Records))}
+			for i, r := range f.Records {
+				g.records[i] = newRecord(r)
+			}
+			got = append(got, g)
+		})
 		var pause map[string][]int32
 		s.mu.Lock()
-		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
-			p := s.parts[tp{f.Topic, f.Partition}]
+		for _, g := range got {
+			p := s.parts[tp{g.topic, g.partition}]
 			if p == nil || !p.owned {
-				return
+				continue
 			}
-			for _, r := range f.Records {
+			for _, r := range g.records {
 				s.enqueue(p, r)
 			}
 			if !p.paused && p.aboveHighWater() {
@@ -243,7 +253,7 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 				}
 				pause[p.topic] = append(pause[p.topic], p.partition)
 			}
-		})
+		}
 		s.mu.Unlock()
 		if pause != nil {
 			cl.PauseFetchPartitions(pause)
@@ -253,13 +263,17 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
-// enqueue appends a fetched record to its partition's queue. Called with mu held.
-func (s *Sidecar) enqueue(p *partition, r *kgo.Record) {
-	if n := len(p.queue); n > 0 && r.Offset <= p.queue[n-1].in.Offset {
-		return // already queued: a refetch after a pause
-	}
-	// Copy out of the fetch buffer: a record slicing into it would pin the whole fetch
-	// response for as long as the record waits, and the buffer bound would be a fiction.
+// fetched is what one fetch brought for one partition, copied out of the fetch.
+type fetched struct {
+	topic     string
+	partition int32
+	records   []record
+}
+
+// newRecord copies a fetched record out of the fetch buffer: a record slicing into it would
+// pin the whole fetch response for as long as the record waits, and the buffer bound would
+// be a fiction.
+func newRecord(r *kgo.Record) record {
 	in := &flowv1.InputRecord{
 		Offset:      r.Offset,
 		TimestampMs: r.Timestamp.UnixMilli(),
@@ -271,11 +285,18 @@ func (s *Sidecar) enqueue(p *partition, r *kgo.Record) {
 	for _, h := range r.Headers {
 		in.Record.Headers = append(in.Record.Headers, &flowv1.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
 	}
-	size := proto.Size(in) + 8 // field tag and length inside the Batch
-	p.queue = append(p.queue, record{in: in, leaderEpoch: r.LeaderEpoch, size: size})
-	p.queueBytes += int64(size)
+	return record{in: in, leaderEpoch: r.LeaderEpoch, size: proto.Size(in) + 8} // + field tag and length inside the Batch
+}
+
+// enqueue appends a fetched record to its partition's queue. Called with mu held.
+func (s *Sidecar) enqueue(p *partition, r record) {
+	if n := len(p.queue); n > 0 && r.in.Offset <= p.queue[n-1].in.Offset {
+		return // already queued: a refetch after a pause
+	}
+	p.queue = append(p.queue, r)
+	p.queueBytes += int64(r.size)
 	s.stats.BufferedRecords++
-	s.stats.BufferedBytes += int64(size)
+	s.stats.BufferedBytes += int64(r.size)
 	if s.stats.BufferedBytes > s.stats.PeakBufferedBytes {
 		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
 	}
