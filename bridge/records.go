@@ -190,6 +190,15 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.
 	return append(msgs, &flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: id}}})
 }
 
+// emitMessage is the four messages of one Emit, allocated together: one allocation per
+// emit instead of four.
+type emitMessage struct {
+	msg   flowv1.FromProcess
+	oneof flowv1.FromProcess_Emit
+	emit  flowv1.Emit
+	rec   flowv1.Record
+}
+
 // emits maps a record's staged emits to Emit messages, checking each: a declared outlet
 // bound by Start (the only outlet when the emit names none), a key and header values that
 // decode, and a message under max_message_bytes.
@@ -210,7 +219,9 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		if _, ok := c.outlets[outlet]; !ok {
 			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
 		}
-		rec := &flowv1.Record{Value: e.Payload}
+		m := new(emitMessage)
+		rec := &m.rec
+		rec.Value = e.Payload
 		key, err := bytesOf(e.Key, e.KeyBase64, "key")
 		if err != nil {
 			return nil, fmt.Errorf("emit %d: %v", i+1, err)
@@ -228,7 +239,10 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 			}
 			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
 		}
-		msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
+		m.emit.BatchId, m.emit.Outlet, m.emit.Record = id, outlet, rec
+		m.oneof.Emit = &m.emit
+		m.msg.Message = &m.oneof
+		msg := &m.msg
 		if sizeBound(outlet, rec) >= c.maxBytes { // the exact size only when it may matter
 			if n := proto.Size(msg); n >= c.maxBytes {
 				return nil, fmt.Errorf("emit %d to outlet %q is %d bytes, over the %d bytes of max_message_bytes; emit smaller records", i+1, outlet, n, c.maxBytes)
