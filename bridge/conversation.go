@@ -16,6 +16,7 @@ import (
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // voidTimeout bounds the shutdown of a voided conversation's processes.
@@ -30,7 +31,7 @@ type conversation struct {
 	start  *flowv1.Start
 	stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]
 	log    *slog.Logger
-	pool   *stdio.Pool
+	pool   *engine.Pool
 
 	ctx    context.Context // ends when the conversation is voided
 	cancel context.CancelFunc
@@ -110,7 +111,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	if timeout == 0 {
 		timeout = -1 // none
 	}
-	cfg := stdio.Config{
+	cfg := engine.Config{
 		Name:          a.Name,
 		Version:       s.opts.Version,
 		Command:       a.Command,
@@ -131,14 +132,14 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	logHealth := cfg.Hooks.Health
 	cfg.Hooks.Health = func(err error) {
 		logHealth(err)
-		if errors.Is(err, stdio.ErrCrashLoop) {
+		if errors.Is(err, engine.ErrCrashLoop) {
 			select {
 			case c.unhealthy <- err:
 			default:
 			}
 		}
 	}
-	pool, err := stdio.Start(ctx, cfg)
+	pool, err := engine.Start(ctx, cfg)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "conversation %s: the action's processes did not start: %v", c.id, err)
 	}
@@ -189,22 +190,22 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 // process runs every record of b through the pool, waits for them all, and answers the batch.
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
-	results := make([]stdio.Result, len(recs))
+	results := make([]engine.Result, len(recs))
 	var wg sync.WaitGroup
 	for i, r := range recs {
 		wg.Add(1)
-		err := c.pool.Submit(c.ctx, c.item(b, topic, r), func(res stdio.Result) {
+		err := c.pool.Submit(c.ctx, c.item(b, topic, r), func(res engine.Result) {
 			results[i] = res
 			wg.Done()
 		})
 		switch {
 		case err == nil:
-		case errors.Is(err, stdio.ErrBadItem): // not JSON, or too large for a line
+		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line
 			wg.Done()
-			results[i] = stdio.Result{Outcome: stdio.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}
+			results[i] = engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}
 		default: // the pool is closed or the conversation over
 			wg.Done()
-			results[i] = stdio.Result{Outcome: stdio.Abandoned, Err: err}
+			results[i] = engine.Result{Outcome: engine.Abandoned, Err: err}
 		}
 	}
 	wg.Wait()

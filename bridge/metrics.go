@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // DefaultMaxActionSeries caps the distinct (name, labels) series of the action's own metric
@@ -133,8 +134,8 @@ func (m *Metrics) conversationStarted() {
 }
 
 // hooks returns the pool callbacks that record into m and log process ends on log.
-func (m *Metrics) hooks(log *slog.Logger) stdio.Hooks {
-	h := stdio.Hooks{
+func (m *Metrics) hooks(log *slog.Logger) engine.Hooks {
+	h := engine.Hooks{
 		ProcessExited: func(pid int, err error) {
 			if err != nil {
 				log.Warn("an action process ended", "pid", pid, "error", err)
@@ -155,7 +156,7 @@ func (m *Metrics) hooks(log *slog.Logger) stdio.Hooks {
 		return h
 	}
 	h.ProcessStarted = func(int) { m.starts.Inc() }
-	h.AttemptFinished = func(ai stdio.AttemptInfo) {
+	h.AttemptFinished = func(ai engine.AttemptInfo) {
 		m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
 		if ai.Retry {
 			m.retries.Inc()

@@ -15,6 +15,7 @@ import (
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // Headers the bridge adds to a record it routes to the --dead-letter or --fallback outlet. The
@@ -76,7 +77,7 @@ func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecor
 		Timestamp:      in.GetTimestampMs(),
 		IdempotencyKey: IdempotencyKey(c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
 	}
-	// A value that is not JSON is refused by Submit (stdio.ErrBadItem): it never reaches the
+	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.
 	it.Payload = json.RawMessage(r.GetValue())
 	if len(it.Payload) == 0 {
@@ -122,13 +123,13 @@ func bytesOf(text *string, b64, what string) ([]byte, error) {
 // in record order, then Ack; or a single Fail for the first record that failed for good with
 // no --dead-letter outlet. It returns nil when a record was abandoned: the conversation is
 // over and the batch must not be answered.
-func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.Result) []*flowv1.FromProcess {
+func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine.Result) []*flowv1.FromProcess {
 	a := c.s.opts.Action
 	m := c.s.opts.Metrics
 	id := b.GetBatchId()
 	var msgs []*flowv1.FromProcess
 	for i, res := range results {
-		if res.Outcome == stdio.Abandoned {
+		if res.Outcome == engine.Abandoned {
 			m.items("abandoned", len(results)-i)
 			return nil
 		}
@@ -137,7 +138,7 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.
 		in := b.GetRecords()[i]
 		var cause error
 		switch res.Outcome {
-		case stdio.Done:
+		case engine.Done:
 			emits, err := c.emits(id, res.Emits)
 			if err == nil {
 				msgs = append(msgs, emits...)
@@ -145,7 +146,7 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []stdio.
 				continue
 			}
 			cause = err
-		case stdio.Abstained:
+		case engine.Abstained:
 			if a.Fallback != "" {
 				msg, err := c.route(id, a.Fallback, in, b, topic,
 					&flowv1.Header{Key: HeaderAbstainReason, Value: []byte(res.Reason)})

@@ -85,18 +85,18 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 
 func (l *LineReader) tooLong(start []byte) error {
 	return fmt.Errorf("%w: %w: a line is longer than the %d-byte limit (%s); it starts %s",
-		ErrProtocol, ErrLineTooLong, l.max, sizeName(l.max), quoteStart(start))
+		ErrProtocol, ErrLineTooLong, l.max, SizeName(l.max), QuoteStart(start))
 }
 
-func sizeName(n int) string {
+func SizeName(n int) string {
 	if n%(1<<20) == 0 {
 		return strconv.Itoa(n>>20) + " MiB"
 	}
 	return strconv.Itoa(n) + " bytes"
 }
 
-// quoteStart quotes the first bytes of a line for an error message.
-func quoteStart(line []byte) string {
+// QuoteStart quotes the first bytes of a line for an error message.
+func QuoteStart(line []byte) string {
 	const n = 80
 	if len(line) <= n {
 		return strconv.Quote(string(line))
@@ -118,30 +118,30 @@ func DecodeMessage(line []byte, m *Message) error {
 		return fmt.Errorf("%w: an empty line where a JSON object was expected", ErrProtocol)
 	}
 	if !utf8.Valid(line) {
-		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, quoteStart(line))
+		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, QuoteStart(line))
 	}
 	if trimmed[0] != '{' {
-		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, quoteStart(line))
+		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, QuoteStart(line))
 	}
 	if err := json.Unmarshal(line, m); err != nil {
-		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), quoteStart(line))
+		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), QuoteStart(line))
 	}
 	switch m.Type {
 	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown:
 		return nil
 	case "":
-		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, quoteStart(line))
+		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, QuoteStart(line))
 	}
-	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, quoteStart(line))
+	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, QuoteStart(line))
 }
 
-// fastAnswer recognises, without the general decoder and without allocating, the two lines
+// FastAnswer recognises, without the general decoder and without allocating, the two lines
 // an action writes most, when written exactly as AppendMessage writes them:
 // {"type":"done","delivery":"<id>"} and
 // {"type":"emit","delivery":"<id>",["key":"<key>",]"payload":<value>}, with an id and key free
 // of escapes and non-ASCII bytes and one valid JSON value. The slices point into line. ok is
 // false for any other line, which the general decoder then reads.
-func fastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey, ok bool) {
+func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey, ok bool) {
 	const donePrefix, emitPrefix = `{"type":"done","delivery":"`, `{"type":"emit","delivery":"`
 	if len(line) < len(donePrefix)+2 || line[len(line)-1] != '}' {
 		return "", nil, nil, nil, false, false
@@ -177,9 +177,9 @@ func fastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey,
 	return TypeEmit, id, key, payload, hasKey, true
 }
 
-// decodeFast fills m from a line fastAnswer recognises.
+// decodeFast fills m from a line FastAnswer recognises.
 func decodeFast(line []byte, m *Message) bool {
-	typ, delivery, key, payload, hasKey, ok := fastAnswer(line)
+	typ, delivery, key, payload, hasKey, ok := FastAnswer(line)
 	if !ok {
 		return false
 	}
@@ -305,8 +305,8 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	return append(dst, '}', '\n')
 }
 
-// appendItem appends it as an item line.
-func appendItem(dst []byte, it *Item) []byte {
+// AppendItem appends it as an item line.
+func AppendItem(dst []byte, it *Item) []byte {
 	m := Message{
 		Type: TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key,
 		KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers, Inlet: it.Inlet,

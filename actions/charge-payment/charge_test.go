@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // paymentService applies each Idempotency-Key once and answers a repeat with the first
@@ -67,7 +68,7 @@ func TestRetriedChargeIsAppliedOnce(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := stdio.Start(ctx, stdio.Config{
+	pool, err := engine.Start(ctx, engine.Config{
 		Name:         "charge-payment",
 		Command:      []string{"python3", "main.py"},
 		Retries:      3,
@@ -76,29 +77,29 @@ func TestRetriedChargeIsAppliedOnce(t *testing.T) {
 			`{"endpoint":%q,"request-timeout":"5s"}`, srv.URL+"/charges"))},
 	})
 	if err != nil {
-		t.Fatalf("stdio.Start: %v", err)
+		t.Fatalf("engine.Start: %v", err)
 	}
 	defer pool.Close(context.Background(), false)
 
 	key := "o-1"
-	results := make(chan stdio.Result, 1)
+	results := make(chan engine.Result, 1)
 	err = pool.Submit(ctx, stdio.Item{
 		ID:             "orders/0/7",
 		Key:            &key,
 		Payload:        json.RawMessage(`{"order_id":"o-1","customer":"c-9","gross":28.8}`),
 		IdempotencyKey: "idem-orders-0-7",
-	}, func(r stdio.Result) { results <- r })
+	}, func(r engine.Result) { results <- r })
 	if err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
-	var res stdio.Result
+	var res engine.Result
 	select {
 	case res = <-results:
 	case <-ctx.Done():
 		t.Fatal("no result within 30 s")
 	}
 
-	if res.Outcome != stdio.Done || res.Attempts != 2 {
+	if res.Outcome != engine.Done || res.Attempts != 2 {
 		t.Fatalf("result = %v after %d attempts (err %v); want done after 2", res.Outcome, res.Attempts, res.Err)
 	}
 	svc.mu.Lock()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/protocol"
 )
 

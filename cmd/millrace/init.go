@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runInit is `millrace init action NAME --lang LANG`: a new action directory that passes its

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the

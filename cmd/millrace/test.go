@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ankka-flow/millrace/local"
-	"github.com/ankka-flow/millrace/stdio/conformance"
+	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/action"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 const childEnv = "ACTION_TEST_CHILD"
@@ -131,35 +132,35 @@ func TestServeBadEngineLine(t *testing.T) {
 // answers through the engine, and exits 0 on shutdown.
 func TestUnderPool(t *testing.T) {
 	exited := make(chan error, 1)
-	cfg := stdio.Config{
+	cfg := engine.Config{
 		Name:    "score",
 		Command: []string{os.Args[0]},
 		Env:     []string{childEnv + "=score", "GORACE=atexit_sleep_ms=0"},
 		Hello:   stdio.Hello{Config: json.RawMessage(`{"minRooms":2,"currency":"EUR"}`)},
-		Hooks:   stdio.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
+		Hooks:   engine.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
 	}
-	p, err := stdio.Start(context.Background(), cfg)
+	p, err := engine.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Window() != action.Window {
 		t.Errorf("Window() = %d; want the SDK's %d", p.Window(), action.Window)
 	}
-	results := make(chan stdio.Result, 3)
+	results := make(chan engine.Result, 3)
 	key := "listing-42"
 	for i, payload := range []string{`{"rooms":3}`, `{"rooms":0}`, `{"rooms":1}`} {
-		if err := p.Submit(context.Background(), stdio.Item{ID: fmt.Sprint(i), Key: &key, Payload: json.RawMessage(payload)}, func(r stdio.Result) { results <- r }); err != nil {
+		if err := p.Submit(context.Background(), stdio.Item{ID: fmt.Sprint(i), Key: &key, Payload: json.RawMessage(payload)}, func(r engine.Result) { results <- r }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r := <-results
-	if r.Outcome != stdio.Done || len(r.Emits) != 2 || *r.Emits[0].Key != key || string(r.Emits[0].Payload) != `{"rooms":3,"currency":"EUR"}` || len(r.Metrics) != 1 {
+	if r.Outcome != engine.Done || len(r.Emits) != 2 || *r.Emits[0].Key != key || string(r.Emits[0].Payload) != `{"rooms":3,"currency":"EUR"}` || len(r.Metrics) != 1 {
 		t.Errorf("first = %+v; want done with two keyed emits and a metric", r)
 	}
-	if r = <-results; r.Outcome != stdio.Abstained {
+	if r = <-results; r.Outcome != engine.Abstained {
 		t.Errorf("second = %v; want abstained", r.Outcome)
 	}
-	if r = <-results; r.Outcome != stdio.Failed || !strings.Contains(r.Err.Error(), "too small") {
+	if r = <-results; r.Outcome != engine.Failed || !strings.Contains(r.Err.Error(), "too small") {
 		t.Errorf("third = %v %v; want failed: too small", r.Outcome, r.Err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

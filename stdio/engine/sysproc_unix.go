@@ -1,6 +1,6 @@
 //go:build unix
 
-package stdio
+package engine
 
 import "syscall"
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/local"
-	"github.com/ankka-flow/millrace/stdio/conformance"
+	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runtimes are the programs each language's action needs on PATH. CI installs them all; a
@@ -63,7 +63,7 @@ func needRuntimes(t *testing.T, lang string) {
 // TestInitPassesItsOwnTests: every language's new action passes conformance and its
 // fixtures the moment it is written.
 func TestInitPassesItsOwnTests(t *testing.T) {
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // envBrokers names a real Kafka cluster for the run tests (scripts/kafka start prints it);
@@ -185,11 +185,11 @@ func TestRunExamplePipeline(t *testing.T) {
 			t.Fatalf("the example pipeline needs %s on PATH: %v", prog, err)
 		}
 	}
-	p, err := local.LoadPipeline("../actions/orders.pipeline")
+	p, err := local.LoadPipeline("../../actions/orders.pipeline")
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := os.Open("../actions/route-orders/sample.jsonl")
+	in, err := os.Open("../../actions/route-orders/sample.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // Exported sentinel errors.
@@ -40,7 +41,7 @@ var (
 
 // Defaults applied to zero Action and Options fields.
 const (
-	DefaultReadyTimeout  = stdio.DefaultReadyTimeout
+	DefaultReadyTimeout  = engine.DefaultReadyTimeout
 	DefaultItemTimeout   = time.Minute
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultBurst         = 32

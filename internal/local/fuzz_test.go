@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ankka-flow/millrace/local"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // FuzzRecord: any input line is either refused with ErrInput or becomes a record on a topic

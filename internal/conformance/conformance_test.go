@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/stdio"
-	"github.com/ankka-flow/millrace/stdio/conformance"
 )
 
 func TestMain(m *testing.M) {

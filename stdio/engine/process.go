@@ -1,6 +1,8 @@
-package stdio
+package engine
 
 import (
+	"github.com/ankka-flow/millrace/stdio"
+
 	"bufio"
 	"bytes"
 	"cmp"
@@ -44,16 +46,16 @@ var (
 // task is one submitted item, through all its attempts. While an attempt is in flight, the
 // process that holds it in its in-flight map owns the attempt fields.
 type task struct {
-	item     Item
+	item     stdio.Item
 	done     func(Result)
 	key      string
 	keyed    bool
 	attempts int
 	seq      uint64 // of the current attempt, for stderr attribution
-	emits    []Emit
-	emit1    [1]Emit  // room for the common single emit, saving an allocation
-	staged   int      // bytes of emit and metric lines of the current attempt
-	metrics  []Metric // of every attempt
+	emits    []stdio.Emit
+	emit1    [1]stdio.Emit  // room for the common single emit, saving an allocation
+	staged   int            // bytes of emit and metric lines of the current attempt
+	metrics  []stdio.Metric // of every attempt
 	written  time.Time
 	retry    *time.Timer // pending retry
 	bo       backoff.BackOff
@@ -206,13 +208,13 @@ func settleWindow(configured, declared int, perItem bool) int {
 // readStdout reads the child's protocol lines until its stdout ends or it breaks the protocol.
 func (pr *process) readStdout() {
 	defer close(pr.stdoutDone)
-	lr := NewLineReader(pr.stdout, MaxLineBytes)
-	var m Message
+	lr := stdio.NewLineReader(pr.stdout, stdio.MaxLineBytes)
+	var m stdio.Message
 	line, err := lr.ReadLine()
 	if err == nil {
-		err = DecodeMessage(line, &m)
-		if err == nil && m.Type != TypeReady {
-			err = fmt.Errorf("%w: expected ready after hello, got a %q line: %s", ErrProtocol, m.Type, quoteStart(line))
+		err = stdio.DecodeMessage(line, &m)
+		if err == nil && m.Type != stdio.TypeReady {
+			err = fmt.Errorf("%w: expected ready after hello, got a %q line: %s", stdio.ErrProtocol, m.Type, stdio.QuoteStart(line))
 		}
 	}
 	if err != nil {
@@ -226,9 +228,9 @@ func (pr *process) readStdout() {
 	for {
 		line, err := lr.ReadLine()
 		if err == nil {
-			if typ, delivery, key, payload, hasKey, ok := fastAnswer(line); ok {
+			if typ, delivery, key, payload, hasKey, ok := stdio.FastAnswer(line); ok {
 				err = pr.handleFast(typ, delivery, key, payload, hasKey, line)
-			} else if err = DecodeMessage(line, &m); err == nil {
+			} else if err = stdio.DecodeMessage(line, &m); err == nil {
 				err = pr.handle(&m, line)
 			}
 		}
@@ -252,11 +254,11 @@ func readError(err error) error {
 }
 
 // handle applies one answer line to the delivery it names.
-func (pr *process) handle(m *Message, line []byte) error {
+func (pr *process) handle(m *stdio.Message, line []byte) error {
 	switch m.Type {
-	case TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain:
+	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 	default:
-		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", ErrProtocol, m.Type, quoteStart(line))
+		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", stdio.ErrProtocol, m.Type, stdio.QuoteStart(line))
 	}
 	pr.mu.Lock()
 	t := pr.inflight[m.Delivery]
@@ -265,14 +267,14 @@ func (pr *process) handle(m *Message, line []byte) error {
 		return notInFlight(m.Type, m.Delivery, line)
 	}
 	switch m.Type {
-	case TypeEmit:
-		return pr.stageLocked(t, line, Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
-	case TypeMetric:
+	case stdio.TypeEmit:
+		return pr.stageLocked(t, line, stdio.Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
+	case stdio.TypeMetric:
 		if err := pr.stagedLocked(t, line); err != nil {
 			pr.mu.Unlock()
 			return err
 		}
-		metric := Metric{Name: m.Name, Value: m.Value, Labels: m.Labels}
+		metric := stdio.Metric{Name: m.Name, Value: m.Value, Labels: m.Labels}
 		t.metrics = append(t.metrics, metric)
 		pr.mu.Unlock()
 		if h := pr.pool.cfg.Hooks.Metric; h != nil {
@@ -282,11 +284,11 @@ func (pr *process) handle(m *Message, line []byte) error {
 	}
 	pr.answeredLocked(t)
 	switch m.Type {
-	case TypeDone:
+	case stdio.TypeDone:
 		pr.pool.attemptEnded(t, Done, nil, "")
-	case TypeAbstain:
+	case stdio.TypeAbstain:
 		pr.pool.attemptEnded(t, Abstained, nil, m.Reason)
-	case TypeError:
+	case stdio.TypeError:
 		msg := m.Message
 		if msg == "" {
 			msg = m.Error
@@ -299,7 +301,7 @@ func (pr *process) handle(m *Message, line []byte) error {
 	return nil
 }
 
-// handleFast is handle for the lines fastAnswer recognises, without allocating for them
+// handleFast is handle for the lines stdio.FastAnswer recognises, without allocating for them
 // beyond the emit itself.
 func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey bool, line []byte) error {
 	pr.mu.Lock()
@@ -308,8 +310,8 @@ func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey 
 		pr.mu.Unlock()
 		return notInFlight(typ, string(delivery), line)
 	}
-	if typ == TypeEmit {
-		e := Emit{Payload: append(json.RawMessage(nil), payload...)}
+	if typ == stdio.TypeEmit {
+		e := stdio.Emit{Payload: append(json.RawMessage(nil), payload...)}
 		if hasKey {
 			k := string(key)
 			e.Key = &k
@@ -322,20 +324,20 @@ func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey 
 }
 
 func notInFlight(typ, delivery string, line []byte) error {
-	return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", ErrProtocol, typ, delivery, quoteStart(line))
+	return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", stdio.ErrProtocol, typ, delivery, stdio.QuoteStart(line))
 }
 
 // stagedLocked counts line against the delivery's MaxStagedBytes. pr.mu is held.
 func (pr *process) stagedLocked(t *task, line []byte) error {
 	t.staged += len(line)
 	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
-		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", ErrProtocol, t.item.Delivery, sizeName(limit))
+		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", stdio.ErrProtocol, t.item.Delivery, stdio.SizeName(limit))
 	}
 	return nil
 }
 
 // stageLocked stages e for t and unlocks pr.mu.
-func (pr *process) stageLocked(t *task, line []byte, e Emit) error {
+func (pr *process) stageLocked(t *task, line []byte, e stdio.Emit) error {
 	if err := pr.stagedLocked(t, line); err != nil {
 		pr.mu.Unlock()
 		return err
@@ -430,7 +432,7 @@ func (pr *process) deliver(t *task) bool {
 		return false
 	}
 	pr.wmu.Lock()
-	pr.wbuf = appendItem(pr.wbuf[:0], &t.item)
+	pr.wbuf = stdio.AppendItem(pr.wbuf[:0], &t.item)
 	pr.writeLocked(pr.wbuf)
 	if cap(pr.wbuf) > 1<<20 {
 		pr.wbuf = nil
@@ -613,7 +615,7 @@ func (pr *process) deliveryError(t *task, cause, exitErr error) error {
 	case errors.Is(cause, ErrTimeout):
 		return fmt.Errorf("%w: action %q (pid %d) was killed during %s because another delivery timed out: %v (%s); %s",
 			ErrCrashed, name, pr.pid, where, cause, exit, tail)
-	case errors.Is(cause, ErrProtocol):
+	case errors.Is(cause, stdio.ErrProtocol):
 		return fmt.Errorf("action %q (pid %d) during %s: %w; the process was killed (%s); %s", name, pr.pid, where, cause, exit, tail)
 	case errors.Is(cause, ErrClosed):
 		return fmt.Errorf("action %q (pid %d) during %s: %w", name, pr.pid, where, cause)

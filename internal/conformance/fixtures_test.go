@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/stdio/conformance"
+	"github.com/ankka-flow/millrace/internal/conformance"
 )
 
 func writeFile(t *testing.T, path, content string) {

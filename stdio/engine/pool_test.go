@@ -1,4 +1,4 @@
-package stdio_test
+package engine_test
 
 import (
 	"bytes"
@@ -18,11 +18,12 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // config returns a Config whose child is this test binary playing mode.
-func config(mode string, mut ...func(*stdio.Config)) stdio.Config {
-	cfg := stdio.Config{
+func config(mode string, mut ...func(*engine.Config)) engine.Config {
+	cfg := engine.Config{
 		Name:          "test-" + mode,
 		Command:       []string{os.Args[0]},
 		Env:           []string{childEnv + "=" + mode, "GORACE=atexit_sleep_ms=0"},
@@ -37,9 +38,9 @@ func config(mode string, mut ...func(*stdio.Config)) stdio.Config {
 	return cfg
 }
 
-func start(t *testing.T, cfg stdio.Config) *stdio.Pool {
+func start(t *testing.T, cfg engine.Config) *engine.Pool {
 	t.Helper()
-	p, err := stdio.Start(context.Background(), cfg)
+	p, err := engine.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Start(%s) = %v", cfg.Name, err)
 	}
@@ -62,16 +63,16 @@ func keyed(id, key, payload string) stdio.Item {
 }
 
 // submit submits it and returns a channel that receives its result.
-func submit(t *testing.T, p *stdio.Pool, it stdio.Item) <-chan stdio.Result {
+func submit(t *testing.T, p *engine.Pool, it stdio.Item) <-chan engine.Result {
 	t.Helper()
-	ch := make(chan stdio.Result, 2)
-	if err := p.Submit(context.Background(), it, func(r stdio.Result) { ch <- r }); err != nil {
+	ch := make(chan engine.Result, 2)
+	if err := p.Submit(context.Background(), it, func(r engine.Result) { ch <- r }); err != nil {
 		t.Fatalf("Submit(%s) = %v", it.ID, err)
 	}
 	return ch
 }
 
-func wait(t *testing.T, ch <-chan stdio.Result) stdio.Result {
+func wait(t *testing.T, ch <-chan engine.Result) engine.Result {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -84,17 +85,17 @@ func wait(t *testing.T, ch <-chan stdio.Result) stdio.Result {
 	case <-time.After(60 * time.Second):
 		t.Fatal("no result within 60s")
 	}
-	return stdio.Result{}
+	return engine.Result{}
 }
 
-func run(t *testing.T, p *stdio.Pool, it stdio.Item) stdio.Result {
+func run(t *testing.T, p *engine.Pool, it stdio.Item) engine.Result {
 	t.Helper()
 	return wait(t, submit(t, p, it))
 }
 
 func TestEcho(t *testing.T) {
-	p := start(t, config("echo", func(c *stdio.Config) { c.Concurrency = 2 }))
-	var chans []<-chan stdio.Result
+	p := start(t, config("echo", func(c *engine.Config) { c.Concurrency = 2 }))
+	var chans []<-chan engine.Result
 	for i := range 50 {
 		payload := fmt.Sprintf(`{"n" : %d, "s":"\u00e9\n"}`, i)
 		if i%2 == 0 {
@@ -106,7 +107,7 @@ func TestEcho(t *testing.T) {
 	for i, ch := range chans {
 		r := wait(t, ch)
 		want := fmt.Sprintf(`{"n" : %d, "s":"\u00e9\n"}`, i)
-		if r.Outcome != stdio.Done || r.Attempts != 1 || len(r.Emits) != 1 || string(r.Emits[0].Payload) != want {
+		if r.Outcome != engine.Done || r.Attempts != 1 || len(r.Emits) != 1 || string(r.Emits[0].Payload) != want {
 			t.Fatalf("item %d = %v attempts %d emits %+v err %v; want done once with payload %s", i, r.Outcome, r.Attempts, r.Emits, r.Err, want)
 		}
 		if i%2 == 0 && (r.Emits[0].Key == nil || *r.Emits[0].Key != "k"+strconv.Itoa(i%3)) {
@@ -119,7 +120,7 @@ func TestEcho(t *testing.T) {
 	if err := p.Close(context.Background(), true); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}
-	if err := p.Submit(context.Background(), item("late", "1"), nil); !errors.Is(err, stdio.ErrClosed) {
+	if err := p.Submit(context.Background(), item("late", "1"), nil); !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("Submit after Close = %v; want ErrClosed", err)
 	}
 }
@@ -127,20 +128,20 @@ func TestEcho(t *testing.T) {
 func TestStartFails(t *testing.T) {
 	tests := []struct {
 		name  string
-		cfg   stdio.Config
+		cfg   engine.Config
 		want  []string
 		isErr error
 	}{
-		{"never ready", config("neverready", func(c *stdio.Config) { c.ReadyTimeout = 500 * time.Millisecond }),
-			[]string{"within 500ms", "loading a very large model"}, stdio.ErrStart},
-		{"exit 1 at start", config("exit1"), []string{"exit status 1", "boom: cannot load model weights", "before ready"}, stdio.ErrStart},
+		{"never ready", config("neverready", func(c *engine.Config) { c.ReadyTimeout = 500 * time.Millisecond }),
+			[]string{"within 500ms", "loading a very large model"}, engine.ErrStart},
+		{"exit 1 at start", config("exit1"), []string{"exit status 1", "boom: cannot load model weights", "before ready"}, engine.ErrStart},
 		{"banner before ready", config("banner"), []string{"Welcome to my action"}, stdio.ErrProtocol},
-		{"no such command", stdio.Config{Name: "ghost", Command: []string{"/no/such/millrace-action"}}, []string{"/no/such/millrace-action", "check the command"}, stdio.ErrStart},
-		{"no command", stdio.Config{Name: "empty"}, []string{"no command"}, stdio.ErrConfig},
+		{"no such command", engine.Config{Name: "ghost", Command: []string{"/no/such/millrace-action"}}, []string{"/no/such/millrace-action", "check the command"}, engine.ErrStart},
+		{"no command", engine.Config{Name: "empty"}, []string{"no command"}, engine.ErrConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := stdio.Start(context.Background(), tt.cfg)
+			p, err := engine.Start(context.Background(), tt.cfg)
 			if err == nil {
 				p.Close(context.Background(), false)
 				t.Fatalf("Start(%s) = nil error; want one", tt.name)
@@ -165,25 +166,25 @@ func TestBadChild(t *testing.T) {
 		mode  string
 		isErr error
 		want  []string
-		mut   func(*stdio.Config)
+		mut   func(*engine.Config)
 	}{
 		{"longline", stdio.ErrLineTooLong, []string{"8 MiB", `"{\"type\":\"emit\"`}, nil},
-		{"chatty", stdio.ErrProtocol, []string{"staged more than 50000 bytes"}, func(c *stdio.Config) { c.MaxStagedBytes = 50000 }},
+		{"chatty", stdio.ErrProtocol, []string{"staged more than 50000 bytes"}, func(c *engine.Config) { c.MaxStagedBytes = 50000 }},
 		{"badutf8", stdio.ErrProtocol, []string{"not valid UTF-8"}, nil},
 		{"nonobject", stdio.ErrProtocol, []string{"not a JSON object", `"[1,2,3]"`}, nil},
 		{"wrongdelivery", stdio.ErrProtocol, []string{`"dl_someone_else", which is not in flight`}, nil},
-		{"hang", stdio.ErrTimeout, []string{"no answer", "within 300ms", "thinking very hard"}, func(c *stdio.Config) { c.ItemTimeout = 300 * time.Millisecond }},
-		{"closestdout", stdio.ErrCrashed, []string{"closed its stdout", "closing stdout"}, nil},
-		{"crash", stdio.ErrCrashed, []string{"exited during delivery", "exit status 3", "panic: index out of range"}, nil},
+		{"hang", engine.ErrTimeout, []string{"no answer", "within 300ms", "thinking very hard"}, func(c *engine.Config) { c.ItemTimeout = 300 * time.Millisecond }},
+		{"closestdout", engine.ErrCrashed, []string{"closed its stdout", "closing stdout"}, nil},
+		{"crash", engine.ErrCrashed, []string{"exited during delivery", "exit status 3", "panic: index out of range"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			var mu sync.Mutex
-			var attempts []stdio.AttemptInfo
+			var attempts []engine.AttemptInfo
 			var exits int
-			p := start(t, config(tt.mode, func(c *stdio.Config) {
+			p := start(t, config(tt.mode, func(c *engine.Config) {
 				c.Retries = 1
-				c.Hooks.AttemptFinished = func(a stdio.AttemptInfo) {
+				c.Hooks.AttemptFinished = func(a engine.AttemptInfo) {
 					mu.Lock()
 					a.Item = &stdio.Item{Attempt: a.Item.Attempt, Delivery: a.Item.Delivery}
 					attempts = append(attempts, a)
@@ -195,7 +196,7 @@ func TestBadChild(t *testing.T) {
 				}
 			}))
 			r := run(t, p, keyed("it-1", "k", `{"x":1}`))
-			if r.Outcome != stdio.Failed || r.Attempts != 2 || len(r.Emits) != 0 {
+			if r.Outcome != engine.Failed || r.Attempts != 2 || len(r.Emits) != 0 {
 				t.Fatalf("result = %v after %d attempts, %d emits; want failed after 2, none", r.Outcome, r.Attempts, len(r.Emits))
 			}
 			if !errors.Is(r.Err, tt.isErr) {
@@ -226,14 +227,14 @@ func TestAnswersAfterDone(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			var mu sync.Mutex
 			var exitErrs []error
-			p := start(t, config(mode, func(c *stdio.Config) {
+			p := start(t, config(mode, func(c *engine.Config) {
 				c.Retries = 5
 				c.Hooks.ProcessExited = func(_ int, err error) { mu.Lock(); exitErrs = append(exitErrs, err); mu.Unlock() }
 			}))
 			for i := range 4 {
 				want := fmt.Sprintf(`{"i":%d}`, i)
 				r := run(t, p, keyed(strconv.Itoa(i), "same", want))
-				if r.Outcome != stdio.Done || len(r.Emits) != 1 || string(r.Emits[0].Payload) != want {
+				if r.Outcome != engine.Done || len(r.Emits) != 1 || string(r.Emits[0].Payload) != want {
 					t.Fatalf("item %d = %v, emits %+v, err %v; want done with its one emit", i, r.Outcome, r.Emits, r.Err)
 				}
 			}
@@ -263,17 +264,17 @@ func TestAnswersAfterDone(t *testing.T) {
 
 func TestRetryCountsAttempts(t *testing.T) {
 	var mu sync.Mutex
-	var infos []stdio.AttemptInfo
-	p := start(t, config("crashonce", func(c *stdio.Config) {
+	var infos []engine.AttemptInfo
+	p := start(t, config("crashonce", func(c *engine.Config) {
 		c.Retries = 3
-		c.Hooks.AttemptFinished = func(a stdio.AttemptInfo) {
+		c.Hooks.AttemptFinished = func(a engine.AttemptInfo) {
 			mu.Lock()
-			infos = append(infos, stdio.AttemptInfo{Outcome: a.Outcome, Retry: a.Retry, Err: a.Err, Item: &stdio.Item{Attempt: a.Item.Attempt, Delivery: a.Item.Delivery}})
+			infos = append(infos, engine.AttemptInfo{Outcome: a.Outcome, Retry: a.Retry, Err: a.Err, Item: &stdio.Item{Attempt: a.Item.Attempt, Delivery: a.Item.Delivery}})
 			mu.Unlock()
 		}
 	}))
 	r := run(t, p, item("it-7", `{}`))
-	if r.Outcome != stdio.Done || r.Attempts != 2 {
+	if r.Outcome != engine.Done || r.Attempts != 2 {
 		t.Fatalf("result = %v after %d attempts (%v); want done after 2", r.Outcome, r.Attempts, r.Err)
 	}
 	if got, want := string(r.Emits[0].Payload), `{"attempt":2,"idem":"idem-it-7"}`; got != want {
@@ -281,25 +282,25 @@ func TestRetryCountsAttempts(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(infos) != 2 || !errors.Is(infos[0].Err, stdio.ErrCrashed) || !strings.Contains(infos[0].Err.Error(), "exit status 2") ||
-		infos[0].Item.Delivery == infos[1].Item.Delivery || infos[1].Outcome != stdio.Done {
+	if len(infos) != 2 || !errors.Is(infos[0].Err, engine.ErrCrashed) || !strings.Contains(infos[0].Err.Error(), "exit status 2") ||
+		infos[0].Item.Delivery == infos[1].Item.Delivery || infos[1].Outcome != engine.Done {
 		t.Errorf("attempts = %+v; want a crash (exit status 2) then done, with distinct deliveries", infos)
 	}
 }
 
 func TestActionAnswers(t *testing.T) {
-	p := start(t, config("errors", func(c *stdio.Config) { c.Retries = 2 }))
+	p := start(t, config("errors", func(c *engine.Config) { c.Retries = 2 }))
 	r := run(t, p, item("a", `"retryable"`))
-	var ae *stdio.ActionError
-	if r.Outcome != stdio.Failed || r.Attempts != 3 || !errors.As(r.Err, &ae) || !ae.Retryable || ae.Message != "upstream busy" || len(r.Metrics) != 3 {
+	var ae *engine.ActionError
+	if r.Outcome != engine.Failed || r.Attempts != 3 || !errors.As(r.Err, &ae) || !ae.Retryable || ae.Message != "upstream busy" || len(r.Metrics) != 3 {
 		t.Errorf("retryable error = %v after %d attempts, %v, %d metrics; want failed after 3 with the action's message and 3 metrics", r.Outcome, r.Attempts, r.Err, len(r.Metrics))
 	}
 	r = run(t, p, item("b", `"fatal"`))
-	if r.Outcome != stdio.Failed || r.Attempts != 1 || !errors.Is(r.Err, stdio.ErrAction) || !strings.Contains(r.Err.Error(), "bad listing") {
+	if r.Outcome != engine.Failed || r.Attempts != 1 || !errors.Is(r.Err, engine.ErrAction) || !strings.Contains(r.Err.Error(), "bad listing") {
 		t.Errorf("non-retryable error = %v after %d attempts, %v; want failed at once", r.Outcome, r.Attempts, r.Err)
 	}
 	r = run(t, p, item("c", `"abstain"`))
-	if r.Outcome != stdio.Abstained || r.Reason != "no surface area" || len(r.Emits) != 0 {
+	if r.Outcome != engine.Abstained || r.Reason != "no surface area" || len(r.Emits) != 0 {
 		t.Errorf("abstain = %v %q emits %d; want abstained with the reason, no emits", r.Outcome, r.Reason, len(r.Emits))
 	}
 }
@@ -307,14 +308,14 @@ func TestActionAnswers(t *testing.T) {
 // TestTimeoutRearms: the per-process watchdog, armed for an earlier delivery that was
 // answered, re-arms for the next deadline and still catches a later hang.
 func TestTimeoutRearms(t *testing.T) {
-	p := start(t, config("errors", func(c *stdio.Config) { c.ItemTimeout = 400 * time.Millisecond }))
-	if r := run(t, p, item("a", `"ok"`)); r.Outcome != stdio.Done {
+	p := start(t, config("errors", func(c *engine.Config) { c.ItemTimeout = 400 * time.Millisecond }))
+	if r := run(t, p, item("a", `"ok"`)); r.Outcome != engine.Done {
 		t.Fatalf("a = %v %v", r.Outcome, r.Err)
 	}
 	time.Sleep(200 * time.Millisecond) // b's deadline falls after the watchdog's first firing
 	began := time.Now()
 	r := run(t, p, item("b", `"hang"`))
-	if r.Outcome != stdio.Failed || !errors.Is(r.Err, stdio.ErrTimeout) || time.Since(began) < 400*time.Millisecond {
+	if r.Outcome != engine.Failed || !errors.Is(r.Err, engine.ErrTimeout) || time.Since(began) < 400*time.Millisecond {
 		t.Fatalf("b = %v %v after %v; want a timeout after 400ms", r.Outcome, r.Err, time.Since(began))
 	}
 }
@@ -323,13 +324,13 @@ func TestTimeoutRearms(t *testing.T) {
 func TestEmitFields(t *testing.T) {
 	var hooked []stdio.Metric
 	var mu sync.Mutex
-	p := start(t, config("rich", func(c *stdio.Config) {
+	p := start(t, config("rich", func(c *engine.Config) {
 		c.Hooks.Metric = func(it *stdio.Item, m stdio.Metric) { mu.Lock(); hooked = append(hooked, m); mu.Unlock() }
 	}))
 	it := item("r", `{"in":1}`)
 	it.KeyBase64 = "/w=="
 	r := run(t, p, it)
-	if r.Outcome != stdio.Done || len(r.Emits) != 3 {
+	if r.Outcome != engine.Done || len(r.Emits) != 3 {
 		t.Fatalf("result = %v with %d emits (%v); want done with 3", r.Outcome, len(r.Emits), r.Err)
 	}
 	e := r.Emits[0]
@@ -355,7 +356,7 @@ func TestEmitFields(t *testing.T) {
 
 func TestKeyAffinity(t *testing.T) {
 	dir := t.TempDir()
-	p := start(t, config("keys", func(c *stdio.Config) {
+	p := start(t, config("keys", func(c *engine.Config) {
 		c.Concurrency = 3
 		c.Env = append(c.Env, "STDIO_TEST_MARKER="+dir)
 	}))
@@ -365,9 +366,9 @@ func TestKeyAffinity(t *testing.T) {
 	for i := range 60 {
 		k := "k" + strconv.Itoa(i%3)
 		wg.Add(1)
-		err := p.Submit(context.Background(), keyed(strconv.Itoa(i), k, strconv.Itoa(i)), func(r stdio.Result) {
+		err := p.Submit(context.Background(), keyed(strconv.Itoa(i), k, strconv.Itoa(i)), func(r engine.Result) {
 			defer wg.Done()
-			if r.Outcome != stdio.Done {
+			if r.Outcome != engine.Done {
 				t.Errorf("item %d = %v %v; want done", i, r.Outcome, r.Err)
 			}
 			mu.Lock()
@@ -390,14 +391,14 @@ func TestKeyAffinity(t *testing.T) {
 
 func TestParallel(t *testing.T) {
 	dir := t.TempDir()
-	p := start(t, config("rendezvous", func(c *stdio.Config) {
+	p := start(t, config("rendezvous", func(c *engine.Config) {
 		c.Concurrency = 2
 		c.Env = append(c.Env, "STDIO_TEST_MARKER="+dir)
 	}))
 	a := submit(t, p, keyed("a", "one", "1"))
 	b := submit(t, p, keyed("b", "two", "2"))
-	for _, ch := range []<-chan stdio.Result{a, b} {
-		if r := wait(t, ch); r.Outcome != stdio.Done {
+	for _, ch := range []<-chan engine.Result{a, b} {
+		if r := wait(t, ch); r.Outcome != engine.Done {
 			t.Fatalf("result = %v %v; want done (both keys in flight at once)", r.Outcome, r.Err)
 		}
 	}
@@ -405,9 +406,9 @@ func TestParallel(t *testing.T) {
 
 func TestStderr(t *testing.T) {
 	rec := newRecorder()
-	p := start(t, config("stderrlog", func(c *stdio.Config) { c.Logger = slog.New(rec) }))
+	p := start(t, config("stderrlog", func(c *engine.Config) { c.Logger = slog.New(rec) }))
 	r := run(t, p, item("it-s", `1`))
-	if r.Outcome != stdio.Done {
+	if r.Outcome != engine.Done {
 		t.Fatalf("result = %v %v", r.Outcome, r.Err)
 	}
 	var plain, warn record
@@ -436,11 +437,11 @@ func TestStderr(t *testing.T) {
 // 20 MB keeps the -race run short and still overflows every pipe and buffer many times;
 // STDIO_TEST_FLOOD_MB=100 runs the full size.
 func TestStderrFlood(t *testing.T) {
-	p := start(t, config("flood", func(c *stdio.Config) {
+	p := start(t, config("flood", func(c *engine.Config) {
 		c.Env = append(c.Env, "STDIO_TEST_FLOOD_MB="+os.Getenv("STDIO_TEST_FLOOD_MB"))
 	}))
 	for i := range 2 {
-		if r := run(t, p, item(strconv.Itoa(i), `"x"`)); r.Outcome != stdio.Done {
+		if r := run(t, p, item(strconv.Itoa(i), `"x"`)); r.Outcome != engine.Done {
 			t.Fatalf("result = %v %v; want done", r.Outcome, r.Err)
 		}
 	}
@@ -472,8 +473,8 @@ func running(pid int) bool {
 
 func TestGrandchildKilled(t *testing.T) {
 	rec := newRecorder()
-	p := start(t, config("grandchild", func(c *stdio.Config) { c.Logger = slog.New(rec) }))
-	if r := run(t, p, item("g", `1`)); r.Outcome != stdio.Done {
+	p := start(t, config("grandchild", func(c *engine.Config) { c.Logger = slog.New(rec) }))
+	if r := run(t, p, item("g", `1`)); r.Outcome != engine.Done {
 		t.Fatalf("result = %v %v", r.Outcome, r.Err)
 	}
 	var gc int
@@ -498,7 +499,7 @@ func TestGrandchildKilled(t *testing.T) {
 func TestIgnoresShutdown(t *testing.T) {
 	var pid int
 	var exitErr error
-	p := start(t, config("ignoreshutdown", func(c *stdio.Config) {
+	p := start(t, config("ignoreshutdown", func(c *engine.Config) {
 		c.ShutdownGrace = 200 * time.Millisecond
 		c.Hooks.ProcessStarted = func(p int) { pid = p }
 		c.Hooks.ProcessExited = func(_ int, err error) { exitErr = err }
@@ -517,7 +518,7 @@ func TestIgnoresShutdown(t *testing.T) {
 func TestCrashLoop(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "broken")
 	health := make(chan error, 10)
-	p := start(t, config("crashloop", func(c *stdio.Config) {
+	p := start(t, config("crashloop", func(c *engine.Config) {
 		c.Retries = 1
 		c.RestartBackoff = time.Millisecond
 		c.RestartMax = 20 * time.Millisecond
@@ -529,24 +530,24 @@ func TestCrashLoop(t *testing.T) {
 	}
 	ch := submit(t, p, item("c", `1`)) // attempt 1 crashes; every restart then fails
 	err := <-health
-	if !errors.Is(err, stdio.ErrCrashLoop) || !strings.Contains(err.Error(), "fatal: config file missing") || !strings.Contains(err.Error(), os.Args[0]) {
+	if !errors.Is(err, engine.ErrCrashLoop) || !strings.Contains(err.Error(), "fatal: config file missing") || !strings.Contains(err.Error(), os.Args[0]) {
 		t.Fatalf("health = %v; want a crash loop naming the command and its stderr", err)
 	}
-	if got := p.Health(); !errors.Is(got, stdio.ErrCrashLoop) {
+	if got := p.Health(); !errors.Is(got, engine.ErrCrashLoop) {
 		t.Fatalf("Health() = %v; want ErrCrashLoop", got)
 	}
 	os.Remove(marker)
 	if err := <-health; err != nil {
 		t.Fatalf("health after the fix = %v; want nil", err)
 	}
-	if r := wait(t, ch); r.Outcome != stdio.Done || r.Attempts != 2 {
+	if r := wait(t, ch); r.Outcome != engine.Done || r.Attempts != 2 {
 		t.Fatalf("result = %v after %d attempts (%v); want done on attempt 2, nothing lost while unhealthy", r.Outcome, r.Attempts, r.Err)
 	}
 }
 
 func TestCloseAbandons(t *testing.T) {
-	p := start(t, config("hang", func(c *stdio.Config) { c.ShutdownGrace = 100 * time.Millisecond }))
-	var chans []<-chan stdio.Result
+	p := start(t, config("hang", func(c *engine.Config) { c.ShutdownGrace = 100 * time.Millisecond }))
+	var chans []<-chan engine.Result
 	for i := range 3 {
 		chans = append(chans, submit(t, p, keyed(strconv.Itoa(i), "k", "1")))
 	}
@@ -556,7 +557,7 @@ func TestCloseAbandons(t *testing.T) {
 		t.Fatalf("Close(drain, 300ms) over a hung action = %v; want DeadlineExceeded", err)
 	}
 	for i, ch := range chans {
-		if r := wait(t, ch); r.Outcome != stdio.Abandoned || !errors.Is(r.Err, stdio.ErrClosed) {
+		if r := wait(t, ch); r.Outcome != engine.Abandoned || !errors.Is(r.Err, engine.ErrClosed) {
 			t.Errorf("item %d = %v %v; want abandoned", i, r.Outcome, r.Err)
 		}
 	}
@@ -565,14 +566,14 @@ func TestCloseAbandons(t *testing.T) {
 // TestAbandonBlockedWrite: a child that stops reading stdin blocks the engine's write of a
 // large item; with no item timeout, Close(abandon) still ends it and returns.
 func TestAbandonBlockedWrite(t *testing.T) {
-	p := start(t, config("deaf", func(c *stdio.Config) { c.ItemTimeout = -1; c.ShutdownGrace = 100 * time.Millisecond }))
+	p := start(t, config("deaf", func(c *engine.Config) { c.ItemTimeout = -1; c.ShutdownGrace = 100 * time.Millisecond }))
 	ch := submit(t, p, item("big", `"`+strings.Repeat("b", 4<<20)+`"`))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := p.Close(ctx, false); err != nil {
 		t.Fatalf("Close(abandon) = %v", err)
 	}
-	if r := wait(t, ch); r.Outcome != stdio.Abandoned {
+	if r := wait(t, ch); r.Outcome != engine.Abandoned {
 		t.Fatalf("result = %v %v; want abandoned", r.Outcome, r.Err)
 	}
 }
@@ -585,11 +586,11 @@ func TestChaos(t *testing.T) {
 	dir := t.TempDir()
 	var seenMu sync.Mutex
 	seen := map[error]int{}
-	p := start(t, config("chaos", func(c *stdio.Config) {
-		c.Hooks.AttemptFinished = func(a stdio.AttemptInfo) {
+	p := start(t, config("chaos", func(c *engine.Config) {
+		c.Hooks.AttemptFinished = func(a engine.AttemptInfo) {
 			seenMu.Lock()
 			defer seenMu.Unlock()
-			for _, e := range []error{stdio.ErrCrashed, stdio.ErrProtocol, stdio.ErrTimeout, stdio.ErrAction} {
+			for _, e := range []error{engine.ErrCrashed, stdio.ErrProtocol, engine.ErrTimeout, engine.ErrAction} {
 				if errors.Is(a.Err, e) {
 					seen[e]++
 				}
@@ -617,12 +618,12 @@ func TestChaos(t *testing.T) {
 			it.Key = &key
 		}
 		wg.Add(1)
-		err := p.Submit(context.Background(), it, func(r stdio.Result) {
+		err := p.Submit(context.Background(), it, func(r engine.Result) {
 			defer wg.Done()
 			mu.Lock()
 			defer mu.Unlock()
 			calls[id]++
-			if r.Outcome != stdio.Done || len(r.Emits) != 1 || string(r.Emits[0].Payload) != payload {
+			if r.Outcome != engine.Done || len(r.Emits) != 1 || string(r.Emits[0].Payload) != payload {
 				t.Errorf("item %s = %v after %d attempts, emits %+v, err %v; want done with its one emit", id, r.Outcome, r.Attempts, r.Emits, r.Err)
 			}
 			if key != "" {
@@ -657,7 +658,7 @@ func TestChaos(t *testing.T) {
 	}
 	seenMu.Lock()
 	defer seenMu.Unlock()
-	for _, e := range []error{stdio.ErrCrashed, stdio.ErrProtocol, stdio.ErrTimeout, stdio.ErrAction} {
+	for _, e := range []error{engine.ErrCrashed, stdio.ErrProtocol, engine.ErrTimeout, engine.ErrAction} {
 		if seen[e] == 0 {
 			t.Errorf("no attempt failed with %v (failures seen: %v); the chaos child did not misbehave", e, seen)
 		}
@@ -668,7 +669,7 @@ func TestChaos(t *testing.T) {
 // TestChaosAbandon closes a busy chaotic pool without draining: every item still ends
 // exactly once, done (with its own emit) or abandoned (with none).
 func TestChaosAbandon(t *testing.T) {
-	p := start(t, config("chaos", func(c *stdio.Config) {
+	p := start(t, config("chaos", func(c *engine.Config) {
 		c.Concurrency = 3
 		c.Window = 4
 		c.Retries = 10
@@ -688,13 +689,13 @@ func TestChaosAbandon(t *testing.T) {
 			k := "k" + strconv.Itoa(i%5)
 			it.Key = &k
 		}
-		err := p.Submit(context.Background(), it, func(r stdio.Result) {
+		err := p.Submit(context.Background(), it, func(r engine.Result) {
 			mu.Lock()
 			calls[id]++
 			mu.Unlock()
 			switch {
-			case r.Outcome == stdio.Done && len(r.Emits) == 1 && string(r.Emits[0].Payload) == payload:
-			case r.Outcome == stdio.Abandoned && len(r.Emits) == 0 && errors.Is(r.Err, stdio.ErrClosed):
+			case r.Outcome == engine.Done && len(r.Emits) == 1 && string(r.Emits[0].Payload) == payload:
+			case r.Outcome == engine.Abandoned && len(r.Emits) == 0 && errors.Is(r.Err, engine.ErrClosed):
 			default:
 				t.Errorf("item %s = %v %+v %v; want done with its emit or abandoned", id, r.Outcome, r.Emits, r.Err)
 			}
@@ -727,13 +728,13 @@ func TestChaosAbandon(t *testing.T) {
 // TestNoZombies: after Close, no child of the engine is left, running or unreaped, whatever
 // the children did.
 func TestNoZombies(t *testing.T) {
-	p := start(t, config("crashonce", func(c *stdio.Config) { c.Concurrency = 3; c.Retries = 2 }))
-	var chans []<-chan stdio.Result
+	p := start(t, config("crashonce", func(c *engine.Config) { c.Concurrency = 3; c.Retries = 2 }))
+	var chans []<-chan engine.Result
 	for i := range 6 {
 		chans = append(chans, submit(t, p, item(strconv.Itoa(i), "1")))
 	}
 	for _, ch := range chans {
-		if r := wait(t, ch); r.Outcome != stdio.Done {
+		if r := wait(t, ch); r.Outcome != engine.Done {
 			t.Fatalf("result = %v %v", r.Outcome, r.Err)
 		}
 	}
@@ -760,7 +761,7 @@ func children() []string {
 }
 
 func TestBackPressure(t *testing.T) {
-	p := start(t, config("hang", func(c *stdio.Config) { c.QueueSize = 2; c.ShutdownGrace = 100 * time.Millisecond }))
+	p := start(t, config("hang", func(c *engine.Config) { c.QueueSize = 2; c.ShutdownGrace = 100 * time.Millisecond }))
 	submit(t, p, item("1", "1"))
 	submit(t, p, item("2", "2"))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -772,23 +773,23 @@ func TestBackPressure(t *testing.T) {
 
 func TestBadItem(t *testing.T) {
 	p := start(t, config("echo"))
-	if err := p.Submit(context.Background(), item("x", `{"a":`), nil); !errors.Is(err, stdio.ErrBadItem) || !strings.Contains(err.Error(), "item x") {
+	if err := p.Submit(context.Background(), item("x", `{"a":`), nil); !errors.Is(err, engine.ErrBadItem) || !strings.Contains(err.Error(), "item x") {
 		t.Fatalf("Submit(invalid payload) = %v; want ErrBadItem naming the item", err)
 	}
-	if err := p.Submit(context.Background(), item("y", `"`+strings.Repeat("z", stdio.MaxLineBytes)+`"`), nil); !errors.Is(err, stdio.ErrBadItem) {
+	if err := p.Submit(context.Background(), item("y", `"`+strings.Repeat("z", stdio.MaxLineBytes)+`"`), nil); !errors.Is(err, engine.ErrBadItem) {
 		t.Fatalf("Submit(9 MiB payload) = %v; want ErrBadItem", err)
 	}
-	if r := run(t, p, item("n", "")); r.Outcome != stdio.Done || string(r.Emits[0].Payload) != "null" {
+	if r := run(t, p, item("n", "")); r.Outcome != engine.Done || string(r.Emits[0].Payload) != "null" {
 		t.Fatalf("empty payload = %v %s; want done with null", r.Outcome, r.Emits[0].Payload)
 	}
 }
 
 func TestPerItem(t *testing.T) {
-	p := start(t, config("pid", func(c *stdio.Config) { c.PerItem = true }))
+	p := start(t, config("pid", func(c *engine.Config) { c.PerItem = true }))
 	seen := map[string]bool{}
 	for i := range 3 {
 		r := run(t, p, item(strconv.Itoa(i), "1"))
-		if r.Outcome != stdio.Done {
+		if r.Outcome != engine.Done {
 			t.Fatalf("item %d = %v %v", i, r.Outcome, r.Err)
 		}
 		seen[string(r.Emits[0].Payload)] = true
@@ -802,7 +803,7 @@ func TestWorkdir(t *testing.T) {
 	p := start(t, config("workdir"))
 	r := run(t, p, item("w", "1"))
 	var dir string
-	if r.Outcome != stdio.Done || json.Unmarshal(r.Emits[0].Payload, &dir) != nil || dir == "" {
+	if r.Outcome != engine.Done || json.Unmarshal(r.Emits[0].Payload, &dir) != nil || dir == "" {
 		t.Fatalf("result = %v %v", r.Outcome, r.Err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "scratch")); err != nil {
@@ -821,7 +822,7 @@ func TestWindow(t *testing.T) {
 	if p.Window() != 4 {
 		t.Fatalf("Window() = %d; want the 4 declared in ready", p.Window())
 	}
-	var chans []<-chan stdio.Result
+	var chans []<-chan engine.Result
 	for i := range 9 {
 		payload := strconv.Itoa(i)
 		if i == 8 {
@@ -835,7 +836,7 @@ func TestWindow(t *testing.T) {
 		if i == 8 {
 			want = `"last"`
 		}
-		if r.Outcome != stdio.Done || r.Attempts != 1 || string(r.Emits[0].Payload) != want {
+		if r.Outcome != engine.Done || r.Attempts != 1 || string(r.Emits[0].Payload) != want {
 			t.Fatalf("item %d = %v %+v %v; want done with %s (answers matched by delivery)", i, r.Outcome, r.Emits, r.Err, want)
 		}
 	}
@@ -844,22 +845,22 @@ func TestWindow(t *testing.T) {
 func TestWindowCrash(t *testing.T) {
 	var mu sync.Mutex
 	crashed := 0
-	p := start(t, config("windowcrash", func(c *stdio.Config) {
+	p := start(t, config("windowcrash", func(c *engine.Config) {
 		c.Retries = 2
-		c.Hooks.AttemptFinished = func(a stdio.AttemptInfo) {
-			if errors.Is(a.Err, stdio.ErrCrashed) {
+		c.Hooks.AttemptFinished = func(a engine.AttemptInfo) {
+			if errors.Is(a.Err, engine.ErrCrashed) {
 				mu.Lock()
 				crashed++
 				mu.Unlock()
 			}
 		}
 	}))
-	var chans []<-chan stdio.Result
+	var chans []<-chan engine.Result
 	for i, payload := range []string{"1", "2", "3", `"last"`} {
 		chans = append(chans, submit(t, p, item(strconv.Itoa(i), payload)))
 	}
 	for i, ch := range chans {
-		if r := wait(t, ch); r.Outcome != stdio.Done || len(r.Emits) != 1 {
+		if r := wait(t, ch); r.Outcome != engine.Done || len(r.Emits) != 1 {
 			t.Fatalf("item %d = %v %v; want done after a retry", i, r.Outcome, r.Err)
 		}
 	}
@@ -874,24 +875,24 @@ func TestWindowCrash(t *testing.T) {
 // each all finish on their first attempt under a 400ms item timeout: a delivery's clock starts
 // at its turn, not at its write.
 func TestWindowTimeoutTakesTurns(t *testing.T) {
-	p := start(t, config("slowwindow", func(c *stdio.Config) { c.ItemTimeout = 400 * time.Millisecond }))
-	var chans []<-chan stdio.Result
+	p := start(t, config("slowwindow", func(c *engine.Config) { c.ItemTimeout = 400 * time.Millisecond }))
+	var chans []<-chan engine.Result
 	for i := range 8 {
 		chans = append(chans, submit(t, p, item(strconv.Itoa(i), "1")))
 	}
 	for i, ch := range chans {
-		if r := wait(t, ch); r.Outcome != stdio.Done || r.Attempts != 1 {
+		if r := wait(t, ch); r.Outcome != engine.Done || r.Attempts != 1 {
 			t.Fatalf("item %d = %v after %d attempts (%v); want done at once", i, r.Outcome, r.Attempts, r.Err)
 		}
 	}
 }
 
 func TestConfigWindow(t *testing.T) {
-	p := start(t, config("echo", func(c *stdio.Config) { c.Window = 8 }))
+	p := start(t, config("echo", func(c *engine.Config) { c.Window = 8 }))
 	if p.Window() != 8 {
 		t.Fatalf("Window() = %d; want Config.Window 8 for a silent action", p.Window())
 	}
-	p2 := start(t, config("window", func(c *stdio.Config) { c.Window = 16 }))
+	p2 := start(t, config("window", func(c *engine.Config) { c.Window = 16 }))
 	if p2.Window() != 4 {
 		t.Fatalf("Window() = %d; want the smaller declared 4", p2.Window())
 	}

@@ -1,6 +1,8 @@
-package stdio
+package engine
 
 import (
+	"github.com/ankka-flow/millrace/stdio"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -77,7 +79,7 @@ type Config struct {
 	// retry); Submit blocks when it is reached. Default: 256, or 2 × processes × window if more.
 	QueueSize int
 
-	Hello  Hello        // config and vars sent to every process; Action and Version default to Name and Version
+	Hello  stdio.Hello  // config and vars sent to every process; Action and Version default to Name and Version
 	Logger *slog.Logger // where the pool and every child's stderr log (default: discard)
 	Hooks  Hooks        // optional callbacks, for metrics
 }
@@ -92,15 +94,15 @@ type Hooks struct {
 	ProcessExited func(pid int, err error)
 	// AttemptFinished is called after every attempt, before any retry.
 	AttemptFinished func(AttemptInfo)
-	// Metric is called for every metric line, as it arrives.
-	Metric func(it *Item, m Metric)
+	// stdio.Metric is called for every metric line, as it arrives.
+	Metric func(it *stdio.Item, m stdio.Metric)
 	// Health is called when Pool.Health changes: err nil when healthy again.
 	Health func(err error)
 }
 
 // AttemptInfo describes one finished attempt, for Hooks.AttemptFinished.
 type AttemptInfo struct {
-	Item    *Item         // the item as delivered (Delivery and Attempt set); read only, valid during the call
+	Item    *stdio.Item   // the item as delivered (Delivery and Attempt set); read only, valid during the call
 	Outcome Outcome       // Done, Failed (this attempt), Abstained or Abandoned
 	Latency time.Duration // from the item's write to its answer
 	Err     error         // why the attempt failed
@@ -141,11 +143,11 @@ func (o Outcome) String() string {
 // Result is the final answer for one submitted item, after any retries.
 type Result struct {
 	Outcome  Outcome
-	Emits    []Emit   // Done: the staged emits of the successful attempt, in order
-	Metrics  []Metric // the metrics of every attempt, in order
-	Err      error    // Failed/Abandoned: the cause (wraps a sentinel; names exit status and stderr where relevant)
-	Reason   string   // Abstained: the action's reason
-	Attempts int      // attempts made (0 when abandoned before the first)
+	Emits    []stdio.Emit   // Done: the staged emits of the successful attempt, in order
+	Metrics  []stdio.Metric // the metrics of every attempt, in order
+	Err      error          // Failed/Abandoned: the cause (wraps a sentinel; names exit status and stderr where relevant)
+	Reason   string         // Abstained: the action's reason
+	Attempts int            // attempts made (0 when abandoned before the first)
 }
 
 // Pool runs an action's processes and hands them items. Its methods are safe for concurrent
@@ -276,13 +278,13 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		closeDone: make(chan struct{}),
 	}
 	p.lifeCtx, p.lifeCancel = context.WithCancel(context.Background())
-	p.hello = AppendMessage(nil, &Message{
-		Type: TypeHello, Protocol: Protocol, Action: cfg.Hello.Action, Version: cfg.Hello.Version,
+	p.hello = stdio.AppendMessage(nil, &stdio.Message{
+		Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: cfg.Hello.Action, Version: cfg.Hello.Version,
 		Config: cfg.Hello.Config, Vars: cfg.Hello.Vars,
 	})
-	if len(p.hello) > MaxLineBytes {
+	if len(p.hello) > stdio.MaxLineBytes {
 		p.lifeCancel()
-		return nil, fmt.Errorf("%w: action %q: the hello line (config and vars) is %d bytes, over the %s line limit", ErrConfig, cfg.Name, len(p.hello), sizeName(MaxLineBytes))
+		return nil, fmt.Errorf("%w: action %q: the hello line (config and vars) is %d bytes, over the %s line limit", ErrConfig, cfg.Name, len(p.hello), stdio.SizeName(stdio.MaxLineBytes))
 	}
 
 	procs := make([]*process, cfg.Concurrency)
@@ -389,7 +391,7 @@ func (p *Pool) serve(pr *process) bool {
 			}
 		}
 		// With a window, every ready item that fits goes out in the same write.
-		batch = appendItem(batch[:0], &t.item)
+		batch = stdio.AppendItem(batch[:0], &t.item)
 	fill:
 		for len(batch) < writeBatch && pr.hasRoom() {
 			select {
@@ -401,7 +403,7 @@ func (p *Pool) serve(pr *process) bool {
 				p.requeue(t)
 				break
 			}
-			batch = appendItem(batch, &t.item)
+			batch = stdio.AppendItem(batch, &t.item)
 		}
 		pr.write(batch)
 		if cap(batch) > 1<<20 {
@@ -517,7 +519,7 @@ func (p *Pool) Window() int { return p.window }
 // run in parallel, in any order. it.Delivery and it.Attempt are ignored: the pool sets them.
 // A payload holding raw newlines (whitespace) is compacted; otherwise its bytes are sent as
 // given.
-func (p *Pool) Submit(ctx context.Context, it Item, done func(Result)) error {
+func (p *Pool) Submit(ctx context.Context, it stdio.Item, done func(Result)) error {
 	payload, err := framePayload(&it)
 	if err != nil {
 		return err
@@ -569,10 +571,10 @@ func (p *Pool) Submit(ctx context.Context, it Item, done func(Result)) error {
 
 // framePayload checks that it can be written as one line and returns its payload, compacted
 // if it holds raw newlines.
-func framePayload(it *Item) (json.RawMessage, error) {
+func framePayload(it *stdio.Item) (json.RawMessage, error) {
 	payload := it.Payload
 	if len(payload) > 0 && !json.Valid(payload) {
-		return nil, fmt.Errorf("%w: item %s: the payload is not valid JSON (an empty value is sent as null): %s", ErrBadItem, it.ID, quoteStart(payload))
+		return nil, fmt.Errorf("%w: item %s: the payload is not valid JSON (an empty value is sent as null): %s", ErrBadItem, it.ID, stdio.QuoteStart(payload))
 	}
 	if bytes.IndexByte(payload, '\n') >= 0 {
 		var b bytes.Buffer
@@ -591,8 +593,8 @@ func framePayload(it *Item) (json.RawMessage, error) {
 			size += len(*h.Value)
 		}
 	}
-	if size > MaxLineBytes {
-		return nil, fmt.Errorf("%w: item %s is about %d bytes as an item line, over the %s line limit of the action protocol", ErrBadItem, it.ID, size, sizeName(MaxLineBytes))
+	if size > stdio.MaxLineBytes {
+		return nil, fmt.Errorf("%w: item %s is about %d bytes as an item line, over the %s line limit of the action protocol", ErrBadItem, it.ID, size, stdio.SizeName(stdio.MaxLineBytes))
 	}
 	return payload, nil
 }
@@ -601,7 +603,7 @@ func isRetryable(err error) bool {
 	if ae, ok := errors.AsType[*ActionError](err); ok {
 		return ae.Retryable
 	}
-	return errors.Is(err, ErrCrashed) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrProtocol)
+	return errors.Is(err, ErrCrashed) || errors.Is(err, ErrTimeout) || errors.Is(err, stdio.ErrProtocol)
 }
 
 // attemptEnded is called exactly once per attempt, by whoever took it out of a process's

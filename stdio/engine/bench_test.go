@@ -1,4 +1,4 @@
-package stdio_test
+package engine_test
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // benchPayload is one item's payload in every echo benchmark.
@@ -22,7 +23,7 @@ var benchQueue = 0
 var benchPayload = []byte(`{"id":12345,"name":"listing-42","tags":["a","b"],"price":1234.5,"city":"Lyon"}`)
 
 // BenchmarkEcho measures items/s and the engine's CPU per item through the Go echo action
-// (actions/go-echo, on the SDK) and the Python echo loop (testdata/echo.py), each beside its
+// (actions/go-echo, on the SDK) and the Python echo loop (stdio/testdata/echo.py), each beside its
 // ceiling: a bare loop driving the same child over the same pipes with nothing else, one line
 // at a time (lockstep) and streaming. The engine runs pools of 1, 2 and 4 processes, one
 // delivery at a time (lockstep) and with a window of 64.
@@ -38,7 +39,7 @@ func BenchmarkEcho(b *testing.B) {
 		argv []string
 	}{
 		{"go", []string{goEcho}},
-		{"python", []string{"python3", "testdata/echo.py"}},
+		{"python", []string{"python3", "../testdata/echo.py"}},
 	}
 	for _, c := range children {
 		if _, err := exec.LookPath(c.argv[0]); err != nil {
@@ -150,15 +151,15 @@ func benchBare(b *testing.B, argv []string, stream bool) {
 // benchPool pushes keyless items through a pool of n processes.
 func benchPool(b *testing.B, argv []string, n, window int) {
 	ctx := context.Background()
-	p, err := stdio.Start(ctx, stdio.Config{Name: "bench", Command: argv, Concurrency: n, Window: window, QueueSize: benchQueue})
+	p, err := engine.Start(ctx, engine.Config{Name: "bench", Command: argv, Concurrency: n, Window: window, QueueSize: benchQueue})
 	if err != nil {
 		b.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed error
-	done := func(r stdio.Result) {
-		if r.Outcome != stdio.Done {
+	done := func(r engine.Result) {
+		if r.Outcome != engine.Done {
 			mu.Lock()
 			failed = fmt.Errorf("%v: %v", r.Outcome, r.Err)
 			mu.Unlock()

@@ -6,14 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ankka-flow/millrace/local"
-	"github.com/ankka-flow/millrace/stdio/conformance"
+	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // TestExampleActions runs the conformance kit and the fixtures on every directory under
 // actions/. None is skipped: a missing runtime (python3, node, bash, jq, go) fails its test.
 func TestExampleActions(t *testing.T) {
-	entries, err := os.ReadDir("../actions")
+	entries, err := os.ReadDir("../../actions")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestExampleActions(t *testing.T) {
 			continue
 		}
 		n++
-		dir := filepath.Join("..", "actions", e.Name())
+		dir := filepath.Join("..", "..", "actions", e.Name())
 		t.Run(e.Name(), func(t *testing.T) {
 			t.Parallel()
 			a, err := local.Load(dir)

@@ -1,4 +1,4 @@
-package stdio_test
+package engine_test
 
 import (
 	"bufio"

@@ -14,8 +14,8 @@ import (
 	"strings"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/protocol"
-	"github.com/ankka-flow/millrace/stdio/conformance"
 )
 
 // ConfigFile is the name of the config line's file in an action directory.

@@ -1,0 +1,48 @@
+package engine
+
+import "errors"
+
+// Exported sentinel errors. Errors returned by this package and carried in [Result.Err] wrap
+// one of them (or stdio.ErrProtocol), so callers test with errors.Is; the wrapping text names
+// the action, the delivery, the limit or the line, and the last stderr lines where a child is
+// involved.
+var (
+	// ErrClosed is returned by Submit after Close was called, and carried by Abandoned results.
+	ErrClosed = errors.New("stdio: pool closed")
+	// ErrStart is returned by Start, and reported through Pool.Health, when a process cannot be
+	// started or does not answer hello with ready in time.
+	ErrStart = errors.New("stdio: action did not start")
+	// ErrCrashLoop is reported by Pool.Health when processes die at start over and over; the
+	// pool keeps retrying with backoff, and queued items wait.
+	ErrCrashLoop = errors.New("stdio: action is crash-looping")
+	// ErrCrashed ends a delivery whose process exited or closed stdout mid-delivery (retryable).
+	ErrCrashed = errors.New("stdio: action crashed")
+	// ErrTimeout ends a delivery that outlived Config.ItemTimeout (retryable).
+	ErrTimeout = errors.New("stdio: item timed out")
+	// ErrAction is carried by a Result whose action answered "error"; errors.As to *ActionError
+	// gives the message and whether it was retryable.
+	ErrAction = errors.New("stdio: action answered error")
+	// ErrBadItem is returned by Submit for an item that cannot be written as one protocol line
+	// (a payload that is not valid JSON, or over MaxLineBytes once framed).
+	ErrBadItem = errors.New("stdio: bad item")
+	// ErrConfig is returned by Start for a Config it cannot run (no command, negative counts).
+	ErrConfig = errors.New("stdio: bad config")
+)
+
+// ActionError is an "error" answer of the action, carried in Result.Err (wrapping ErrAction).
+type ActionError struct {
+	Message   string // the action's message, as sent
+	Retryable bool   // whether the action said the delivery may be retried
+}
+
+// Error returns the action's message.
+func (e *ActionError) Error() string {
+	kind := "non-retryable"
+	if e.Retryable {
+		kind = "retryable"
+	}
+	return "action answered " + kind + " error: " + e.Message
+}
+
+// Unwrap makes errors.Is(err, ErrAction) true.
+func (e *ActionError) Unwrap() error { return ErrAction }
