@@ -26,7 +26,9 @@ func (p *Pool) abandonAll() {
 	}
 	p.keys = make(map[string]*keyQueue)
 	for t := range p.retrying {
-		t.retry.Stop()
+		if t.retry.Stop() {
+			p.timers.Done()
+		}
 		tasks = append(tasks, t)
 	}
 	clear(p.retrying)
@@ -80,6 +82,7 @@ func (p *Pool) Close(ctx context.Context, drain bool) error {
 	close(p.quit)
 	p.lifeCancel()
 	p.wg.Wait()
+	p.timers.Wait()
 	p.log.Info("action pool closed", "action", p.cfg.Name, "drained", drain && err == nil)
 	return err
 }

@@ -70,6 +70,8 @@ type Config struct {
 	Hello  stdio.Hello  // config and vars sent to every process; Action and Version default to Name and Version
 	Logger *slog.Logger // where the pool and every child's stderr log (default: discard)
 	Hooks  Hooks        // optional callbacks, for metrics
+
+	clock clock // nil: the real time; tests set a fake one (export_test.go)
 }
 
 // Hooks are optional callbacks for metrics and health. They run on the pool's goroutines,

@@ -29,7 +29,7 @@ type task struct {
 	staged   int            // bytes of emit and metric lines of the current attempt
 	metrics  []stdio.Metric // of every attempt
 	written  time.Time
-	retry    *time.Timer // pending retry
+	retry    timer // pending retry
 	bo       backoff.BackOff
 }
 
@@ -51,9 +51,9 @@ func settleWindow(configured, declared int, perItem bool) int {
 }
 
 // readStdout reads the child's protocol lines until its stdout ends or it breaks the protocol.
-func (pr *process) readStdout() {
-	defer close(pr.stdoutDone)
-	lr := stdio.NewLineReader(pr.stdout, stdio.MaxLineBytes)
+func (pr *process) readStdout(stdout io.Reader) {
+	<-pr.begin
+	lr := stdio.NewLineReader(stdout, stdio.MaxLineBytes)
 	var m stdio.Message
 	line, err := lr.ReadLine()
 	if err == nil {
@@ -196,7 +196,7 @@ func (pr *process) stageLocked(t *task, line []byte, e stdio.Emit) error {
 func (pr *process) answeredLocked(t *task) {
 	delete(pr.inflight, t.item.Delivery)
 	if pr.pool.cfg.ItemTimeout > 0 {
-		pr.answered = time.Now()
+		pr.answered = pr.pool.clock.Now()
 	}
 	pr.mu.Unlock()
 	pr.next()
@@ -303,14 +303,15 @@ func (pr *process) register(t *task) bool {
 	t.item.Delivery = string(strconv.AppendUint(append(id[:0], p.prefix...), t.seq, 36))
 	t.emits = t.emit1[:0:1]
 	t.staged = 0
-	t.written = time.Now()
+	t.written = p.clock.Now()
 	if p.cfg.ItemTimeout > 0 {
 		// One watchdog timer per process, armed for the oldest deadline: no timer is made
 		// or stopped per item.
 		if !pr.armed {
 			pr.armed = true
+			pr.pending.Add(1) // the firing's; reap waits for it
 			if pr.watchdog == nil {
-				pr.watchdog = time.AfterFunc(p.cfg.ItemTimeout, pr.watch)
+				pr.watchdog = p.clock.AfterFunc(p.cfg.ItemTimeout, pr.watch)
 			} else {
 				pr.watchdog.Reset(p.cfg.ItemTimeout)
 			}
@@ -339,7 +340,8 @@ func (pr *process) writeLocked(lines []byte) {
 // and the process's previous answer: with a window, deliveries written ahead wait their turn
 // in a sequential action, and only the oldest one can be late.
 func (pr *process) watch() {
-	now := time.Now()
+	defer pr.pending.Done()
+	now := pr.pool.clock.Now()
 	pr.mu.Lock()
 	var oldest *task
 	for _, t := range pr.inflight {
@@ -358,6 +360,7 @@ func (pr *process) watch() {
 	}
 	if deadline := start.Add(pr.pool.cfg.ItemTimeout); deadline.After(now) {
 		pr.armed = true
+		pr.pending.Add(1)
 		pr.watchdog.Reset(deadline.Sub(now))
 		pr.mu.Unlock()
 		return

@@ -56,6 +56,8 @@ type Pool struct {
 	lifeCancel context.CancelFunc
 	lifeCtx    context.Context
 	wg         sync.WaitGroup
+	timers     sync.WaitGroup // retry timers that may still fire
+	clock      clock
 
 	closeOnce sync.Once
 	closeDone chan struct{}
@@ -85,6 +87,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		quit:      make(chan struct{}),
 		closeDone: make(chan struct{}),
 	}
+	p.clock = cmp.Or[clock](cfg.clock, realClock{})
 	p.lifeCtx, p.lifeCancel = context.WithCancel(context.Background())
 	p.hello = stdio.AppendMessage(nil, &stdio.Message{
 		Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: cfg.Hello.Action, Version: cfg.Hello.Version,

@@ -7,16 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
 )
-
-// pipeGrace bounds the wait for a child's pipes to close after it exited and its process group
-// was killed (a grandchild that left the group may hold them open).
-const pipeGrace = 2 * time.Second
 
 var (
 	errStdoutClosed   = errors.New("closed its stdout")
@@ -30,23 +25,21 @@ var (
 // Pool.spawn and owned by one worker goroutine, which alone writes items to it.
 type process struct {
 	pool    *Pool
-	cmd     *exec.Cmd
-	cancel  context.CancelFunc // SIGKILL of the group, through Cmd.Cancel
+	child   *Child
 	pid     int
 	log     *slog.Logger
 	workdir string
 	stdin   *os.File
-	stdout  *os.File
-	stderr  *os.File
 	wmu     sync.Mutex // one line at a time on stdin
 	wbuf    []byte
 	window  int
 	room    chan struct{} // the reader tells a worker waiting in awaitRoom that the window has room
 
-	ready      chan error    // the ready phase's outcome (capacity 1)
-	stdoutDone chan struct{} // stdout reader ended
-	stderrDone chan struct{} // stderr reader ended
-	dead       chan struct{} // exited, pipes drained, in-flight deliveries failed
+	ready   chan error     // the ready phase's outcome (capacity 1)
+	begin   chan struct{}  // closed once pid and log are set: the readers may start
+	exited  chan struct{}  // exited and reaped, pipes drained
+	dead    chan struct{}  // exited, pipes drained, in-flight deliveries failed
+	pending sync.WaitGroup // watchdog firings and the abandon grace: reap waits for them
 
 	mu       sync.Mutex
 	inflight map[string]*task
@@ -56,7 +49,7 @@ type process struct {
 	timedOut *task        // the delivery whose timeout killed the process
 	wantRoom bool         // a worker waits in awaitRoom
 	stopping bool         // shutdown sent: EOF is expected
-	watchdog *time.Timer  // item timeouts: fires at the oldest delivery's deadline (or later)
+	watchdog timer        // item timeouts: fires at the oldest delivery's deadline (or later)
 	answered time.Time    // when the last delivery was answered, for item timeouts
 	armed    bool
 	exitErr  error // cmd.Wait's
@@ -72,56 +65,25 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: action %q: creating its MILLSTREAM_WORKDIR: %w", ErrStart, cfg.Name, err)
 	}
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
+	pr := &process{
+		pool: p, workdir: workdir,
+		ready: make(chan error, 1), begin: make(chan struct{}),
+		exited: make(chan struct{}), dead: make(chan struct{}), inflight: make(map[string]*task), room: make(chan struct{}, 1),
 	}
-	pipe := func() (r, w *os.File) {
-		if err != nil {
-			return nil, nil
-		}
-		r, w, err = os.Pipe()
-		files = append(files, r, w)
-		return r, w
+	pr.child = &Child{
+		Argv:   cfg.Command,
+		Dir:    cfg.Dir,
+		Env:    append(append(os.Environ(), "MILLSTREAM_WORKDIR="+workdir), cfg.Env...),
+		Stdout: pr.readStdout,
+		Stderr: pr.readStderr,
 	}
-	stdinR, stdinW := pipe()
-	stdoutR, stdoutW := pipe()
-	stderrR, stderrW := pipe()
-	if err != nil {
-		closeAll()
-		os.RemoveAll(workdir)
-		return nil, fmt.Errorf("%w: action %q: creating pipes: %w", ErrStart, cfg.Name, err)
-	}
-
-	lifeCtx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(lifeCtx, cfg.Command[0], cfg.Command[1:]...)
-	cmd.Dir = cfg.Dir
-	cmd.Env = append(append(os.Environ(), "MILLSTREAM_WORKDIR="+workdir), cfg.Env...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = pipeGrace
-	if err := cmd.Start(); err != nil {
-		cancel()
-		closeAll()
+	if err := pr.child.Start(); err != nil {
 		os.RemoveAll(workdir)
 		return nil, fmt.Errorf("%w: action %q: starting %s: %w (check the command after -- on the config line)", ErrStart, cfg.Name, p.cmdline, err)
 	}
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
-
-	pr := &process{
-		pool: p, cmd: cmd, cancel: cancel, pid: cmd.Process.Pid, workdir: workdir,
-		stdin: stdinW, stdout: stdoutR, stderr: stderrR,
-		ready: make(chan error, 1), stdoutDone: make(chan struct{}), stderrDone: make(chan struct{}),
-		dead: make(chan struct{}), inflight: make(map[string]*task), room: make(chan struct{}, 1),
-	}
+	pr.pid, pr.stdin = pr.child.Pid(), pr.child.Stdin()
 	pr.log = p.log.With("action", cfg.Name, "pid", pr.pid)
-	go pr.readStdout()
-	go pr.readStderr()
+	close(pr.begin)
 	go pr.reap()
 
 	// A child that does not read stdin cannot block the start: the hello write has the ready
@@ -166,31 +128,15 @@ func (pr *process) fail(cause error) {
 	if stopping && errors.Is(cause, errStdoutClosed) {
 		return
 	}
-	pr.cancel()
+	pr.child.Kill()
 }
 
 // reap waits for the child, kills what is left of its group, drains its pipes, removes its
 // workdir and fails the deliveries still in flight.
 func (pr *process) reap() {
-	err := pr.cmd.Wait()
-	// Kill the group: grandchildren die with the child and release the pipes they inherited.
-	_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
-	timer := time.NewTimer(pipeGrace)
-	for _, done := range []chan struct{}{pr.stdoutDone, pr.stderrDone} {
-		select {
-		case <-done:
-		case <-timer.C:
-			pr.log.Warn("action pipes still open after exit; closing them (a descendant left the process group)", "grace", pipeGrace)
-			pr.stdout.Close()
-			pr.stderr.Close()
-			<-done
-		}
-	}
-	timer.Stop()
+	err := pr.child.Wait() // the group killed, the pipes read to their end or closed
+	close(pr.exited)
 	pr.stdin.Close()
-	pr.stdout.Close()
-	pr.stderr.Close()
-	pr.cancel()
 	if rmErr := os.RemoveAll(pr.workdir); rmErr != nil {
 		pr.log.Warn("removing MILLSTREAM_WORKDIR", "dir", pr.workdir, "err", rmErr)
 	}
@@ -198,8 +144,8 @@ func (pr *process) reap() {
 	pr.mu.Lock()
 	pr.exitErr = err
 	pr.ended = true
-	if pr.watchdog != nil {
-		pr.watchdog.Stop()
+	if pr.watchdog != nil && pr.watchdog.Stop() {
+		pr.pending.Done()
 	}
 	cause, stopping := pr.cause, pr.stopping
 	if cause == nil {
@@ -211,6 +157,7 @@ func (pr *process) reap() {
 	}
 	pr.inflight = nil
 	pr.mu.Unlock()
+	pr.pending.Wait()
 	slices.SortFunc(inflight, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
 
 	var endErr error
@@ -262,7 +209,7 @@ func (pr *process) shutdown(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	pr.log.Warn("action did not exit after shutdown; sending SIGTERM to its process group", "grace", grace)
-	_ = syscall.Kill(-pr.pid, syscall.SIGTERM)
+	_ = pr.child.Signal(syscall.SIGTERM)
 	timer.Reset(grace)
 	select {
 	case <-pr.dead:
@@ -285,11 +232,27 @@ func (pr *process) abandon() {
 		pr.inflight = make(map[string]*task)
 		pr.roomLocked()
 	}
+	busy := len(inflight) > 0
+	if busy {
+		pr.pending.Add(1) // under pr.mu, before reap waits: reap waits for the grace below
+	}
 	pr.mu.Unlock()
-	if len(inflight) > 0 {
+	if busy {
 		pr.log.Info("abandoning the deliveries in flight; stopping the process", "in_flight", len(inflight))
-		_ = syscall.Kill(-pr.pid, syscall.SIGTERM)
-		time.AfterFunc(pr.pool.cfg.ShutdownGrace, func() { pr.fail(errAbandoned) })
+		_ = pr.child.Signal(syscall.SIGTERM)
+		go func() {
+			defer pr.pending.Done()
+			stop := make(chan struct{})
+			tm := pr.pool.clock.AfterFunc(pr.pool.cfg.ShutdownGrace, func() { close(stop) })
+			select {
+			case <-stop:
+				pr.fail(errAbandoned)
+			case <-pr.exited:
+				if !tm.Stop() {
+					<-stop
+				}
+			}
+		}()
 	}
 	for _, t := range inflight {
 		pr.pool.attemptEnded(t, Abandoned, fmt.Errorf("%w: delivery %s of item %s abandoned", ErrClosed, t.item.Delivery, t.item.ID), "")

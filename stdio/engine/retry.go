@@ -5,7 +5,6 @@ import (
 
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cenkalti/backoff/v4"
 )
@@ -47,11 +46,7 @@ func (p *Pool) respawn(bo *backoff.ExponentialBackOff) *process {
 		if fails >= p.cfg.CrashLoopAfter {
 			p.setHealth(fmt.Errorf("%w: %d starts in a row failed (queued items wait; fix the action or its config); last: %w", ErrCrashLoop, fails, err))
 		}
-		timer := time.NewTimer(bo.NextBackOff())
-		select {
-		case <-timer.C:
-		case <-p.quit:
-			timer.Stop()
+		if !sleep(p.clock, bo.NextBackOff(), p.quit) {
 			return nil
 		}
 	}
@@ -72,7 +67,7 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 		p.log.Warn("action attempt failed", "action", p.cfg.Name, "item", t.item.ID, "delivery", t.item.Delivery, "attempt", t.attempts, "retry", retry, "err", err)
 	}
 	if h := p.cfg.Hooks.AttemptFinished; h != nil {
-		h(AttemptInfo{Item: &t.item, Outcome: out, Latency: time.Since(t.written), Err: err, Retry: retry})
+		h(AttemptInfo{Item: &t.item, Outcome: out, Latency: p.clock.Now().Sub(t.written), Err: err, Retry: retry})
 	}
 	if retry {
 		p.mu.Lock()
@@ -85,7 +80,8 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 				)
 			}
 			p.retrying[t] = struct{}{}
-			t.retry = time.AfterFunc(t.bo.NextBackOff(), func() { p.retryNow(t) })
+			p.timers.Add(1) // Close waits for the retry's function, should it fire
+			t.retry = p.clock.AfterFunc(t.bo.NextBackOff(), func() { defer p.timers.Done(); p.retryNow(t) })
 			p.mu.Unlock()
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -21,9 +22,9 @@ const (
 )
 
 // readStderr logs every stderr line and keeps the last ones, until stderr ends.
-func (pr *process) readStderr() {
-	defer close(pr.stderrDone)
-	br := bufio.NewReaderSize(pr.stderr, stderrLineMax)
+func (pr *process) readStderr(stderr io.Reader) {
+	<-pr.begin
+	br := bufio.NewReaderSize(stderr, stderrLineMax)
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
