@@ -3,10 +3,10 @@ package conformance
 import (
 	"bytes"
 	"encoding/json"
-	"os/exec"
 	"testing"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // FuzzReadStdout feeds any bytes to the stdout reader: it never panics or hangs, every message
@@ -24,7 +24,7 @@ func FuzzReadStdout(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p := &proc{cmd: &exec.Cmd{}, events: make(chan event, 16)}
+		p := &proc{child: &engine.Child{}, events: make(chan event, 16)}
 		go p.readStdout(bytes.NewReader(data))
 		for ev := range p.events {
 			if ev.kind != evMessage {

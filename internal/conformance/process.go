@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // eventKind tells what the action wrote on one stdout line (or several, when it spread one
@@ -42,7 +43,7 @@ const maxJoin = 2000
 // into events, stderr counted and its last lines kept, stdin written from a queue so the
 // driver never blocks on a child that stopped reading.
 type proc struct {
-	cmd     *exec.Cmd
+	child   *engine.Child
 	stdin   io.WriteCloser
 	writes  chan []byte
 	events  chan event
@@ -67,38 +68,25 @@ func startProc(a *Action, workdir string, stderrMax int) (*proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conformance: a work folder for action %q: %w", a.Name, err)
 	}
-	cmd := exec.Command(a.Command[0], a.Command[1:]...)
-	cmd.Dir = a.Dir
-	cmd.Env = append(append(os.Environ(), "MILLSTREAM_WORKDIR="+wd), a.Env...)
-	setGroup(cmd)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
+	p := &proc{
+		writes: make(chan []byte, 4096), events: make(chan event, 256),
+		done: make(chan struct{}), stderr: &stderrLog{max: stderrMax},
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
+	p.child = &engine.Child{
+		Argv:   a.Command,
+		Dir:    a.Dir,
+		Env:    append(append(os.Environ(), "MILLSTREAM_WORKDIR="+wd), a.Env...),
+		Stdout: p.readStdout,
+		Stderr: p.stderr.read,
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
+	if err := p.child.Start(); err != nil {
 		return nil, fmt.Errorf("%w: action %q: cannot start %q in %s: %w (check the command after -- in the config line)", ErrAction, a.Name, strings.Join(a.Command, " "), dirName(a.Dir), err)
 	}
-	p := &proc{
-		cmd: cmd, stdin: stdin, writes: make(chan []byte, 4096), events: make(chan event, 256),
-		done: make(chan struct{}), stderr: &stderrLog{max: stderrMax}, started: time.Now(),
-	}
+	p.stdin, p.started = p.child.Stdin(), time.Now()
 	p.wg.Add(1)
 	go p.writer()
-	var pipes sync.WaitGroup
-	pipes.Add(2)
-	go func() { defer pipes.Done(); p.readStdout(stdout) }()
-	go func() { defer pipes.Done(); p.stderr.read(stderr) }()
 	go func() {
-		pipes.Wait() // read the pipes to the end before Wait
-		p.exitErr = cmd.Wait()
+		p.exitErr = p.child.Wait() // the pipes read to their end (or closed after the grace) first
 		close(p.done)
 	}()
 	return p, nil
@@ -145,7 +133,7 @@ func (p *proc) writer() {
 // kill kills the process group and waits until everything of the process is gone. It may be
 // called more than once.
 func (p *proc) kill() {
-	killGroup(p.cmd)
+	p.child.Kill()
 	p.closeStdin()
 	for range p.events { // let the stdout reader finish
 	}
@@ -193,11 +181,9 @@ func (p *proc) readStdout(r io.Reader) {
 				p.endNote = "the last line on stdout has no newline: end every message with \\n"
 			case errors.Is(err, stdio.ErrLineTooLong):
 				p.endNote, p.tooLong = err.Error(), true
-				killGroup(p.cmd) // nothing after an unbounded line can be framed again
-				_, _ = io.Copy(io.Discard, r)
+				p.child.Kill() // nothing after an unbounded line can be framed again
 			default:
 				p.endNote = "reading stdout: " + err.Error()
-				_, _ = io.Copy(io.Discard, r)
 			}
 			return
 		}
@@ -345,8 +331,7 @@ func (l *stderrLog) read(r io.Reader) {
 		}
 		l.mu.Unlock()
 		if err != nil && !errors.Is(err, stdio.ErrLineTooLong) {
-			_, _ = io.Copy(io.Discard, r)
-			return
+			return // the Child discards the rest
 		}
 	}
 }
