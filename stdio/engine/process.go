@@ -81,7 +81,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 		os.RemoveAll(workdir)
 		return nil, fmt.Errorf("%w: action %q: starting %s: %w (check the command after -- on the config line)", ErrStart, cfg.Name, p.cmdline, err)
 	}
-	pr.pid, pr.stdin = pr.child.Pid(), pr.child.Stdin()
+	pr.pid, pr.stdin = pr.child.pid(), pr.child.Stdin()
 	pr.log = p.log.With("action", cfg.Name, "pid", pr.pid)
 	close(pr.begin)
 	go pr.reap()
@@ -209,7 +209,7 @@ func (pr *process) shutdown(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	pr.log.Warn("action did not exit after shutdown; sending SIGTERM to its process group", "grace", grace)
-	_ = pr.child.Signal(syscall.SIGTERM)
+	_ = pr.child.signal(syscall.SIGTERM)
 	timer.Reset(grace)
 	select {
 	case <-pr.dead:
@@ -239,7 +239,7 @@ func (pr *process) abandon() {
 	pr.mu.Unlock()
 	if busy {
 		pr.log.Info("abandoning the deliveries in flight; stopping the process", "in_flight", len(inflight))
-		_ = pr.child.Signal(syscall.SIGTERM)
+		_ = pr.child.signal(syscall.SIGTERM)
 		go func() {
 			defer pr.pending.Done()
 			stop := make(chan struct{})

@@ -244,7 +244,7 @@ func TestCrashLoop(t *testing.T) {
 	if !errors.Is(err, engine.ErrCrashLoop) || !strings.Contains(err.Error(), "fatal: config file missing") || !strings.Contains(err.Error(), os.Args[0]) {
 		t.Fatalf("health = %v; want a crash loop naming the command and its stderr", err)
 	}
-	if got := p.Health(); !errors.Is(got, engine.ErrCrashLoop) {
+	if got := engine.Health(p); !errors.Is(got, engine.ErrCrashLoop) {
 		t.Fatalf("Health() = %v; want ErrCrashLoop", got)
 	}
 	os.Remove(marker)
