@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"syscall"
@@ -134,7 +135,11 @@ func (pr *process) fail(cause error) {
 // reap waits for the child, kills what is left of its group, drains its pipes, removes its
 // workdir and fails the deliveries still in flight.
 func (pr *process) reap() {
-	err := pr.child.Wait() // the group killed, the pipes read to their end or closed
+	err := pr.child.Wait()                 // the group killed, the pipes read to their end or closed
+	if errors.Is(err, exec.ErrWaitDelay) { // a clean exit, but the pipes outlived it
+		pr.log.Warn("action pipes still open after exit; closed them (a descendant left the process group)", "grace", pipeGrace)
+		err = nil
+	}
 	close(pr.exited)
 	pr.stdin.Close()
 	if rmErr := os.RemoveAll(pr.workdir); rmErr != nil {
