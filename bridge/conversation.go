@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -71,7 +72,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		unhealthy:  make(chan error, 1),
 	}
 	if c.maxBytes <= 0 {
-		c.maxBytes = MaxMessageBytes
+		c.maxBytes = protocol.MaxMessageBytes
 	}
 	c.log = s.log.With("pipeline", st.GetPipeline(), "conversation", c.id)
 	if st.GetStreamlet() != "" && st.GetStreamlet() != a.Name {

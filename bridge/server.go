@@ -18,20 +18,9 @@ import (
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-// Limits and defaults of the server.
-const (
-	// DefaultPort is the port of FLOW_PROCESS_PORT when it is unset.
-	DefaultPort = 9010
-	// MaxMessageBytes is the protocol's message limit (4 MiB); it is also the emit limit when
-	// Start gives no max_message_bytes.
-	MaxMessageBytes = 4 << 20
-	// grpcMessageLimit is what the server accepts and sends: a 4 MiB message plus room for the
-	// framing of a batch around its records.
-	grpcMessageLimit = MaxMessageBytes + 1<<20
-	// DefaultShutdownTimeout bounds the drain on Shutdown: in-flight batches are answered within
-	// it, then whatever is left is abandoned.
-	DefaultShutdownTimeout = 20 * time.Second
-)
+// grpcMessageLimit is what the server accepts and sends: a message of the protocol's limit plus
+// room for the framing of a batch around its records.
+const grpcMessageLimit = protocol.MaxMessageBytes + 1<<20
 
 // Options configure a [Server].
 type Options struct {
@@ -41,7 +30,7 @@ type Options struct {
 	Metrics *Metrics     // where to record metrics; nil records none
 	Env     []string     // extra environment "K=V" for the action's processes
 
-	// ShutdownTimeout bounds Shutdown's drain (default DefaultShutdownTimeout).
+	// ShutdownTimeout bounds Shutdown's drain (default protocol.StopTimeout).
 	ShutdownTimeout time.Duration
 	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
 	// (default: the stdio pool's).
@@ -85,7 +74,7 @@ func NewServer(opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
+		opts.ShutdownTimeout = protocol.StopTimeout
 	}
 	s := &Server{
 		opts:        opts,
