@@ -133,11 +133,12 @@ func TestServeBadEngineLine(t *testing.T) {
 func TestUnderPool(t *testing.T) {
 	exited := make(chan error, 1)
 	cfg := engine.Config{
-		Name:    "score",
-		Command: []string{os.Args[0]},
-		Env:     []string{childEnv + "=score", "GORACE=atexit_sleep_ms=0"},
-		Hello:   stdio.Hello{Config: json.RawMessage(`{"minRooms":2,"currency":"EUR"}`)},
-		Hooks:   engine.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
+		Name:        "score",
+		Command:     []string{os.Args[0]},
+		Env:         []string{childEnv + "=score", "GORACE=atexit_sleep_ms=0"},
+		Concurrency: 1,
+		Hello:       stdio.Hello{Config: json.RawMessage(`{"minRooms":2,"currency":"EUR"}`)},
+		Hooks:       engine.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
 	}
 	p, err := engine.Start(context.Background(), cfg)
 	if err != nil {

@@ -21,10 +21,12 @@ import (
 	"github.com/goccy/go-json"
 )
 
-// Defaults applied by Start to zero Config fields.
+// Defaults applied by Start to zero Config fields. Only the engine's own knobs have one: what
+// the action config sets (concurrency, timeouts, retries, window) is taken as given, and its
+// defaults live with the action config.
 const (
+	// DefaultReadyTimeout is the spec's hello → ready bound, used when ReadyTimeout is 0.
 	DefaultReadyTimeout   = 10 * time.Second
-	DefaultItemTimeout    = 5 * time.Minute
 	DefaultShutdownGrace  = 5 * time.Second
 	DefaultRetryBackoff   = 100 * time.Millisecond
 	DefaultRetryMax       = 10 * time.Second
@@ -48,11 +50,11 @@ type Config struct {
 	Dir     string   // working directory of the child ("" = the engine's)
 	Env     []string // extra environment "K=V", appended to the engine's and MILLSTREAM_WORKDIR
 
-	Concurrency int  // processes running at once (default 1)
+	Concurrency int  // processes running at once (at least 1)
 	PerItem     bool // one fresh process per delivery instead of serving many
 
-	ReadyTimeout time.Duration // hello → ready (default DefaultReadyTimeout)
-	// ItemTimeout bounds each attempt (0: DefaultItemTimeout; <0: none). Its clock starts at
+	ReadyTimeout time.Duration // hello → ready (0: the spec's DefaultReadyTimeout)
+	// ItemTimeout bounds each attempt (0 or less: no timeout). Its clock starts at
 	// the later of the item's write and the process's previous answer, so deliveries written
 	// ahead in a window wait their turn without using up their time.
 	ItemTimeout   time.Duration
@@ -215,21 +217,18 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Command) == 0 || c.Command[0] == "" {
 		return c, fmt.Errorf("%w: action %q has no command (the words after -- on the config line)", ErrConfig, c.Name)
 	}
-	if c.Concurrency < 0 || c.Retries < 0 || c.Window < 0 || c.QueueSize < 0 || c.CrashLoopAfter < 0 {
-		return c, fmt.Errorf("%w: action %q: concurrency, retries, window, queue size and crash-loop threshold must not be negative", ErrConfig, c.Name)
+	if c.Concurrency < 1 {
+		return c, fmt.Errorf("%w: action %q: concurrency is %d; it must be at least 1 (--concurrency N on the config line)", ErrConfig, c.Name, c.Concurrency)
+	}
+	if c.Retries < 0 || c.Window < 0 || c.QueueSize < 0 || c.CrashLoopAfter < 0 {
+		return c, fmt.Errorf("%w: action %q: retries, window, queue size and crash-loop threshold must not be negative", ErrConfig, c.Name)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 1
-	}
 	def(&c.ReadyTimeout, DefaultReadyTimeout)
-	if c.ItemTimeout == 0 {
-		c.ItemTimeout = DefaultItemTimeout
-	}
 	def(&c.ShutdownGrace, DefaultShutdownGrace)
 	def(&c.RetryBackoff, DefaultRetryBackoff)
 	def(&c.RetryMax, DefaultRetryMax)

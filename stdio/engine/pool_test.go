@@ -27,6 +27,7 @@ func config(mode string, mut ...func(*engine.Config)) engine.Config {
 		Name:          "test-" + mode,
 		Command:       []string{os.Args[0]},
 		Env:           []string{childEnv + "=" + mode, "GORACE=atexit_sleep_ms=0"},
+		Concurrency:   1,
 		ReadyTimeout:  30 * time.Second,
 		RetryBackoff:  time.Millisecond,
 		RetryMax:      10 * time.Millisecond,
@@ -136,8 +137,9 @@ func TestStartFails(t *testing.T) {
 			[]string{"within 500ms", "loading a very large model"}, engine.ErrStart},
 		{"exit 1 at start", config("exit1"), []string{"exit status 1", "boom: cannot load model weights", "before ready"}, engine.ErrStart},
 		{"banner before ready", config("banner"), []string{"Welcome to my action"}, stdio.ErrProtocol},
-		{"no such command", engine.Config{Name: "ghost", Command: []string{"/no/such/millrace-action"}}, []string{"/no/such/millrace-action", "check the command"}, engine.ErrStart},
+		{"no such command", engine.Config{Name: "ghost", Command: []string{"/no/such/millrace-action"}, Concurrency: 1}, []string{"/no/such/millrace-action", "check the command"}, engine.ErrStart},
 		{"no command", engine.Config{Name: "empty"}, []string{"no command"}, engine.ErrConfig},
+		{"no concurrency", config("echo", func(c *engine.Config) { c.Concurrency = 0 }), []string{"concurrency is 0", "at least 1"}, engine.ErrConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
