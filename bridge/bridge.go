@@ -10,7 +10,7 @@
 // with its records' emits in record order and then Ack, or with Fail.
 //
 // Where the specs are silent, the bridge decides as the README's "The action config line"
-// section says: the headers of dead letters ([HeaderError] and its siblings), the derivation of
+// section says: the headers of dead letters (millrace-error and its siblings), the derivation of
 // idempotencyKey, the payload of an empty value (null), and base64 siblings for bytes that are
 // not UTF-8.
 package bridge
@@ -18,7 +18,7 @@ package bridge
 import "errors"
 
 var (
-	// ErrConfig matches every mistake in an action config line (a *LineError) from ParseLine,
+	// ErrConfig matches every mistake in an action config line (a *lineError) from ParseLine,
 	// ParseString, ParseFile and FromEnv.
 	ErrConfig = errors.New("bridge: action config")
 	// ErrNoConfig is returned by FromEnv when MILLRACE_ACTION is unset or blank.

@@ -108,28 +108,14 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		"inlets":       c.inlets,
 		"outlets":      c.outlets,
 	}
-	timeout := a.Timeout
-	if timeout == 0 {
-		timeout = -1 // none
-	}
-	cfg := engine.Config{
-		Name:          a.Name,
-		Version:       s.opts.Version,
-		Command:       a.Command,
-		Dir:           a.Dir,
-		Env:           s.opts.Env,
-		Concurrency:   a.Concurrency,
-		PerItem:       a.PerItem,
-		ReadyTimeout:  a.ReadyTimeout,
-		ItemTimeout:   timeout,
-		ShutdownGrace: s.opts.ShutdownGrace,
-		Window:        a.Window,
-		Retries:       a.Retries,
-		RetryBackoff:  s.opts.RetryBackoff,
-		Hello:         stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars},
-		Logger:        c.log,
-		Hooks:         s.opts.Metrics.hooks(c.log),
-	}
+	cfg := a.engineConfig()
+	cfg.Version = s.opts.Version
+	cfg.Env = s.opts.Env
+	cfg.ShutdownGrace = s.opts.ShutdownGrace
+	cfg.RetryBackoff = s.opts.RetryBackoff
+	cfg.Hello = stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars}
+	cfg.Logger = c.log
+	cfg.Hooks = s.opts.Metrics.hooks(c.log)
 	logHealth := cfg.Hooks.Health
 	cfg.Hooks.Health = func(err error) {
 		logHealth(err)

@@ -6,3 +6,21 @@ import "github.com/ankka-flow/millrace/stdio"
 func RecordActionMetric(m *Metrics, name string, value float64, labels map[string]string) {
 	m.action.record(stdio.Metric{Name: name, Value: value, Labels: labels})
 }
+
+// The defaults and names the tests compare with.
+var (
+	DefaultTimeout      = defaults.Timeout
+	DefaultReadyTimeout = defaults.ReadyTimeout
+	DefaultRetries      = defaults.Retries
+)
+
+type LineError = lineError
+
+const (
+	HeaderError           = headerError
+	HeaderAttempts        = headerAttempts
+	HeaderSourceTopic     = headerSourceTopic
+	HeaderSourcePartition = headerSourcePartition
+	HeaderSourceOffset    = headerSourceOffset
+	HeaderAbstainReason   = headerAbstainReason
+)

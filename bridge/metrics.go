@@ -18,10 +18,10 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// DefaultMaxActionSeries caps the distinct (name, labels) series of the action's own metric
+// defaultMaxActionSeries caps the distinct (name, labels) series of the action's own metric
 // lines that the bridge exports; lines beyond it are counted in
 // millrace_action_metrics_dropped_total and otherwise ignored.
-const DefaultMaxActionSeries = 1000
+const defaultMaxActionSeries = 1000
 
 // Metrics are the bridge's Prometheus metrics, in a registry of their own. A nil *Metrics
 // records nothing. Its methods are safe for concurrent use.
@@ -39,10 +39,10 @@ type Metrics struct {
 }
 
 // NewMetrics returns the bridge's metrics, exporting at most maxSeries series of the action's
-// metric lines (DefaultMaxActionSeries when maxSeries <= 0).
+// metric lines (defaultMaxActionSeries when maxSeries <= 0).
 func NewMetrics(maxSeries int) *Metrics {
 	if maxSeries <= 0 {
-		maxSeries = DefaultMaxActionSeries
+		maxSeries = defaultMaxActionSeries
 	}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),

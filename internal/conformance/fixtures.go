@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,7 +146,7 @@ func (f *Fixture) Inputs(a *Action) []Input {
 		if l.ID != nil {
 			it.ID = *l.ID
 		}
-		it.IdempotencyKey = idempotencyKey(a.Name, it.ID)
+		it.IdempotencyKey = a.idempotencyKey(&it)
 		in = append(in, Input{Item: it, Source: fmt.Sprintf("%s:%d", filepath.Join("fixtures", filepath.Base(f.In)), l.line)})
 	}
 	return in
@@ -166,14 +164,9 @@ func fillItem(a *Action, it stdio.Item, offset int64, topic string) stdio.Item {
 	it.Offset = offset
 	it.Timestamp = FixtureTimestamp
 	it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
-	it.IdempotencyKey = idempotencyKey(a.Name, it.ID)
+	it.IdempotencyKey = a.idempotencyKey(&it)
 	it.Attempt = 1
 	return it
-}
-
-func idempotencyKey(action, id string) string {
-	sum := sha256.Sum256([]byte(action + "\x00" + id))
-	return hex.EncodeToString(sum[:16])
 }
 
 // FixtureOptions tune RunFixtures.
@@ -358,7 +351,7 @@ func toAnswer(a *Action, d *delivery) *answer {
 		for _, e := range d.emits {
 			outlet := e.Outlet
 			if outlet == "" && len(a.Outlets) == 1 {
-				outlet = a.Outlets[0]
+				outlet = a.Outlets[0].Name
 			}
 			ans.Emits = append(ans.Emits, emitOut{Outlet: outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
 		}
@@ -498,10 +491,10 @@ func compareAnswer(a *Action, wantRaw json.RawMessage, got *answer) []string {
 		if _, ok := we["outlet"]; !ok {
 			switch len(a.Outlets) {
 			case 1:
-				we["outlet"] = a.Outlets[0]
+				we["outlet"] = a.Outlets[0].Name
 			case 0:
 			default:
-				p = append(p, fmt.Sprintf("%s.outlet: the golden emit names no outlet, but the action has %d (%s): name it", path, len(a.Outlets), strings.Join(a.Outlets, ", ")))
+				p = append(p, fmt.Sprintf("%s.outlet: the golden emit names no outlet, but the action has %d (%s): name it", path, len(a.Outlets), strings.Join(a.outlets(), ", ")))
 			}
 		}
 		for _, k := range emitFields {
