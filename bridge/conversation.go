@@ -128,7 +128,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	}
 	pool, err := engine.Start(ctx, cfg)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "conversation %s: the action's processes did not start: %v", c.id, err)
+		return nil, rpcErrorf(codes.Unavailable, "conversation %s: the action's processes did not start: %w", c.id, err)
 	}
 	c.pool = pool
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -112,7 +112,7 @@ func bytesOf(text *string, b64, what string) ([]byte, error) {
 	case b64 != "":
 		b, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
-			return nil, fmt.Errorf("%sBase64 is not standard padded base64: %v", what, err)
+			return nil, fmt.Errorf("%sBase64 is not standard padded base64: %w", what, err)
 		}
 		return b, nil
 	}
@@ -180,7 +180,7 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine
 				m.items("dead_letter", 1)
 				continue
 			}
-			cause = fmt.Errorf("%v; and it cannot be dead-lettered: %w", cause, err)
+			cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
 		}
 		m.items("failed", 1)
 		m.items("abandoned", len(results)-i-1)
@@ -225,7 +225,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		rec.Value = e.Payload
 		key, err := bytesOf(e.Key, e.KeyBase64, "key")
 		if err != nil {
-			return nil, fmt.Errorf("emit %d: %v", i+1, err)
+			return nil, fmt.Errorf("emit %d: %w", i+1, err)
 		}
 		if e.Key != nil || e.KeyBase64 != "" {
 			if key == nil {
@@ -236,7 +236,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		for _, h := range e.Headers {
 			v, err := bytesOf(h.Value, h.ValueBase64, "header "+strconv.Quote(h.Key)+" value")
 			if err != nil {
-				return nil, fmt.Errorf("emit %d: %v", i+1, err)
+				return nil, fmt.Errorf("emit %d: %w", i+1, err)
 			}
 			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
 		}

@@ -226,7 +226,7 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 		case err := <-unhealthy:
 			// Waiting on a crash-looping action would stall every partition in silence; ending
 			// the conversation makes the sidecar back off and start over, and shows why.
-			return status.Errorf(codes.Unavailable, "conversation %s ended: %v", c.id, err)
+			return rpcErrorf(codes.Unavailable, "conversation %s ended: %w", c.id, err)
 		case <-s.terminating:
 			if c != nil {
 				c.finish(ctx) // Shutdown bounds it
