@@ -38,6 +38,14 @@ type Metrics struct {
 	action        *actionMetrics
 }
 
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help, label string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+}
+
 // NewMetrics returns the bridge's metrics, exporting at most maxSeries series of the action's
 // metric lines (defaultMaxActionSeries when maxSeries <= 0).
 func NewMetrics(maxSeries int) *Metrics {
@@ -45,40 +53,19 @@ func NewMetrics(maxSeries int) *Metrics {
 		maxSeries = defaultMaxActionSeries
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		itemsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "millrace_items_total",
-			Help: "Records handled, by final outcome: done, dead_letter, fallback, failed (the batch failed), abandoned (the conversation ended first).",
-		}, []string{"outcome"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_retries_total",
-			Help: "Attempts that failed and were retried.",
-		}),
+		reg:        prometheus.NewRegistry(),
+		itemsTotal: counterVec("millrace_items_total", "Records handled, by final outcome: done, dead_letter, fallback, failed (the batch failed), abandoned (the conversation ended first).", "outcome"),
+		retries:    counter("millrace_retries_total", "Attempts that failed and were retried."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "millrace_item_attempt_seconds",
 			Help:    "Duration of each attempt of an item, from its write to the action's answer, by outcome of the attempt.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"outcome"}),
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "millrace_batches_total",
-			Help: "Batches answered, by answer: ack or fail.",
-		}, []string{"answer"}),
-		starts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_process_starts_total",
-			Help: "Action processes that started and answered ready.",
-		}),
-		crashes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_process_crashes_total",
-			Help: "Action processes that ended other than by a clean shutdown.",
-		}),
-		conversations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_conversations_total",
-			Help: "Conversations started by the sidecar (Start messages taken).",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_action_metrics_dropped_total",
-			Help: "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name.",
-		}),
+		batches:       counterVec("millrace_batches_total", "Batches answered, by answer: ack or fail.", "answer"),
+		starts:        counter("millrace_process_starts_total", "Action processes that started and answered ready."),
+		crashes:       counter("millrace_process_crashes_total", "Action processes that ended other than by a clean shutdown."),
+		conversations: counter("millrace_conversations_total", "Conversations started by the sidecar (Start messages taken)."),
+		dropped:       counter("millrace_action_metrics_dropped_total", "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name."),
 	}
 	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
 	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.action)
