@@ -1,6 +1,10 @@
 package bridge
 
-import "github.com/ankka-flow/millrace/stdio"
+import (
+	"net/http"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
 
 // RecordActionMetric records one metric line of the action, as the pool's hook does.
 func RecordActionMetric(m *Metrics, name string, value float64, labels map[string]string) {
@@ -24,3 +28,6 @@ const (
 	HeaderSourceOffset    = headerSourceOffset
 	HeaderAbstainReason   = headerAbstainReason
 )
+
+// MetricsHandler is m's /metrics handler.
+func MetricsHandler(m *Metrics) http.Handler { return m.handler() }

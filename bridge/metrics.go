@@ -75,15 +75,15 @@ func NewMetrics(maxSeries int) *Metrics {
 // Registry returns the registry the metrics live in.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler returns the HTTP handler of the metrics in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
+// handler returns the HTTP handler of the metrics in the Prometheus text format.
+func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// Serve serves the metrics at /metrics on lis until ctx ends. It closes lis.
-func (m *Metrics) Serve(ctx context.Context, lis net.Listener) error {
+// serve serves the metrics at /metrics on lis until ctx ends. It closes lis.
+func (m *Metrics) serve(ctx context.Context, lis net.Listener) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
+	mux.Handle("/metrics", m.handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

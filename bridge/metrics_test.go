@@ -25,7 +25,7 @@ func TestMetrics(t *testing.T) {
 	s.wait(2)
 	expectEOF(t, s.stop())
 	rec := httptest.NewRecorder()
-	r.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	bridge.MetricsHandler(r.metrics).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
 		`millrace_items_total{outcome="done"} 2`,
@@ -88,7 +88,7 @@ func TestActionMetricsCap(t *testing.T) {
 	wg.Wait()
 	bridge.RecordActionMetric(m, "hits", 1, map[string]string{"other": "x"})
 	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	bridge.MetricsHandler(m).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	if n := strings.Count(body, "millrace_action_hits_count{"); n != 3 {
 		t.Errorf("exported %d series of hits; want the cap, 3:\n%s", n, body)

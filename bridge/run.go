@@ -62,7 +62,7 @@ func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := opts.Metrics.Serve(mctx, metricsLis); err != nil {
+			if err := opts.Metrics.serve(mctx, metricsLis); err != nil {
 				s.log.Error("metrics server stopped", "error", err)
 			}
 		}()

@@ -54,7 +54,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	current     *conversation
-	terminating chan struct{} // closed by Shutdown
+	terminating chan struct{} // closed by shutdown
 	terminated  bool
 	wg          sync.WaitGroup // receive goroutines of Run
 }
@@ -65,7 +65,7 @@ var (
 )
 
 // NewServer returns a server for opts.Action. It starts nothing: register it on a gRPC server
-// with [Server.Register], or run it with [Server.Serve].
+// run it with [Server.Serve].
 func NewServer(opts Options) (*Server, error) {
 	if opts.Action == nil {
 		return nil, errors.New("bridge: NewServer needs an Action")
@@ -95,8 +95,8 @@ func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit)}
 }
 
-// Register registers the Discovery and Streamlet services on gs.
-func (s *Server) Register(gs grpc.ServiceRegistrar) {
+// register registers the Discovery and Streamlet services on gs.
+func (s *Server) register(gs grpc.ServiceRegistrar) {
 	flowv1.RegisterDiscoveryServer(gs, s)
 	flowv1.RegisterStreamletServer(gs, s)
 }
@@ -106,20 +106,20 @@ func (s *Server) Register(gs grpc.ServiceRegistrar) {
 // returns nil. It returns an error only when serving fails. It closes lis.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	gs := grpc.NewServer(GRPCOptions()...)
-	s.Register(gs)
+	s.register(gs)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	s.log.Info("serving", "address", lis.Addr().String(), "protocol", protocol.Version)
 	select {
 	case err := <-served:
-		s.Shutdown(context.Background())
+		s.shutdown(context.Background())
 		return fmt.Errorf("bridge: serving on %s: %w", lis.Addr(), err)
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down: answering in-flight batches", "timeout", s.opts.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
-	s.Shutdown(sctx)
+	s.shutdown(sctx)
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {
@@ -134,11 +134,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// Shutdown ends the live conversation, if any: it answers the batches in flight (those not
+// shutdown ends the live conversation, if any: it answers the batches in flight (those not
 // answered when ctx ends are abandoned and will be redelivered), shuts the processes down and
-// ends the stream with UNAVAILABLE. Batches that arrive meanwhile are not taken. Shutdown may be
+// ends the stream with UNAVAILABLE. Batches that arrive meanwhile are not taken. It may be
 // called more than once; it returns when the conversation is over.
-func (s *Server) Shutdown(ctx context.Context) {
+func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Lock()
 	if !s.terminated {
 		s.terminated = true
@@ -229,7 +229,7 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 			return rpcErrorf(codes.Unavailable, "conversation %s ended: %w", c.id, err)
 		case <-s.terminating:
 			if c != nil {
-				c.finish(ctx) // Shutdown bounds it
+				c.finish(ctx) // shutdown bounds it
 				c = nil
 			}
 			return status.Error(codes.Unavailable, "the bridge is shutting down; in-flight batches were answered, the rest will be redelivered")
@@ -297,7 +297,7 @@ func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flow
 	}
 	s.mu.Lock()
 	if s.terminated || s.current != nil {
-		// Shutdown or another Start came in while the pool was starting.
+		// shutdown or another Start came in while the pool was starting.
 		s.mu.Unlock()
 		c.void("superseded while starting", false)
 		return nil, status.Error(codes.Aborted, "the conversation was superseded while its processes started")
