@@ -104,8 +104,13 @@ func (c *Child) Signal(sig syscall.Signal) error {
 }
 
 // Kill kills the process group now and starts the pipes' grace: after PipeGrace the leader
-// is killed again on its own and the pipes are closed, whatever holds them.
-func (c *Child) Kill() { c.cancel() }
+// is killed again on its own and the pipes are closed, whatever holds them. Before Start it
+// does nothing.
+func (c *Child) Kill() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
 
 // Wait waits for the leader's exit and the readers' end, as the type's contract says, and
 // returns the exit error. It must be called exactly once, after a successful Start.

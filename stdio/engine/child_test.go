@@ -188,6 +188,7 @@ func runChild(mode string) int {
 				c.send(stdio.Message{Type: stdio.TypeMetric, Delivery: m.Delivery, Name: "tries", Value: 1})
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "upstream busy", Retryable: true})
 			case `"hang"`:
+				fmt.Fprintln(os.Stderr, "hanging")
 				time.Sleep(time.Hour)
 			case `"fatal"`:
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "bad listing"})
