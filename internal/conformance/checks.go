@@ -156,11 +156,8 @@ func (r *runner) nonASCII() {
 	it.Key, it.KeyBase64 = &key, ""
 	it.Headers = append(slices.Clone(it.Headers), stdio.Header{Key: "x-conformance-note", Value: &header})
 	it.Payload = withField(it.Payload, "x-conformance-text", text)
-	s := r.open(CheckNonASCII, r.a.Config, "")
-	d := s.deliver(-1, it, CheckNonASCII)
-	s.shutdown()
-	r.elapsed[CheckNonASCII] = time.Since(t0)
-	if d == nil || d.answer == nil {
+	d := r.single(CheckNonASCII, it, t0)
+	if d == nil {
 		return
 	}
 	echoed := roundTrip(r, d, CheckNonASCII, []string{key, header, text})

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ankka-flow/millrace/stdio"
 )
 
 // padding returns an ASCII text of about n bytes that starts with the marker (non-ASCII text
@@ -32,11 +34,8 @@ func (r *runner) large() {
 	it := r.exemplar()
 	pad := padding(r.opts.PayloadSize)
 	it.Payload = withField(it.Payload, "x-conformance-padding", pad)
-	s := r.open(CheckLarge, r.a.Config, "")
-	d := s.deliver(-1, it, CheckLarge)
-	s.shutdown()
-	r.elapsed[CheckLarge] = time.Since(t0)
-	if d == nil || d.answer == nil {
+	d := r.single(CheckLarge, it, t0)
+	if d == nil {
 		return
 	}
 	echoed := roundTrip(r, d, CheckLarge, []string{pad})
@@ -103,4 +102,17 @@ func (r *runner) burstSize() int {
 	}
 	mean := r.mainLatency / time.Duration(r.mainItems)
 	return max(MinBurst, min(DefaultBurst, int(2*time.Second/max(mean, time.Microsecond))))
+}
+
+// single delivers it alone in a conversation of its own for check, timed from t0; it returns
+// the delivery, or nil when it got no answer (the failure is recorded).
+func (r *runner) single(check string, it stdio.Item, t0 time.Time) *delivery {
+	s := r.open(check, r.a.Config, "")
+	d := s.deliver(-1, it, check)
+	s.shutdown()
+	r.elapsed[check] = time.Since(t0)
+	if d == nil || d.answer == nil {
+		return nil
+	}
+	return d
 }

@@ -18,25 +18,24 @@ import (
 //
 // The contract:
 //   - Start runs Argv (no shell; Argv[0] is looked up in PATH) in Dir with exactly Env. Stdout
-//     and Stderr run on goroutines of os/exec from Start until their pipe ends; they must read
-//     until an error (io.EOF once every holder of the pipe closed it, or an error for a pipe
-//     closed by the grace below), and cap what they keep.
-//   - Signal and Kill reach the whole group, and only while its leader is not reaped: after
-//     that they do nothing and return [os.ErrProcessDone], since the group's id may be reused.
+//     and Stderr run on goroutines of os/exec from Start; each reads its pipe, capping what it
+//     keeps, until it returns or the pipe ends (io.EOF once every holder closed it, an error
+//     once the grace below closed it). What it leaves unread is discarded to the end.
+//   - Kill, and every signal of the engine's, reaches the whole group, and only while its
+//     leader is not reaped: after that nothing is sent, since the group's id may be reused.
 //   - Wait, called once, waits until the leader exits, then kills what is left of its group
 //     (grandchildren die with it and release the pipes they inherited) while the exited
-//     leader still holds the group's id, then reaps it. The readers get PipeGrace from the
-//     exit, or from a Kill, to finish; then the pipes are closed under them (a descendant
-//     that left the group may hold them open). Wait returns the exit error of [exec.Cmd.Wait]
-//     once the readers returned. The grace is os/exec's own ([exec.Cmd.Cancel] kills the
-//     group, [exec.Cmd.WaitDelay] closes the pipes): there is no timer of ours.
+//     leader still holds the group's id, then reaps it. The readers get 2 s from the exit, or
+//     from a Kill, to finish; then the pipes are closed under them (a descendant that left the
+//     group may hold them open). Wait returns [exec.Cmd.Wait]'s error once the readers
+//     returned. The grace is os/exec's own ([exec.Cmd.Cancel] kills the group,
+//     [exec.Cmd.WaitDelay] closes the pipes): there is no timer of ours.
 type Child struct {
-	Argv      []string
-	Dir       string
-	Env       []string        // the whole environment of the child
-	Stdout    func(io.Reader) // reads the child's stdout (nil: discarded)
-	Stderr    func(io.Reader) // reads the child's stderr (nil: discarded)
-	PipeGrace time.Duration   // how long the readers may run after the exit or a Kill (0: 2 s)
+	Argv   []string
+	Dir    string
+	Env    []string        // the whole environment of the child
+	Stdout func(io.Reader) // reads the child's stdout (nil: discarded)
+	Stderr func(io.Reader) // reads the child's stderr (nil: discarded)
 
 	cmd    *exec.Cmd
 	stdin  *os.File
@@ -46,8 +45,8 @@ type Child struct {
 	reaped bool // the leader is reaped, or about to be: no more signals to its group
 }
 
-// defaultPipeGrace bounds the readers after the child exited or was killed.
-const defaultPipeGrace = 2 * time.Second
+// pipeGrace bounds the readers after the child exited or was killed.
+const pipeGrace = 2 * time.Second
 
 // Start starts the command. On error nothing is left running and nothing is open.
 func (c *Child) Start() error {
@@ -66,8 +65,8 @@ func (c *Child) Start() error {
 	cmd.Stdout = readerFunc(c.Stdout)
 	cmd.Stderr = readerFunc(c.Stderr)
 	cmd.SysProcAttr = sysProcAttr()
-	cmd.Cancel = func() error { return c.Signal(syscall.SIGKILL) }
-	cmd.WaitDelay = orDefault(c.PipeGrace, defaultPipeGrace)
+	cmd.Cancel = func() error { return c.signal(syscall.SIGKILL) }
+	cmd.WaitDelay = pipeGrace
 	c.cmd, c.cancel = cmd, cancel
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -80,21 +79,14 @@ func (c *Child) Start() error {
 	return nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-// Pid returns the process id of the leader (and the id of its group), once started.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
+// pid returns the process id of the leader (and the id of its group), once started.
+func (c *Child) pid() int { return c.cmd.Process.Pid }
 
 // Stdin returns the write end of the child's stdin, once started. The caller closes it.
 func (c *Child) Stdin() *os.File { return c.stdin }
 
-// Signal sends sig to the child's process group while its leader is not reaped.
-func (c *Child) Signal(sig syscall.Signal) error {
+// signal sends sig to the child's process group while its leader is not reaped.
+func (c *Child) signal(sig syscall.Signal) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.reaped {
@@ -103,7 +95,7 @@ func (c *Child) Signal(sig syscall.Signal) error {
 	return syscall.Kill(-c.cmd.Process.Pid, sig)
 }
 
-// Kill kills the process group now and starts the pipes' grace: after PipeGrace the leader
+// Kill kills the process group now and starts the pipes' grace: after the grace the leader
 // is killed again on its own and the pipes are closed, whatever holds them. Before Start it
 // does nothing.
 func (c *Child) Kill() {
@@ -116,7 +108,7 @@ func (c *Child) Kill() {
 // returns the exit error. It must be called exactly once, after a successful Start.
 func (c *Child) Wait() error {
 	if err := awaitExit(c.cmd.Process.Pid); err == nil {
-		_ = c.Signal(syscall.SIGKILL)
+		_ = c.signal(syscall.SIGKILL)
 	}
 	c.mu.Lock()
 	c.reaped = true

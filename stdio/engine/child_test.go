@@ -175,6 +175,16 @@ func runChild(mode string) int {
 			}
 			fmt.Fprintf(os.Stderr, "grandchild %d\n", gc.Process.Pid)
 			c.echo(m)
+		case "escapee": // a grandchild that leaves the process group, holding stdout and stderr
+			gc := exec.Command(os.Args[0])
+			gc.Env = append(os.Environ(), childEnv+"=sleeper")
+			gc.Stdout, gc.Stderr = os.Stdout, os.Stderr
+			gc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := gc.Start(); err != nil {
+				return 7
+			}
+			fmt.Fprintf(os.Stderr, "grandchild %d\n", gc.Process.Pid)
+			c.echo(m)
 		case "crashonce", "crashloop":
 			if m.Attempt == 1 {
 				fmt.Fprintln(os.Stderr, "crashing on attempt 1")

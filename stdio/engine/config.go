@@ -16,15 +16,15 @@ import (
 const (
 	// DefaultReadyTimeout is the spec's hello → ready bound, used when ReadyTimeout is 0.
 	DefaultReadyTimeout   = 10 * time.Second
-	DefaultShutdownGrace  = 5 * time.Second
-	DefaultRetryBackoff   = 100 * time.Millisecond
-	DefaultRetryMax       = 10 * time.Second
-	DefaultRestartBackoff = 100 * time.Millisecond
-	DefaultRestartMax     = 30 * time.Second
-	DefaultCrashLoopAfter = 3
-	DefaultMaxStagedBytes = 64 << 20
-	// MaxWindow caps the deliveries written ahead to one process, whatever the action declares.
-	MaxWindow = 1024
+	defaultShutdownGrace  = 5 * time.Second
+	defaultRetryBackoff   = 100 * time.Millisecond
+	defaultRetryMax       = 10 * time.Second
+	defaultRestartBackoff = 100 * time.Millisecond
+	defaultRestartMax     = 30 * time.Second
+	defaultCrashLoopAfter = 3
+	defaultMaxStagedBytes = 64 << 20
+	// maxWindow caps the deliveries written ahead to one process, whatever the action declares.
+	maxWindow = 1024
 )
 
 // Config describes the action a Pool runs and how. The zero value of each optional field takes
@@ -44,23 +44,22 @@ type Config struct {
 	// the later of the item's write and the process's previous answer, so deliveries written
 	// ahead in a window wait their turn without using up their time.
 	ItemTimeout   time.Duration
-	ShutdownGrace time.Duration // shutdown → exit 0, before SIGTERM then SIGKILL (default DefaultShutdownGrace)
+	ShutdownGrace time.Duration // shutdown → exit 0, before SIGTERM then SIGKILL (default 5 s)
 
 	// Window is the number of deliveries written ahead to one process. 0 lets the action decide
 	// by declaring "window": N in its ready line; >0 is the config line's --window N, which
 	// wins over the action's silence and is capped by a smaller declared window. 1 is the
-	// spec's one delivery at a time. Always capped at MaxWindow.
+	// spec's one delivery at a time. Always capped at 1024.
 	Window int
 
 	Retries        int           // retries after the first attempt of a retryable failure (0: none)
-	RetryBackoff   time.Duration // first retry delay, doubling with jitter (default DefaultRetryBackoff)
-	RetryMax       time.Duration // longest retry delay (default DefaultRetryMax)
-	RestartBackoff time.Duration // first delay between failed starts (default DefaultRestartBackoff)
-	RestartMax     time.Duration // longest delay between failed starts (default DefaultRestartMax)
+	RetryBackoff   time.Duration // first retry delay, doubling with jitter (default 100 ms)
+	RetryMax       time.Duration // longest retry delay (default 10 s)
+	RestartBackoff time.Duration // first delay between failed starts (default 100 ms)
+	RestartMax     time.Duration // longest delay between failed starts (default 30 s)
 	CrashLoopAfter int           // consecutive failed starts before Health reports ErrCrashLoop (default 3)
 
-	// MaxStagedBytes bounds the emit and metric lines one delivery may stage (default
-	// DefaultMaxStagedBytes); more is a protocol violation that fails the attempt.
+	// MaxStagedBytes bounds the emit and metric lines one delivery may stage (default 64 MiB); more is a protocol violation that fails the attempt.
 	MaxStagedBytes int
 
 	// QueueSize bounds the items accepted and not yet finished (queued, in flight or waiting to
@@ -86,7 +85,7 @@ type Hooks struct {
 	AttemptFinished func(AttemptInfo)
 	// stdio.Metric is called for every metric line, as it arrives.
 	Metric func(it *stdio.Item, m stdio.Metric)
-	// Health is called when Pool.Health changes: err nil when healthy again.
+	// Health is called when the pool's health changes (ErrCrashLoop, then nil): err nil when healthy again.
 	Health func(err error)
 }
 
@@ -109,16 +108,16 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	def(&c.ReadyTimeout, DefaultReadyTimeout)
-	def(&c.ShutdownGrace, DefaultShutdownGrace)
-	def(&c.RetryBackoff, DefaultRetryBackoff)
-	def(&c.RetryMax, DefaultRetryMax)
-	def(&c.RestartBackoff, DefaultRestartBackoff)
-	def(&c.RestartMax, DefaultRestartMax)
+	def(&c.ShutdownGrace, defaultShutdownGrace)
+	def(&c.RetryBackoff, defaultRetryBackoff)
+	def(&c.RetryMax, defaultRetryMax)
+	def(&c.RestartBackoff, defaultRestartBackoff)
+	def(&c.RestartMax, defaultRestartMax)
 	if c.MaxStagedBytes <= 0 {
-		c.MaxStagedBytes = DefaultMaxStagedBytes
+		c.MaxStagedBytes = defaultMaxStagedBytes
 	}
 	if c.CrashLoopAfter == 0 {
-		c.CrashLoopAfter = DefaultCrashLoopAfter
+		c.CrashLoopAfter = defaultCrashLoopAfter
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/internal/errtext"
 
 	"errors"
 	"fmt"
@@ -47,7 +48,7 @@ func settleWindow(configured, declared int, perItem bool) int {
 	if w < 1 || perItem {
 		w = 1
 	}
-	return min(w, MaxWindow)
+	return min(w, maxWindow)
 }
 
 // readStdout reads the child's protocol lines until its stdout ends or it breaks the protocol.
@@ -59,7 +60,7 @@ func (pr *process) readStdout(stdout io.Reader) {
 	if err == nil {
 		err = stdio.DecodeMessage(line, &m)
 		if err == nil && m.Type != stdio.TypeReady {
-			err = fmt.Errorf("%w: expected ready after hello, got a %q line: %s", stdio.ErrProtocol, m.Type, stdio.QuoteStart(line))
+			err = fmt.Errorf("%w: expected ready after hello, got a %q line: %s", stdio.ErrProtocol, m.Type, errtext.Quote(line))
 		}
 	}
 	if err != nil {
@@ -103,7 +104,7 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 	switch m.Type {
 	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 	default:
-		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", stdio.ErrProtocol, m.Type, stdio.QuoteStart(line))
+		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", stdio.ErrProtocol, m.Type, errtext.Quote(line))
 	}
 	pr.mu.Lock()
 	t := pr.inflight[m.Delivery]
@@ -169,14 +170,14 @@ func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey 
 }
 
 func notInFlight(typ, delivery string, line []byte) error {
-	return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", stdio.ErrProtocol, typ, delivery, stdio.QuoteStart(line))
+	return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", stdio.ErrProtocol, typ, delivery, errtext.Quote(line))
 }
 
 // stagedLocked counts line against the delivery's MaxStagedBytes. pr.mu is held.
 func (pr *process) stagedLocked(t *task, line []byte) error {
 	t.staged += len(line)
 	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
-		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", stdio.ErrProtocol, t.item.Delivery, stdio.SizeName(limit))
+		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", stdio.ErrProtocol, t.item.Delivery, errtext.Size(limit))
 	}
 	return nil
 }

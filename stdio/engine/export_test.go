@@ -85,3 +85,6 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	}
 	return was
 }
+
+// Health returns the pool's health: nil, or an error wrapping ErrCrashLoop.
+func Health(p *Pool) error { return p.healthErr() }

@@ -18,10 +18,10 @@ func (p *Pool) setHealth(err error) {
 	}
 }
 
-// Health returns nil while the pool can start processes, or an error wrapping ErrCrashLoop
+// healthErr returns nil while the pool can start processes, or an error wrapping ErrCrashLoop
 // that names the command and quotes its last stderr lines after CrashLoopAfter consecutive
 // failed starts. It turns nil again after the next successful start.
-func (p *Pool) Health() error {
+func (p *Pool) healthErr() error {
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
 	return p.health

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/internal/errtext"
 
 	"bytes"
 	"cmp"
@@ -95,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	})
 	if len(p.hello) > stdio.MaxLineBytes {
 		p.lifeCancel()
-		return nil, fmt.Errorf("%w: action %q: the hello line (config and vars) is %d bytes, over the %s line limit", ErrConfig, cfg.Name, len(p.hello), stdio.SizeName(stdio.MaxLineBytes))
+		return nil, fmt.Errorf("%w: action %q: the hello line (config and vars) is %d bytes, over the %s line limit", ErrConfig, cfg.Name, len(p.hello), errtext.Size(stdio.MaxLineBytes))
 	}
 
 	procs := make([]*process, cfg.Concurrency)
@@ -206,7 +207,7 @@ func (p *Pool) Submit(ctx context.Context, it stdio.Item, done func(Result)) err
 func framePayload(it *stdio.Item) (json.RawMessage, error) {
 	payload := it.Payload
 	if len(payload) > 0 && !json.Valid(payload) {
-		return nil, fmt.Errorf("%w: item %s: the payload is not valid JSON (an empty value is sent as null): %s", ErrBadItem, it.ID, stdio.QuoteStart(payload))
+		return nil, fmt.Errorf("%w: item %s: the payload is not valid JSON (an empty value is sent as null): %s", ErrBadItem, it.ID, errtext.Quote(payload))
 	}
 	if bytes.IndexByte(payload, '\n') >= 0 {
 		var b bytes.Buffer
@@ -226,7 +227,7 @@ func framePayload(it *stdio.Item) (json.RawMessage, error) {
 		}
 	}
 	if size > stdio.MaxLineBytes {
-		return nil, fmt.Errorf("%w: item %s is about %d bytes as an item line, over the %s line limit of the action protocol", ErrBadItem, it.ID, size, stdio.SizeName(stdio.MaxLineBytes))
+		return nil, fmt.Errorf("%w: item %s is about %d bytes as an item line, over the %s line limit of the action protocol", ErrBadItem, it.ID, size, errtext.Size(stdio.MaxLineBytes))
 	}
 	return payload, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"syscall"
@@ -81,7 +82,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 		os.RemoveAll(workdir)
 		return nil, fmt.Errorf("%w: action %q: starting %s: %w (check the command after -- on the config line)", ErrStart, cfg.Name, p.cmdline, err)
 	}
-	pr.pid, pr.stdin = pr.child.Pid(), pr.child.Stdin()
+	pr.pid, pr.stdin = pr.child.pid(), pr.child.Stdin()
 	pr.log = p.log.With("action", cfg.Name, "pid", pr.pid)
 	close(pr.begin)
 	go pr.reap()
@@ -134,7 +135,11 @@ func (pr *process) fail(cause error) {
 // reap waits for the child, kills what is left of its group, drains its pipes, removes its
 // workdir and fails the deliveries still in flight.
 func (pr *process) reap() {
-	err := pr.child.Wait() // the group killed, the pipes read to their end or closed
+	err := pr.child.Wait()                 // the group killed, the pipes read to their end or closed
+	if errors.Is(err, exec.ErrWaitDelay) { // a clean exit, but the pipes outlived it
+		pr.log.Warn("action pipes still open after exit; closed them (a descendant left the process group)", "grace", pipeGrace)
+		err = nil
+	}
 	close(pr.exited)
 	pr.stdin.Close()
 	if rmErr := os.RemoveAll(pr.workdir); rmErr != nil {
@@ -209,7 +214,7 @@ func (pr *process) shutdown(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	pr.log.Warn("action did not exit after shutdown; sending SIGTERM to its process group", "grace", grace)
-	_ = pr.child.Signal(syscall.SIGTERM)
+	_ = pr.child.signal(syscall.SIGTERM)
 	timer.Reset(grace)
 	select {
 	case <-pr.dead:
@@ -239,7 +244,7 @@ func (pr *process) abandon() {
 	pr.mu.Unlock()
 	if busy {
 		pr.log.Info("abandoning the deliveries in flight; stopping the process", "in_flight", len(inflight))
-		_ = pr.child.Signal(syscall.SIGTERM)
+		_ = pr.child.signal(syscall.SIGTERM)
 		go func() {
 			defer pr.pending.Done()
 			stop := make(chan struct{})

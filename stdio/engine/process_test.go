@@ -244,7 +244,7 @@ func TestCrashLoop(t *testing.T) {
 	if !errors.Is(err, engine.ErrCrashLoop) || !strings.Contains(err.Error(), "fatal: config file missing") || !strings.Contains(err.Error(), os.Args[0]) {
 		t.Fatalf("health = %v; want a crash loop naming the command and its stderr", err)
 	}
-	if got := p.Health(); !errors.Is(got, engine.ErrCrashLoop) {
+	if got := engine.Health(p); !errors.Is(got, engine.ErrCrashLoop) {
 		t.Fatalf("Health() = %v; want ErrCrashLoop", got)
 	}
 	os.Remove(marker)
@@ -354,5 +354,40 @@ func TestWorkdir(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("MILLSTREAM_WORKDIR %s after exit: %v; want it removed", dir, err)
+	}
+}
+
+// TestEscapeePipes: a grandchild that left the process group keeps the pipes open after the
+// action exited; the pipes are closed after the grace, Close returns, and the exit is clean.
+func TestEscapeePipes(t *testing.T) {
+	rec := newRecorder()
+	exits := make(chan error, 4)
+	p := start(t, config("escapee", func(c *engine.Config) {
+		c.Logger = slog.New(rec)
+		c.Hooks.ProcessExited = func(_ int, err error) { exits <- err }
+	}))
+	if r := run(t, p, item("e", `1`)); r.Outcome != engine.Done {
+		t.Fatalf("result = %v %v", r.Outcome, r.Err)
+	}
+	var gc int
+	for deadline := time.Now().Add(30 * time.Second); gc == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, m := range rec.messages() {
+			if l, ok := m.attrs["line"].(string); ok && strings.HasPrefix(l, "grandchild ") {
+				gc, _ = strconv.Atoi(strings.TrimPrefix(l, "grandchild "))
+			}
+		}
+	}
+	if gc == 0 {
+		t.Fatal("no grandchild pid logged")
+	}
+	t.Cleanup(func() { _ = syscall.Kill(gc, syscall.SIGKILL) }) // it left the group: ours to end
+	if err := p.Close(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exits; err != nil {
+		t.Errorf("exit = %v; want a clean exit (the open pipes are no fault of the action)", err)
+	}
+	if _, ok := rec.find("action pipes still open after exit; closed them (a descendant left the process group)"); !ok {
+		t.Errorf("logged %v; want the warning about the open pipes", rec.messages())
 	}
 }
