@@ -23,14 +23,14 @@ import (
 
 // Defaults of the deploy configuration; the README's table of FLOW_* variables repeats them.
 const (
-	DefaultProcessPort       = 9010
-	DefaultSidecarPort       = 9011
+	DefaultProcessPort       = protocol.ProcessPort
+	DefaultSidecarPort       = protocol.SidecarPort
 	DefaultBatchMaxRecords   = 100
 	DefaultBatchMaxBytes     = 1 << 20
-	DefaultMaxMessageBytes   = 4 << 20
+	DefaultMaxMessageBytes   = protocol.MaxMessageBytes
 	DefaultReadinessFile     = "/tmp/flow-sidecar-ready"
 	DefaultStallWarningAfter = 5 * time.Minute
-	DefaultShutdownTimeout   = 20 * time.Second
+	DefaultShutdownTimeout   = protocol.StopTimeout
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
@@ -214,13 +214,13 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	if c.ConsumerGroup == "" && c.Pipeline != "" && c.Streamlet != "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
-	c.ProcessPort = parsePort(getenv, "FLOW_PROCESS_PORT", DefaultProcessPort, bad)
-	c.SidecarPort = parsePort(getenv, "FLOW_SIDECAR_PORT", DefaultSidecarPort, bad)
+	c.ProcessPort = parsePort(getenv, protocol.EnvProcessPort, DefaultProcessPort, bad)
+	c.SidecarPort = parsePort(getenv, protocol.EnvSidecarPort, DefaultSidecarPort, bad)
 	c.ReadinessFile = getenv("FLOW_READINESS_FILE")
 	if c.ReadinessFile == "" {
 		c.ReadinessFile = DefaultReadinessFile
 	}
-	c.StallWarningAfter = parseDuration(getenv, "FLOW_STALL_WARNING_AFTER", DefaultStallWarningAfter, bad)
+	c.StallWarningAfter = parseDuration(getenv, protocol.EnvStallWarningAfter, DefaultStallWarningAfter, bad)
 	c.ShutdownTimeout = parseDuration(getenv, "FLOW_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout, bad)
 	c.MaxMessageBytes = DefaultMaxMessageBytes
 	if s := getenv("FLOW_MAX_MESSAGE_BYTES"); s != "" {

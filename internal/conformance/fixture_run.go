@@ -197,7 +197,7 @@ func toAnswer(a *Action, d *delivery) *answer {
 		for _, e := range d.emits {
 			outlet := e.Outlet
 			if outlet == "" && len(a.Outlets) == 1 {
-				outlet = a.Outlets[0]
+				outlet = a.Outlets[0].Name
 			}
 			ans.Emits = append(ans.Emits, emitOut{Outlet: outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
 		}

@@ -3,8 +3,6 @@ package conformance
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,7 +141,7 @@ func (f *Fixture) Inputs(a *Action) []Input {
 		if l.ID != nil {
 			it.ID = *l.ID
 		}
-		it.IdempotencyKey = idempotencyKey(a.Name, it.ID)
+		it.IdempotencyKey = a.idempotencyKey(&it)
 		in = append(in, Input{Item: it, Source: fmt.Sprintf("%s:%d", filepath.Join("fixtures", filepath.Base(f.In)), l.line)})
 	}
 	return in
@@ -161,12 +159,7 @@ func fillItem(a *Action, it stdio.Item, offset int64, topic string) stdio.Item {
 	it.Offset = offset
 	it.Timestamp = FixtureTimestamp
 	it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
-	it.IdempotencyKey = idempotencyKey(a.Name, it.ID)
+	it.IdempotencyKey = a.idempotencyKey(&it)
 	it.Attempt = 1
 	return it
-}
-
-func idempotencyKey(action, id string) string {
-	sum := sha256.Sum256([]byte(action + "\x00" + id))
-	return hex.EncodeToString(sum[:16])
 }

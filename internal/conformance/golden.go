@@ -143,10 +143,10 @@ func compareAnswer(a *Action, wantRaw json.RawMessage, got *answer) []string {
 		if _, ok := we["outlet"]; !ok {
 			switch len(a.Outlets) {
 			case 1:
-				we["outlet"] = a.Outlets[0]
+				we["outlet"] = a.Outlets[0].Name
 			case 0:
 			default:
-				p = append(p, fmt.Sprintf("%s.outlet: the golden emit names no outlet, but the action has %d (%s): name it", path, len(a.Outlets), strings.Join(a.Outlets, ", ")))
+				p = append(p, fmt.Sprintf("%s.outlet: the golden emit names no outlet, but the action has %d (%s): name it", path, len(a.Outlets), strings.Join(a.outlets(), ", ")))
 			}
 		}
 		for _, k := range emitFields {

@@ -80,17 +80,16 @@ func (r *runner) answered(d *delivery) {
 	for _, e := range d.emits {
 		outlet := e.Outlet
 		switch {
-		case r.a.Outlets == nil:
 		case len(r.a.Outlets) == 0:
 			r.fail(CheckOutputs, fmt.Sprintf("delivery %s emitted, but the action declares no outlet: declare one with --out PORT=SCHEMA", d.item.Delivery))
 			return
 		case outlet == "" && len(r.a.Outlets) > 1:
-			r.fail(CheckOutputs, fmt.Sprintf("delivery %s emitted without \"outlet\", but the action has %d outlets (%s): name one", d.item.Delivery, len(r.a.Outlets), strings.Join(r.a.Outlets, ", ")))
+			r.fail(CheckOutputs, fmt.Sprintf("delivery %s emitted without \"outlet\", but the action has %d outlets (%s): name one", d.item.Delivery, len(r.a.Outlets), strings.Join(r.a.outlets(), ", ")))
 			return
 		case outlet == "":
-			outlet = r.a.Outlets[0]
-		case !slices.Contains(r.a.Outlets, outlet):
-			r.fail(CheckOutputs, fmt.Sprintf("delivery %s emitted to outlet %q, which is not declared: use one of %s, or declare it with --out", d.item.Delivery, outlet, strings.Join(r.a.Outlets, ", ")))
+			outlet = r.a.Outlets[0].Name
+		case !slices.Contains(r.a.outlets(), outlet):
+			r.fail(CheckOutputs, fmt.Sprintf("delivery %s emitted to outlet %q, which is not declared: use one of %s, or declare it with --out", d.item.Delivery, outlet, strings.Join(r.a.outlets(), ", ")))
 			return
 		}
 		byOutlet[outlet] = append(byOutlet[outlet], e)

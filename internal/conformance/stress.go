@@ -72,7 +72,7 @@ func (r *runner) burst() {
 		it := ex
 		it.Offset = int64(10000 + i)
 		it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
-		it.IdempotencyKey = idempotencyKey(r.a.Name, it.ID)
+		it.IdempotencyKey = r.a.idempotencyKey(&it)
 		sent = append(sent, s.send(-1, it, CheckBurst))
 	}
 	s.await()
