@@ -261,6 +261,7 @@ class Session {
     this.hello = false;
     this.rest = []; // pieces of a line longer than one chunk
     this.ended = false;
+    this.eofSeen = false;
   }
 
   flush(done) {
@@ -487,6 +488,23 @@ class Session {
       this.queue = [];
       this.qhead = 0;
     }
+    if (this.eofSeen && !this.busy && !this.ended) {
+      // nothing more will come: run what is pending now, then end
+      if (this.pending.length) {
+        const wait = this.runBatch();
+        if (wait) {
+          this.busy = true;
+          this.flush();
+          wait.then(() => {
+            this.busy = false;
+            this.pump();
+          });
+          return;
+        }
+      }
+      this.end();
+      return;
+    }
     if (!this.busy && !this.ended && this.pending.length && !this.timer && this.linger >= 0) {
       this.timer = setTimeout(() => {
         this.timer = null;
@@ -513,24 +531,10 @@ class Session {
     this.flush(() => process.exit(0));
   }
 
-  /** The end of stdin: answer what is left, then exit 0. */
+  /** The end of stdin: answer what is queued and pending, then exit 0. */
   eof() {
-    if (this.busy) {
-      setImmediate(() => this.eof());
-      return;
-    }
-    if (this.pending.length) {
-      const wait = this.runBatch();
-      if (wait) {
-        this.busy = true;
-        wait.then(() => {
-          this.busy = false;
-          this.eof();
-        });
-        return;
-      }
-    }
-    this.end();
+    this.eofSeen = true;
+    this.pump();
   }
 }
 

@@ -252,6 +252,19 @@ class SDKTest(unittest.TestCase):
             self.assertEqual(ans["delivery"], it["delivery"])
             self.assertEqual(got[0]["payload"]["i"], it["payload"]["i"])
 
+    def test_answers_go_out_while_a_later_item_still_works(self):
+        c = self.child("map")
+        c.hello()
+        with tempfile.TemporaryDirectory() as d:
+            gate = os.path.join(d, "gate")
+            slow, blocked = c.item({"do": "slow"}), c.item({"do": "gate", "path": gate})
+            c.send(slow, blocked)
+            got, ans = c.answer()  # would hang if answers waited for the whole run
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", slow["delivery"]))
+            open(gate, "w").close()
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", blocked["delivery"]))
+
     def test_large_line_across_reads(self):
         c = self.child("map")
         c.hello()
@@ -319,6 +332,15 @@ class SDKTest(unittest.TestCase):
         c.hello()
         it = c.item({"i": 0})
         c.send(it, {"type": "shutdown"})
+        got, ans = c.answer()
+        self.assertEqual(ans["type"], "done")
+        self.assertEqual(c.p.wait(timeout=WAIT), 0)
+
+    def test_end_of_stdin_answers_a_pending_batch_first(self):
+        c = self.child("batch", "64", "5")
+        c.hello()
+        c.send(c.item({"i": 0}))
+        c.p.stdin.close()
         got, ans = c.answer()
         self.assertEqual(ans["type"], "done")
         self.assertEqual(c.p.wait(timeout=WAIT), 0)

@@ -230,6 +230,21 @@ test('a window written ahead is answered in order', async (t) => {
   }
 });
 
+test('answers go out while a later item still works', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'sdk-gate-'));
+  t.after(() => fs.rmSync(d, { recursive: true, force: true }));
+  const slow = c.item({ do: 'slow' });
+  const blocked = c.item({ do: 'gate', path: path.join(d, 'gate') });
+  c.send(slow, blocked);
+  let [, ans] = await c.answer(); // would hang if answers waited for the whole run
+  assert.deepEqual([ans.type, ans.delivery], ['done', slow.delivery]);
+  fs.writeFileSync(path.join(d, 'gate'), '');
+  [, ans] = await c.answer();
+  assert.deepEqual([ans.type, ans.delivery], ['done', blocked.delivery]);
+});
+
 test('a line longer than one read', async (t) => {
   const c = child(t, 'map');
   await c.hello();
@@ -317,5 +332,25 @@ test('shutdown answers a pending batch first', async (t) => {
   c.send(c.item({ i: 0 }), { type: 'shutdown' });
   const [, ans] = await c.answer();
   assert.equal(ans.type, 'done');
+  assert.equal(await c.exited, 0);
+});
+
+test('the end of stdin answers a pending batch first', async (t) => {
+  const c = child(t, 'batch', '64', '5000');
+  await c.hello();
+  c.send(c.item({ i: 0 }));
+  c.p.stdin.end();
+  const [, ans] = await c.answer();
+  assert.equal(ans.type, 'done');
+  assert.equal(await c.exited, 0);
+});
+
+test('the end of stdin waits for an async answer', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  c.send(c.item({ do: 'async', n: 1 }));
+  c.p.stdin.end();
+  const [got, ans] = await c.answer();
+  assert.deepEqual([ans.type, got[0].payload], ['done', { late: 1 }]);
   assert.equal(await c.exited, 0);
 });

@@ -5,6 +5,7 @@ const fs = require('fs');
 const path = require('path');
 const millrace = require('../millrace.js');
 
+const sleep = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 const hex = (v) => (Buffer.isBuffer(v) ? v.toString('hex') : v);
 
 function handle(payload, item) {
@@ -29,6 +30,8 @@ function handle(payload, item) {
         id: item.id, attempt: item.attempt, idempotencyKey: item.idempotencyKey,
       };
     case 'bigint': return 10n;
+    case 'slow': sleep(60); break;
+    case 'gate': while (!fs.existsSync(payload.path)) sleep(10); break; // a handler still at work
     default:
   }
   return payload;

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import millrace  # noqa: E402
@@ -41,6 +42,11 @@ def handle(payload, item):
         return {"key": k.hex() if isinstance(k, bytes) else k,
                 "headers": [[h, v.hex() if isinstance(v, bytes) else v] for h, v in item.headers],
                 "id": item.id, "attempt": item.attempt, "idempotencyKey": item.idempotency_key}
+    if do == "slow":
+        time.sleep(0.06)
+    if do == "gate":  # wait until the test creates the file: a handler still at work
+        while not os.path.exists(payload["path"]):
+            time.sleep(0.01)
     if do == "nan":
         return float("nan")
     return payload

@@ -262,6 +262,22 @@ class TestMillrace < Minitest::Test
     end
   end
 
+  def test_answers_go_out_while_a_later_item_still_works
+    c = child('map')
+    c.hello
+    Dir.mktmpdir do |d|
+      gate = File.join(d, 'gate')
+      slow = c.item({ 'do' => 'slow' })
+      blocked = c.item({ 'do' => 'gate', 'path' => gate })
+      c.send_msgs(slow, blocked)
+      _, ans = c.answer # would hang if answers waited for the whole run
+      assert_equal ['done', slow['delivery']], [ans['type'], ans['delivery']]
+      File.write(gate, '')
+      _, ans = c.answer
+      assert_equal ['done', blocked['delivery']], [ans['type'], ans['delivery']]
+    end
+  end
+
   def test_large_line_across_reads
     c = child('map')
     c.hello
@@ -336,6 +352,16 @@ class TestMillrace < Minitest::Test
     c = child('batch', '64', '5')
     c.hello
     c.send_msgs(c.item({ 'i' => 0 }), { 'type' => 'shutdown' })
+    _, ans = c.answer
+    assert_equal 'done', ans['type']
+    assert_equal 0, c.exit_code
+  end
+
+  def test_end_of_stdin_answers_a_pending_batch_first
+    c = child('batch', '64', '5')
+    c.hello
+    c.send_msgs(c.item({ 'i' => 0 }))
+    c.close_stdin
     _, ans = c.answer
     assert_equal 'done', ans['type']
     assert_equal 0, c.exit_code

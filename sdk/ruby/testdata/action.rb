@@ -25,6 +25,8 @@ def handle(payload, item)
   when 'key'
     return { 'key' => hexed(item.key), 'headers' => item.headers.map { |k, v| [k, hexed(v)] },
              'id' => item.id, 'attempt' => item.attempt, 'idempotencyKey' => item.idempotency_key }
+  when 'slow' then sleep 0.06
+  when 'gate' then sleep 0.01 until File.exist?(payload['path']) # a handler still at work
   when 'nan' then return Float::NAN
   end
   payload
