@@ -535,8 +535,10 @@ def _serve(kind, fn, config, window, size=0, linger=0.0, keyed=False):
         code = 130
     except BrokenPipeError:
         code = 0  # the engine is gone
+    if _workdir is not None:
+        shutil.rmtree(_workdir, True)
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(code)  # without waiting for threads the handler may have left behind
 
 
 def map(fn, *, config=None, window=WINDOW):

@@ -20,6 +20,7 @@ class Child:
 
     def __init__(self, *args, env=None):
         e = dict(os.environ)
+        e.pop("MILLSTREAM_WORKDIR", None)
         e.update(env or {})
         self.p = subprocess.Popen([sys.executable, ACTION, *args], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
@@ -213,6 +214,15 @@ class SDKTest(unittest.TestCase):
             c.hello()
             got, ans = c.ask({"do": "workdir"})
             self.assertEqual(got[0]["payload"], {"workdir": wd, "exists": True})
+
+    def test_workdir_outside_the_engine_is_removed_at_exit(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "workdir"})
+        wd = got[0]["payload"]["workdir"]
+        self.assertTrue(got[0]["payload"]["exists"])
+        self.assertEqual(c.shutdown()[0], 0)
+        self.assertFalse(os.path.exists(wd), wd)
 
     def test_config_typed(self):
         c = self.child("map")

@@ -191,9 +191,10 @@ module Millrace
       out.binmode
       $stdout.flush
       STDOUT.reopen(STDERR)
+      STDOUT.sync = true
       code = Session.new(kind, fn, **opts).serve($stdin, out)
       $stderr.flush
-      exit!(code)
+      exit(code) # at_exit handlers run: the temporary workdir outside the engine is removed
     end
   end
 

@@ -13,7 +13,9 @@ const WAIT = 10000; // ms for any one line: a bound on a hang, not a speed targe
 
 class Child {
   constructor(args, env = {}) {
-    this.p = spawn(process.execPath, [ACTION, ...args], { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const base = { ...process.env };
+    delete base.MILLSTREAM_WORKDIR;
+    this.p = spawn(process.execPath, [ACTION, ...args], { env: { ...base, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
     this.lines = [];
     this.waiters = [];
     this.ended = false;
@@ -184,6 +186,15 @@ test('workdir is MILLSTREAM_WORKDIR', async (t) => {
   await c.hello();
   const [got] = await c.ask({ do: 'workdir' });
   assert.deepEqual(got[0].payload, { workdir: wd, exists: true });
+});
+
+test('a workdir outside the engine is removed at exit', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const [got] = await c.ask({ do: 'workdir' });
+  assert.equal(got[0].payload.exists, true);
+  assert.equal((await c.shutdown())[0], 0);
+  assert.equal(fs.existsSync(got[0].payload.workdir), false);
 });
 
 test('config is checked and typed', async (t) => {

@@ -15,7 +15,7 @@ class Child
   attr_reader :stderr_text
 
   def initialize(*args, env: {})
-    @in, @out, @err, @wait = Open3.popen3(env, RbConfig.ruby, ACTION, *args)
+    @in, @out, @err, @wait = Open3.popen3({ 'MILLSTREAM_WORKDIR' => nil }.merge(env), RbConfig.ruby, ACTION, *args)
     @stderr_text = +''
     @err_reader = Thread.new { @stderr_text << @err.read }
     # stdout is read on its own thread, so a child answering a large write never blocks on a
@@ -216,6 +216,15 @@ class TestMillrace < Minitest::Test
       got, = c.ask({ 'do' => 'workdir' })
       assert_equal({ 'workdir' => wd, 'exists' => true }, got[0]['payload'])
     end
+  end
+
+  def test_workdir_outside_the_engine_is_removed_at_exit
+    c = child('map')
+    c.hello
+    got, = c.ask({ 'do' => 'workdir' })
+    assert got[0]['payload']['exists']
+    assert_equal 0, c.shutdown[0]
+    refute File.exist?(got[0]['payload']['workdir'])
   end
 
   def test_config_typed
