@@ -51,7 +51,7 @@ func (r *runner) summary(complete bool) *Summary {
 		s.Out[k] = v
 	}
 	for _, st := range r.streamlets {
-		s.Committed += st.sc.Stats().RecordsCommitted
+		s.Committed += st.sc.RecordsCommitted()
 		s.Failed += int(counter(st.metrics.Registry(), "millrace_items_total", "failed"))
 		s.Retries += int(counter(st.metrics.Registry(), "millrace_retries_total", ""))
 	}

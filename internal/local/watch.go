@@ -35,7 +35,7 @@ func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
 			if ended, err := st.bridge.ended(); ended {
 				return fmt.Errorf("local: the bridge of %s stopped: %w", st.s.Action.Name, orStopped(err))
 			}
-			if st.sc.Stats().StallWarnings > 0 {
+			if st.sc.StallWarnings() > 0 {
 				return fmt.Errorf("%w: streamlet %s: a batch kept failing for %s and no record after it is processed; the last error: %s", errStalled, st.s.Action.Name, r.opts.StallAfter, st.errs.get())
 			}
 		}
