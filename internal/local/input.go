@@ -53,36 +53,36 @@ func parseRecord(line []byte, bare bool, n int, defaultTopic string) (*kgo.Recor
 	if env.Topic != "" {
 		rec.Topic = env.Topic
 	}
-	switch {
-	case env.Key != nil:
-		rec.Key = []byte(*env.Key)
-	case env.KeyBase64 != "":
-		k, err := base64.StdEncoding.DecodeString(env.KeyBase64)
-		if err != nil {
-			return nil, fmt.Errorf("%w %d: keyBase64 is not base64: %w", errInput, n, err)
-		}
-		rec.Key = k
+	key, err := textOrBase64Bytes(env.Key, env.KeyBase64)
+	if err != nil {
+		return nil, fmt.Errorf("%w %d: keyBase64 is not base64: %w", errInput, n, err)
 	}
+	rec.Key = key
 	if p := bytes.TrimSpace(env.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
 		var buf bytes.Buffer
 		_ = json.Compact(&buf, p)
 		rec.Value = buf.Bytes()
 	}
 	for _, h := range env.Headers {
-		kh := kgo.RecordHeader{Key: h.Key}
-		switch {
-		case h.Value != nil:
-			kh.Value = []byte(*h.Value)
-		case h.ValueBase64 != "":
-			v, err := base64.StdEncoding.DecodeString(h.ValueBase64)
-			if err != nil {
-				return nil, fmt.Errorf("%w %d: header %q: valueBase64 is not base64: %w", errInput, n, h.Key, err)
-			}
-			kh.Value = v
+		v, err := textOrBase64Bytes(h.Value, h.ValueBase64)
+		if err != nil {
+			return nil, fmt.Errorf("%w %d: header %q: valueBase64 is not base64: %w", errInput, n, h.Key, err)
 		}
-		rec.Headers = append(rec.Headers, kh)
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: v})
 	}
 	return rec, nil
+}
+
+// textOrBase64Bytes returns the bytes of a key or header value given as text or as Base64
+// (text first; neither: nil, absent). It undoes the printer's textOrBase64.
+func textOrBase64Bytes(text *string, b64 string) ([]byte, error) {
+	switch {
+	case text != nil:
+		return []byte(*text), nil
+	case b64 != "":
+		return base64.StdEncoding.DecodeString(b64)
+	}
+	return nil, nil
 }
 
 // produceInput produces every input line, then marks the input done (or failed).
