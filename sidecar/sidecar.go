@@ -6,6 +6,14 @@
 // discovery and its refusals, one batch in flight per partition in offset order, commit after
 // the write, failing the stream and redelivering from the last commit indefinitely, discarding
 // on rebalance, and stall warnings as Kubernetes Events.
+//
+// One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
+// TLS and SASL), discovery.go, conversation.go (one Run stream and the batches it sends),
+// receive.go (the process's Emits, Acks and Fails), kafka.go (the clients and the poller),
+// queue.go (each partition's buffer of fetched records), rebalance.go, commit.go (produce, then
+// commit), stall.go, readiness.go. Its API is what cmd/millrace, internal/local and the
+// benchmarks use. Errors keep their cause: the logged error of an emit the broker refused
+// matches kerr.MessageTooLarge.
 package sidecar
 
 import (
