@@ -257,10 +257,25 @@ func (b *Broker) Count(t testing.TB, topic string) int64 {
 }
 
 // Committed returns the group's committed offsets of topic, by partition (absent: none; an
-// unknown group has none).
+// unknown group has none). A retriable error of the group (its coordinator still loading on a
+// fresh cluster) is asked again, within 10 s.
 func (b *Broker) Committed(ctx context.Context, group, topic string) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	for {
+		out, err := b.committed(ctx, group, topic)
+		if !kerr.IsRetriable(err) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (b *Broker) committed(ctx context.Context, group, topic string) (map[int32]int64, error) {
 	req := kmsg.NewPtrOffsetFetchRequest()
 	rg := kmsg.NewOffsetFetchRequestGroup()
 	rg.Group = group
