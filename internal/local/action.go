@@ -1,7 +1,3 @@
-// Package local runs streamlets on one machine for the people who write actions: it reads an
-// action directory (or a config line) for the tools (`millrace test action`, `millrace
-// describe`), and runs one or several streamlets against an in-process Kafka broker with the
-// real sidecar and bridge talking gRPC over loopback (`millrace run`).
 package local
 
 import (
