@@ -173,7 +173,7 @@ func BenchmarkProcs(b *testing.B) {
 		n, window int
 		parts     int
 	}
-	shapes := []shape{{cs[0], 2, 64, 8}, {cs[0], 1, 1, 1}}
+	shapes := []shape{{cs[0], 2, 64, 8}, {cs[0], 1, 64, 1}, {cs[0], 1, 1, 1}}
 	if len(cs) > 1 {
 		shapes = append(shapes, shape{cs[1], 2, 64, 8}, shape{cs[1], 1, 1, 1})
 	}
@@ -184,34 +184,42 @@ func BenchmarkProcs(b *testing.B) {
 		}
 		tag := fmt.Sprintf("%s-c%d-%s-p%d", s.c.name, s.n, mode, s.parts)
 		b.Run(strings.ReplaceAll(tag, "-", "/"), func(b *testing.B) {
-			dir := os.Getenv("BENCH_PROFILE_DIR")
-			if dir != "" {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					b.Fatal(err)
-				}
-			}
-			br := newBroker(b)
-			statsDir := b.TempDir()
-			pp := startProcs(b, br, roleProcs(dir, statsDir, tag), actionLine(s.c.argv, s.n, s.window), s.parts)
-			pp.waitReady(b)
-			statsS, statsB := filepath.Join(statsDir, tag+".sidecar.memstats"), filepath.Join(statsDir, tag+".bridge.memstats")
-			cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
-			mS0, bS0 := memStats(b, pp.sidecar, statsS, 1)
-			mB0, bB0 := memStats(b, pp.bridge, statsB, 1)
-			records := benchFlow(b, br, pp.in, pp.out, s.parts, pp.check)
-			pp.alive(b)
-			mS1, bS1 := memStats(b, pp.sidecar, statsS, 2)
-			mB1, bB1 := memStats(b, pp.bridge, statsB, 2)
-			b.ReportMetric(float64(mS1-mS0)/float64(records), "sidecar-allocs/rec")
-			b.ReportMetric(float64(mB1-mB0)/float64(records), "bridge-allocs/rec")
-			b.ReportMetric(float64(bS1-bS0)/float64(records), "sidecar-B/rec")
-			b.ReportMetric(float64(bB1-bB0)/float64(records), "bridge-B/rec")
-			b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
-			b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
-			b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
-			b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+			runDeployed(b, tag, actionLine(s.c.argv, s.n, s.window), s.parts)
 		})
 	}
+}
+
+// runDeployed runs one deployed-shape benchmark of the config line on parts partitions and
+// reports its figures; tag names its profiles. It returns the processes, still running, and
+// the records they moved (warm-up included).
+func runDeployed(b *testing.B, tag, line string, parts int) (*procPipeline, int) {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	br := newBroker(b)
+	statsDir := b.TempDir()
+	pp := startProcs(b, br, roleProcs(dir, statsDir, tag), line, parts)
+	pp.waitReady(b)
+	statsS, statsB := filepath.Join(statsDir, tag+".sidecar.memstats"), filepath.Join(statsDir, tag+".bridge.memstats")
+	cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
+	mS0, bS0 := memStats(b, pp.sidecar, statsS, 1)
+	mB0, bB0 := memStats(b, pp.bridge, statsB, 1)
+	records := benchFlow(b, br, pp.in, pp.out, parts, pp.check)
+	pp.alive(b)
+	mS1, bS1 := memStats(b, pp.sidecar, statsS, 2)
+	mB1, bB1 := memStats(b, pp.bridge, statsB, 2)
+	b.ReportMetric(float64(mS1-mS0)/float64(records), "sidecar-allocs/rec")
+	b.ReportMetric(float64(mB1-mB0)/float64(records), "bridge-allocs/rec")
+	b.ReportMetric(float64(bS1-bS0)/float64(records), "sidecar-B/rec")
+	b.ReportMetric(float64(bB1-bB0)/float64(records), "bridge-B/rec")
+	b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
+	b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
+	b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
+	b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+	return pp, records
 }
 
 // procCPU returns the CPU time (user + system, children excluded) pid has used.
