@@ -33,11 +33,13 @@ func (s *Sidecar) commitLoop(c *conversation) {
 		}
 		round := c.acked
 		c.acked = nil
+		// Exactly once: a stream failure aborts; what was acknowledged is delivered again.
+		abandon := s.kafka.txn != nil && c.err != nil
 		s.mu.Unlock()
-		if len(round) == 0 {
+		if len(round) == 0 || abandon {
 			return
 		}
-		if err := s.commitRound(c.produceCtx, round); err != nil {
+		if err := s.commit(c, round); err != nil {
 			s.mu.Lock()
 			c.fail(err)
 			c.acked = nil
@@ -50,6 +52,14 @@ func (s *Sidecar) commitLoop(c *conversation) {
 			return
 		}
 	}
+}
+
+// commit is one commit round: a transaction in exactly-once mode, else produce then commit.
+func (s *Sidecar) commit(c *conversation, round []*batch) error {
+	if s.kafka.txn != nil {
+		return s.commitTxnRound(c, round)
+	}
+	return s.commitRound(c.produceCtx, round)
 }
 
 // commitRound writes the emits of acknowledged batches and commits their offsets. Commit after

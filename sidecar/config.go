@@ -68,6 +68,11 @@ type Config struct {
 	// (500 ms doubling to 10 s, and 500 ms doubling to 30 s).
 	DiscoveryBackoff Backoff
 	FailureBackoff   Backoff
+	// Delivery is AtLeastOnce (the zero value) or ExactlyOnce (FLOW_DELIVERY).
+	Delivery Delivery
+	// TransactionalID is the exactly-once producer's id; empty takes "<group>.<host>:<process
+	// port>". ConfigFromEnv sets it from FLOW_POD_NAME where set (see transactionalID).
+	TransactionalID string
 }
 
 // Inlet is one inlet port bound to its topic, with its batch limits.
@@ -231,6 +236,15 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		if in.MaxBytes > c.MaxMessageBytes-batchOverhead {
 			bad("FLOW_INLET_%s_BATCH_MAX_BYTES=%d does not leave a batch under the message limit %d (FLOW_MAX_MESSAGE_BYTES): lower it below %d", envName(in.Port), in.MaxBytes, c.MaxMessageBytes, c.MaxMessageBytes-batchOverhead)
 		}
+	}
+
+	if d, err := parseDelivery(getenv(envDelivery)); err != nil {
+		bad("%v", err)
+	} else {
+		c.Delivery = d
+	}
+	if c.Delivery == ExactlyOnce && c.ConsumerGroup != "" {
+		c.TransactionalID = transactionalID(c.ConsumerGroup, getenv("FLOW_POD_NAME"), hostname(), c.ProcessPort)
 	}
 
 	c.TLS = parseTLS(getenv, readFile, bad)

@@ -45,6 +45,8 @@ func TestConfigFromEnvDefaults(t *testing.T) {
 		{"TLS", cfg.TLS == nil, true},
 		{"SASL", cfg.SASL == nil, true},
 		{"events outside a cluster", cfg.Events == nil, true},
+		{"delivery", cfg.Delivery, sidecar.AtLeastOnce},
+		{"transactional id (at least once: none)", cfg.TransactionalID, ""},
 	} {
 		if c.got != c.want {
 			t.Errorf("ConfigFromEnv(valid) %s = %v; want %v", c.name, c.got, c.want)
@@ -105,6 +107,7 @@ func TestConfigFromEnvProblems(t *testing.T) {
 			want: []string{"FLOW_KAFKA_TLS=maybe", "FLOW_KAFKA_SASL_MECHANISM=GSSAPI is not PLAIN", "needs FLOW_KAFKA_SASL_USERNAME and FLOW_KAFKA_SASL_PASSWORD"}},
 		{name: "TLS files", set: map[string]string{"FLOW_KAFKA_TLS": "true", "FLOW_KAFKA_TLS_CA_FILE": missingFile, "FLOW_KAFKA_TLS_CERT_FILE": garbage},
 			want: []string{"FLOW_KAFKA_TLS_CA_FILE=" + missingFile + " cannot be read", "go together"}},
+		{name: "delivery", set: map[string]string{"FLOW_DELIVERY": "exactly-twice"}, want: []string{"FLOW_DELIVERY=exactly-twice is not a delivery: write at-least-once (the default) or exactly-once"}},
 		{name: "in Kubernetes without the pod", set: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, want: []string{"FLOW_POD_NAME", "FLOW_POD_UID"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,5 +129,43 @@ func TestConfigFromEnvProblems(t *testing.T) {
 				t.Errorf("problems = %d; want at least %d, all at once", len(ce.Problems), len(tc.want))
 			}
 		})
+	}
+}
+
+// TestConfigDelivery: FLOW_DELIVERY=exactly-once takes a transactional id stable per pod,
+// FLOW_POD_NAME where set, else the host and the process port.
+func TestConfigDelivery(t *testing.T) {
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		name string
+		set  map[string]string
+		want string
+	}{
+		{name: "pod", set: map[string]string{"FLOW_POD_NAME": "score-7f9c-x2"}, want: "shop.upper.score-7f9c-x2"},
+		{name: "pod and group", set: map[string]string{"FLOW_POD_NAME": "score-0", "FLOW_CONSUMER_GROUP": "g"}, want: "g.score-0"},
+		{name: "no pod", set: map[string]string{"FLOW_PROCESS_PORT": "9100"}, want: "shop.upper." + host + ":9100"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := validEnv(t)
+			e["FLOW_DELIVERY"] = "exactly-once"
+			for k, v := range tc.set {
+				e[k] = v
+			}
+			cfg, err := sidecar.ConfigFromEnv(e.get, nil)
+			if err != nil {
+				t.Fatalf("ConfigFromEnv() = %v; want nil", err)
+			}
+			if cfg.Delivery != sidecar.ExactlyOnce || cfg.TransactionalID != tc.want {
+				t.Errorf("ConfigFromEnv() delivery, transactional id = %s, %q; want %s, %q", cfg.Delivery, cfg.TransactionalID, sidecar.ExactlyOnce, tc.want)
+			}
+		})
+	}
+	cfg, err := sidecar.ConfigFromEnv(validEnv(t).get, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Delivery = "once-ish"
+	if _, err := sidecar.New(cfg, nil); !errors.Is(err, sidecar.ErrConfig) || !strings.Contains(err.Error(), "once-ish") {
+		t.Errorf("New(Delivery once-ish) = %v; want ErrConfig naming it", err)
 	}
 }

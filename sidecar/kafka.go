@@ -20,8 +20,11 @@ const produceTimeout = 60 * time.Second
 
 // kafka is the Kafka client and the goroutine that polls it.
 type kafka struct {
-	cl     *kgo.Client        // the group consumer; commits offsets
-	prod   *kgo.Client        // writes emits; replaced after a produce failure
+	cl   *kgo.Client // the group consumer; commits offsets
+	prod *kgo.Client // writes emits; replaced after a produce failure (at least once)
+	// txn is set in exactly-once mode: one client (cl and prod are its Client) consumes,
+	// produces in transactions and commits offsets in them.
+	txn    *kgo.GroupTransactSession
 	abort  context.CancelFunc // cancels the client's own context: every request in flight fails
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -62,19 +65,31 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		)
 	}
 	opts = append(opts, s.connOpts()...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		abort()
-		return nil, fmt.Errorf("sidecar: cannot create the Kafka client for %v: %w", s.cfg.Brokers, err)
-	}
-	prod, err := s.newProducer()
-	if err != nil {
-		abort()
-		cl.Close()
-		return nil, err
+	var k *kafka
+	if s.cfg.Delivery == ExactlyOnce && len(topics) > 0 {
+		sess, err := kgo.NewGroupTransactSession(append(opts, s.txnOpts()...)...)
+		if err != nil {
+			abort()
+			return nil, fmt.Errorf("sidecar: cannot create the transactional Kafka client for %v: %w", s.cfg.Brokers, err)
+		}
+		k = &kafka{cl: sess.Client(), prod: sess.Client(), txn: sess}
+	} else {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			abort()
+			return nil, fmt.Errorf("sidecar: cannot create the Kafka client for %v: %w", s.cfg.Brokers, err)
+		}
+		prod, err := s.newProducer()
+		if err != nil {
+			abort()
+			cl.Close()
+			return nil, err
+		}
+		k = &kafka{cl: cl, prod: prod}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kafka{cl: cl, prod: prod, abort: abort, cancel: cancel, done: make(chan struct{})}
+	k.abort, k.cancel, k.done = abort, cancel, make(chan struct{})
+	cl := k.cl
 	if len(topics) == 0 {
 		close(k.done)
 		return k, nil
@@ -110,7 +125,16 @@ func (s *Sidecar) connOpts() []kgo.Opt {
 // it can be replaced after a produce failure without leaving the group: a fresh client learns
 // the outlet topics anew (a topic deleted and created again has a new topic ID).
 func (s *Sidecar) newProducer() (*kgo.Client, error) {
-	opts := append(s.connOpts(),
+	prod, err := kgo.NewClient(append(s.connOpts(), s.producerOpts()...)...)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: cannot create the Kafka producer for %v: %w", s.cfg.Brokers, err)
+	}
+	return prod, nil
+}
+
+// producerOpts are the options of whichever client writes emits.
+func (s *Sidecar) producerOpts() []kgo.Opt {
+	return []kgo.Opt{
 		// Commit after the write: acks from every in-sync replica, idempotent, and no linger,
 		// since an acknowledged batch is waiting on these records.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -122,17 +146,17 @@ func (s *Sidecar) newProducer() (*kgo.Client, error) {
 		kgo.ProducerBatchMaxBytes(int32(s.cfg.MaxMessageBytes+batchOverhead)),
 		// Learn soon that an outlet topic is gone or back (refreshes happen on errors only).
 		kgo.MetadataMinAge(time.Second),
-	)
-	prod, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("sidecar: cannot create the Kafka producer for %v: %w", s.cfg.Brokers, err)
 	}
-	return prod, nil
 }
 
 // renewProducer replaces the producer after a produce failure. Called between
-// conversations, when nothing is producing.
+// conversations, when nothing is producing. In exactly-once mode the one client cannot be
+// replaced without leaving the group; its transactional producer aborts a transaction whose
+// outlet topic was deleted and learns the topic anew itself.
 func (s *Sidecar) renewProducer() {
+	if s.kafka.txn != nil {
+		return
+	}
 	prod, err := s.newProducer()
 	if err != nil {
 		s.log.Error("cannot renew the Kafka producer; keeping the old one", "error", err)
@@ -157,7 +181,9 @@ func (k *kafka) close(log *slog.Logger) {
 		}
 		k.cl.Close()
 		k.abort()
-		k.prod.Close()
+		if k.prod != k.cl {
+			k.prod.Close()
+		}
 	})
 }
 

@@ -51,6 +51,11 @@ type partition struct {
 	sent       int
 	inflight   *batch // the batch with the process, nil if none
 	paused     bool
+	// fetched is the offset after the last record queued in this assignment: a record below
+	// it was queued (or committed) already and comes again after a pause, or after the
+	// exactly-once client rewinds its fetch position to the last commit when a transaction
+	// aborts.
+	fetched int64
 
 	// stall tracking: since when the partition's head batch has been failing, and how often.
 	stallSince time.Time
@@ -87,9 +92,10 @@ func newRecord(r *kgo.Record) record {
 
 // enqueue appends a fetched record to its partition's queue. Called with mu held.
 func (s *Sidecar) enqueue(p *partition, r record) {
-	if n := len(p.queue); n > 0 && r.in.Offset <= p.queue[n-1].in.Offset {
-		return // already queued: a refetch after a pause
+	if r.in.Offset < p.fetched {
+		return // already queued or committed: a refetch
 	}
+	p.fetched = r.in.Offset + 1
 	p.queue = append(p.queue, r)
 	p.queueBytes += int64(r.size)
 	s.stats.BufferedRecords++

@@ -50,6 +50,10 @@ var (
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
 	errCommit = errors.New("sidecar: offset commit failed")
+	// ErrFenced is wrapped by Run in exactly-once mode when the broker fenced the sidecar's
+	// transactional producer: another sidecar now writes with its transactional id. Nothing
+	// of the open transaction was committed; the sidecar must exit non-zero.
+	ErrFenced = errors.New("sidecar: fenced by a newer sidecar with the same transactional id")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -119,6 +123,15 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
+	}
+	if c.Delivery == "" {
+		c.Delivery = AtLeastOnce
+	}
+	if _, err := parseDelivery(string(c.Delivery)); err != nil {
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	if c.Delivery == ExactlyOnce && c.TransactionalID == "" {
+		c.TransactionalID = transactionalID(c.ConsumerGroup, "", hostname(), c.ProcessPort)
 	}
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
@@ -203,6 +216,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				return err
 			}
 			s.kafka = k
+			if k.txn != nil {
+				if err := s.initProducer(ctx); err != nil || ctx.Err() != nil {
+					return err
+				}
+			}
 		}
 		began := s.now()
 		err = s.converse(ctx, start)
@@ -211,6 +229,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				s.log.Warn("stream ended during shutdown", "error", err)
 			}
 			return nil
+		}
+		if errors.Is(err, ErrFenced) {
+			s.log.Error("fenced; stopping", "error", err, "transactional_id", s.cfg.TransactionalID)
+			return err
 		}
 		s.log.Error("stream failed; redelivering from the last commit after a backoff", "error", err, "conversation", start.GetConversationId())
 		if errors.Is(err, errProduce) {

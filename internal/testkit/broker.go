@@ -211,6 +211,16 @@ func (b *Broker) Partitions(ctx context.Context, topic string) []int32 {
 
 // EndOffsets returns the high watermark of every partition of topic.
 func (b *Broker) EndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	return b.endOffsets(ctx, topic, 0)
+}
+
+// StableOffsets returns the last stable offset of every partition of topic: the end a
+// read_committed reader reaches (below the first transaction still open).
+func (b *Broker) StableOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	return b.endOffsets(ctx, topic, 1)
+}
+
+func (b *Broker) endOffsets(ctx context.Context, topic string, isolation int8) (map[int32]int64, error) {
 	ps := b.Partitions(ctx, topic)
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("topic %s has no partition with a leader", topic)
@@ -218,6 +228,7 @@ func (b *Broker) EndOffsets(ctx context.Context, topic string) (map[int32]int64,
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrListOffsetsRequest()
+	req.IsolationLevel = isolation
 	rt := kmsg.NewListOffsetsRequestTopic()
 	rt.Topic = topic
 	for _, p := range ps {
@@ -314,10 +325,11 @@ func (b *Broker) Produce(t testing.TB, rs ...*kgo.Record) {
 	}
 }
 
-// ReadN reads topic from the start until n records are read, within limit.
+// ReadN reads topic from the start until n records are read, within limit. It reads as
+// read_committed: records of aborted or open transactions are not among them.
 func (b *Broker) ReadN(t testing.TB, topic string, n int, limit time.Duration) []*kgo.Record {
 	t.Helper()
-	cl := b.reader(t, topic)
+	cl := b.reader(t, topic, true)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var out []*kgo.Record
@@ -326,15 +338,37 @@ func (b *Broker) ReadN(t testing.TB, topic string, n int, limit time.Duration) [
 		if ctx.Err() != nil {
 			t.Fatalf("read %s: got %d records, want %d", topic, len(out), n)
 		}
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
 	}
 	return out
 }
 
-// ReadAll reads every record of topic from the start up to the end offsets it has now.
+// ReadAll reads every record of topic from the start up to its last stable offsets now, as a
+// read_committed reader: what aborted transactions wrote is not among them (outside
+// transactions this is every record up to the end).
 func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	end, err := b.EndOffsets(context.Background(), topic)
+	return b.readAll(t, topic, true)
+}
+
+// ReadAllUncommitted is ReadAll as a read_uncommitted reader: records of aborted and open
+// transactions are among them, up to the end offsets.
+func (b *Broker) ReadAllUncommitted(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	return b.readAll(t, topic, false)
+}
+
+func (b *Broker) readAll(t testing.TB, topic string, committed bool) []*kgo.Record {
+	t.Helper()
+	ends := b.EndOffsets
+	if committed {
+		ends = b.StableOffsets
+	}
+	end, err := ends(context.Background(), topic)
 	if err != nil {
 		t.Fatalf("read %s: %v", topic, err)
 	}
@@ -347,7 +381,7 @@ func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	if len(want) == 0 {
 		return nil
 	}
-	cl := b.reader(t, topic)
+	cl := b.reader(t, topic, committed)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out []*kgo.Record
@@ -359,8 +393,10 @@ func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
 		fs.EachError(func(topic string, p int32, err error) { t.Logf("read %s/%d: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := want[r.Partition]; ok && r.Offset < end {
-				out = append(out, r)
-				if r.Offset == end-1 {
+				if !r.Attrs.IsControl() {
+					out = append(out, r)
+				}
+				if r.Offset >= end-1 {
 					delete(want, r.Partition)
 				}
 			}
@@ -369,11 +405,17 @@ func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	return out
 }
 
-// reader is a consumer of topic from its start, closed when the test ends.
-func (b *Broker) reader(t testing.TB, topic string) *kgo.Client {
+// reader is a consumer of topic from its start, closed when the test ends; committed reads
+// as read_committed. It keeps the control records (a transaction's marker may be a
+// partition's last offset, which ReadAll waits for); its callers drop them.
+func (b *Broker) reader(t testing.TB, topic string, committed bool) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(32<<20))
+	opts := []kgo.Opt{kgo.SeedBrokers(b.Addrs...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(32 << 20)}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,268 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Exactly once (FLOW_DELIVERY=exactly-once): each commit round is one Kafka transaction. The
+// sidecar uses one client for it, franz-go's GroupTransactSession, rather than its two
+// clients of at-least-once mode: the session's offset commit carries the group's generation,
+// member id and instance id (KIP-447), so the broker refuses it from a member whose
+// partitions moved; it adds the offsets to the transaction and ends a transaction that holds
+// offsets only; it aborts when any partition is revoked or lost between Begin and End, and
+// holds revocation back while EndTxn is out. A separate producer would need all of that
+// written by hand (and franz-go's EndTransaction on a client without a group sends no EndTxn
+// for a transaction without records). The session commits what was polled by default; the
+// sidecar polls ahead of its batches, so the commit is rewritten to the round's batches
+// (PreTxnCommitFnContext).
+
+// txnTimeout is the transaction timeout (transaction.timeout.ms): how long the broker lets a
+// transaction stay open before aborting it itself. It bounds how long a sidecar that died
+// mid-round holds back read_committed readers of its outlets when no successor with its
+// transactional id fences it sooner. A round must end within it: it covers produceTimeout.
+const txnTimeout = produceTimeout + commitTimeout
+
+// txnAttempts bounds the transactions one round may take: a round is aborted and retried
+// with the batches still owned when a rebalance touches it.
+const txnAttempts = 5
+
+// txnOpts are the exactly-once client's options beyond the consumer's.
+func (s *Sidecar) txnOpts() []kgo.Opt {
+	return append(s.producerOpts(),
+		kgo.TransactionalID(s.cfg.TransactionalID),
+		kgo.TransactionTimeout(txnTimeout),
+		// Read only committed records: an aborted write upstream is never a record here.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+}
+
+// initProducer fences this replica's predecessor at start-up: asking for the transactional
+// id's producer id makes the broker abort whatever transaction an earlier sidecar with the
+// same id left open (its outlets' read_committed readers go on at once) and refuse that
+// sidecar's writes from now on. It retries until ctx ends, and fails only when the broker
+// refuses the id.
+func (s *Sidecar) initProducer(ctx context.Context) error {
+	b := s.newBackoff(s.cfg.DiscoveryBackoff)
+	for {
+		ictx, cancel := context.WithTimeout(ctx, commitTimeout)
+		id, epoch, err := s.kafka.cl.ProducerID(ictx)
+		cancel()
+		if err == nil {
+			s.log.Info("transactional producer ready; an earlier sidecar with this transactional id is fenced",
+				"transactional_id", s.cfg.TransactionalID, "producer_id", id, "epoch", epoch)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return fmt.Errorf("sidecar: the broker refuses transactional id %q (FLOW_DELIVERY=exactly-once): %w: grant the sidecar's principal Write and Describe on that TransactionalId (a PREFIXED ACL on %q covers every replica), or use FLOW_DELIVERY=at-least-once",
+				s.cfg.TransactionalID, err, s.cfg.ConsumerGroup+".")
+		}
+		wait := b.NextBackOff()
+		s.log.Warn("no producer id for the transactional id yet; retrying", "transactional_id", s.cfg.TransactionalID, "wait", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// commitTxnRound is a commit round in exactly-once mode: one transaction holds the emits of
+// the round's batches and their offsets. Emits held until the Ack, offsets only with the
+// writes: a produce failure aborts, a stream failure (c.err) aborts, and a batch whose
+// partition was revoked while the transaction was open aborts it; the batches still owned
+// are then written again in a new transaction, so nothing of a revoked batch ever commits.
+// A fenced producer (another sidecar took this transactional id) returns ErrFenced.
+func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
+	sess := s.kafka.txn
+	for attempt := 1; ; attempt++ {
+		// A batch revoked since its Ack is not written at all.
+		round = s.owned(round)
+		if len(round) == 0 {
+			return nil
+		}
+		if err := sess.Begin(); err != nil {
+			return s.txnFailure("cannot begin a transaction", err)
+		}
+		emits, perr := s.produceTxn(c.produceCtx, sess, round, attempt > 1)
+
+		// Offsets only with the writes, and only for partitions still owned: what a rebalance
+		// took aborts the whole transaction (its emits are in it).
+		s.mu.Lock()
+		failed := c.err != nil
+		s.mu.Unlock()
+		kept := s.owned(round)
+
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		if perr != nil || failed || len(kept) < len(round) {
+			_, err := sess.End(ctx, kgo.TryAbort)
+			cancel()
+			switch {
+			case perr != nil:
+				return s.txnFailure("", perr)
+			case err != nil:
+				return s.txnFailure("cannot abort the transaction", err)
+			case failed:
+				s.log.Info("stream failed: the open transaction is aborted; its batches are delivered again", "batches", len(round))
+				return nil
+			}
+			s.log.Info("a rebalance took partitions of the open transaction: aborted; the batches still owned are written again", "revoked", len(round)-len(kept), "kept", len(kept))
+			continue
+		}
+		ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, commitOnly(round)), kgo.TryCommit)
+		cancel()
+		if err != nil {
+			return s.txnFailure("cannot commit the transaction", err)
+		}
+		if ok {
+			s.mu.Lock()
+			s.stats.EmitsProduced += emits
+			s.mu.Unlock()
+			s.settle(round)
+			return nil
+		}
+		// Not committed and no error: the group rebalanced (or the broker refused the offsets of
+		// an old generation) since Begin. Try again with what is still owned.
+		if attempt >= txnAttempts {
+			return streamFailed("%w for group %s: %d transactions of one round aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
+		}
+		s.log.Info("the transaction was aborted: the group rebalanced while it was open; writing the batches still owned again", "attempt", attempt)
+	}
+}
+
+// owned returns the batches of round whose partitions are still owned as when they were sent.
+// It holds commitMu, as revocation does.
+func (s *Sidecar) owned(round []*batch) []*batch {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := make([]*batch, 0, len(round))
+	for _, b := range round {
+		if !b.revoked && b.p.owned && b.p.epoch == b.epoch {
+			kept = append(kept, b)
+		}
+	}
+	return kept
+}
+
+// produceTxn produces the emits of round in the open transaction and waits for every one;
+// again produces copies (a record is not produced twice). It returns the number of emits
+// and the first failure.
+func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession, round []*batch, again bool) (int64, error) {
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+		emits    int64
+	)
+	for _, b := range round {
+		for _, r := range b.emits {
+			if again {
+				r = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+			}
+			wg.Add(1)
+			emits++
+			sess.Produce(ctx, r, func(r *kgo.Record, err error) {
+				defer wg.Done()
+				if err == nil {
+					return
+				}
+				errMu.Lock()
+				defer errMu.Unlock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: the transaction is aborted, nothing of its batches was committed; check the outlet topic exists, is writable and accepts records this large",
+						errStreamFailed, errProduce, b.id, len(r.Value), r.Topic, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return emits, firstErr
+}
+
+// commitOnly rewrites the transaction's offset commit to the offsets of round: the session
+// would commit everything polled, and the sidecar polls ahead of its batches. The entries
+// the session built keep their topic ids.
+func commitOnly(round []*batch) func(*kmsg.TxnOffsetCommitRequest) error {
+	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		want := map[string]map[int32]*batch{}
+		for _, b := range round {
+			if want[b.p.topic] == nil {
+				want[b.p.topic] = map[int32]*batch{}
+			}
+			if o := want[b.p.topic][b.p.partition]; o == nil || o.last.in.GetOffset() < b.last.in.GetOffset() {
+				want[b.p.topic][b.p.partition] = b
+			}
+		}
+		byTopic := map[string]kmsg.TxnOffsetCommitRequestTopic{}
+		for _, t := range req.Topics {
+			byTopic[t.Topic] = t
+		}
+		req.Topics = req.Topics[:0]
+		for topic, parts := range want {
+			t, ok := byTopic[topic]
+			if !ok {
+				t = kmsg.NewTxnOffsetCommitRequestTopic()
+				t.Topic = topic
+			}
+			t.Partitions = t.Partitions[:0]
+			for n, b := range parts {
+				p := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+				p.Partition = n
+				p.Offset = b.last.in.GetOffset() + 1
+				p.LeaderEpoch = b.last.leaderEpoch
+				p.Metadata = &req.MemberID
+				t.Partitions = append(t.Partitions, p)
+			}
+			req.Topics = append(req.Topics, t)
+		}
+		return nil
+	}
+}
+
+// txnFailure is the error of a failed transaction step: ErrFenced when the broker fenced
+// this producer (another sidecar now writes with the transactional id), else a stream
+// failure.
+func (s *Sidecar) txnFailure(what string, err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		return fmt.Errorf("%w: transactional id %q: %w: another sidecar started with this id (a restarted pod, or two pods with one FLOW_POD_NAME); this one stops writing, and nothing of its open transaction was committed", ErrFenced, s.cfg.TransactionalID, err)
+	}
+	if what == "" {
+		return err
+	}
+	return fmt.Errorf("%w: %w: %s for group %s: %w: the records are delivered again from the last commit", errStreamFailed, errCommit, what, s.cfg.ConsumerGroup, err)
+}
+
+// settle records committed batches: their records leave the queues (fetching resumes below
+// low water), their partitions' stall tracking is reset, and the counters move.
+func (s *Sidecar) settle(committed []*batch) {
+	resume := map[string][]int32{}
+	s.mu.Lock()
+	for _, b := range committed {
+		b.p.commits++
+		if b.p.epoch != b.epoch {
+			continue
+		}
+		if s.dropHead(b.p, b.n) {
+			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
+		}
+		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		s.stats.BatchesCommitted++
+		s.stats.RecordsCommitted += int64(b.n)
+	}
+	s.mu.Unlock()
+	if len(resume) > 0 {
+		s.kafka.cl.ResumeFetchPartitions(resume)
+	}
+}
