@@ -61,66 +61,70 @@ func seed(t *testing.T) uint64 {
 // parent PID) at random intervals while records flow.
 func TestFaultActionKilled(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 4)
-	r := pl.start(0)
-	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
-	killed := 0
-	stop := every(seed(t), 150*time.Millisecond, 700*time.Millisecond, func() {
-		for _, pid := range children(r.bridge.pid()) {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
+		r := pl.start(0)
+		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+		killed := 0
+		stop := every(seed(t), 150*time.Millisecond, 700*time.Millisecond, func() {
+			for _, pid := range children(r.bridge.pid()) {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed++
+				}
 			}
+		})
+		wait()
+		time.Sleep(2 * time.Second) // keep killing a while after the last record
+		rounds := stop()
+		pl.waitDone(idleFault)
+		tl := pl.tally()
+		pl.report("action SIGKILLed at random intervals", tl, fmt.Sprintf("%d kill rounds, %d processes killed; bridge action-attempt-failed log lines: %d",
+			rounds, killed, len(r.bridge.logLines("action attempt failed", 100000))))
+		tl.check(t)
+		tl.checkDup(t, rounds*4*100)
+		if killed == 0 {
+			t.Errorf("no action process was killed: the fault did not happen")
 		}
 	})
-	wait()
-	time.Sleep(2 * time.Second) // keep killing a while after the last record
-	rounds := stop()
-	pl.waitDone(idleFault)
-	tl := pl.tally()
-	pl.report("action SIGKILLed at random intervals", tl, fmt.Sprintf("%d kill rounds, %d processes killed; bridge action-attempt-failed log lines: %d",
-		rounds, killed, len(r.bridge.logLines("action attempt failed", 100000))))
-	tl.check(t)
-	tl.checkDup(t, rounds*4*100)
-	if killed == 0 {
-		t.Errorf("no action process was killed: the fault did not happen")
-	}
 }
 
 // TestFaultBridgeKilled SIGKILLs the bridge three times mid-run and restarts it on its port;
 // the action processes it leaves must exit on their own (their stdin closes).
 func TestFaultBridgeKilled(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 4)
-	r := pl.start(0)
-	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
-	var orphans []int
-	for range 3 {
-		time.Sleep(2 * time.Second)
-		orphans = append(orphans, r.bridge.kill()...)
-		pl.startBridge(r)
-	}
-	wait()
-	pl.waitDone(idleFault)
-	tl := pl.tally()
-	left := 0
-	waitUntil(10*time.Second, func() bool {
-		left = 0
-		for _, pid := range orphans {
-			if alive(pid) {
-				left++
-			}
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
+		r := pl.start(0)
+		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+		var orphans []int
+		for range 3 {
+			time.Sleep(2 * time.Second)
+			orphans = append(orphans, r.bridge.kill()...)
+			pl.startBridge(r)
 		}
-		return left == 0
+		wait()
+		pl.waitDone(idleFault)
+		tl := pl.tally()
+		left := 0
+		waitUntil(10*time.Second, func() bool {
+			left = 0
+			for _, pid := range orphans {
+				if alive(pid) {
+					left++
+				}
+			}
+			return left == 0
+		})
+		pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %s",
+			len(orphans), left, cut(logMessage(firstLine(r.sidecar.logLines("stream failed", 1))), 300)))
+		tl.check(t)
+		tl.checkDup(t, 3*4*100)
+		if left != 0 {
+			t.Errorf("%d action processes outlived their SIGKILLed bridge by 10 s", left)
+		}
 	})
-	pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %s",
-		len(orphans), left, cut(logMessage(firstLine(r.sidecar.logLines("stream failed", 1))), 300)))
-	tl.check(t)
-	tl.checkDup(t, 3*4*100)
-	if left != 0 {
-		t.Errorf("%d action processes outlived their SIGKILLed bridge by 10 s", left)
-	}
 }
 
 // TestFaultSidecarKilled SIGKILLs the sidecar mid-run and starts it again (its old group
@@ -128,25 +132,27 @@ func TestFaultBridgeKilled(t *testing.T) {
 // SIGTERMed and started again.
 func TestFaultSidecarKilled(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 4)
-	r := pl.start(0)
-	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
-	time.Sleep(2 * time.Second)
-	r.sidecar.kill()
-	pl.startSidecar(r)
-	if !waitUntil(idleFault, func() bool { return r.sidecar.logHas("partition assigned") }) {
-		t.Fatalf("the restarted sidecar was assigned no partition within %s\n%s", idleFault, pl.logTails(20))
-	}
-	time.Sleep(time.Second)
-	r.sidecar.stop(t, 30*time.Second)
-	pl.startSidecar(r)
-	wait()
-	pl.waitDone(idleFault)
-	tl := pl.tally()
-	pl.report("sidecar SIGKILLed and restarted, then SIGTERMed and restarted", tl, "")
-	tl.check(t)
-	tl.checkDup(t, 2*4*100)
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
+		r := pl.start(0)
+		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+		time.Sleep(2 * time.Second)
+		r.sidecar.kill()
+		pl.startSidecar(r)
+		if !waitUntil(idleFault, func() bool { return r.sidecar.logHas("partition assigned") }) {
+			t.Fatalf("the restarted sidecar was assigned no partition within %s\n%s", idleFault, pl.logTails(20))
+		}
+		time.Sleep(time.Second)
+		r.sidecar.stop(t, 30*time.Second)
+		pl.startSidecar(r)
+		wait()
+		pl.waitDone(idleFault)
+		tl := pl.tally()
+		pl.report("sidecar SIGKILLed and restarted, then SIGTERMed and restarted", tl, "")
+		tl.check(t)
+		tl.checkDup(t, 2*4*100)
+	})
 }
 
 // TestSidecarStopsWhileJoining SIGTERMs a sidecar while it waits to join its group (the
@@ -201,25 +207,27 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 // until it owns partitions, and stops it again.
 func TestFaultRebalance(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 4)
-	r0 := pl.start(0)
-	wait := pl.produceSpread(0, ciN(4000), 10*time.Second)
-	time.Sleep(2 * time.Second)
-	r1 := pl.start(1)
-	if !waitUntil(60*time.Second, func() bool { return r1.sidecar.logHas("partition assigned") }) {
-		t.Fatalf("the second replica was assigned no partition within 60 s\n%s", pl.logTails(20))
-	}
-	time.Sleep(3 * time.Second)
-	r1.sidecar.stop(t, 30*time.Second)
-	r1.bridge.stop(t, 30*time.Second)
-	wait()
-	pl.waitDone(idleFault)
-	tl := pl.tally()
-	pl.report("second replica joins, then leaves (rebalance)", tl, fmt.Sprintf("replica 0 revocations logged: %d, replica 1 assignments: %d",
-		len(r0.sidecar.logLines("partition revoked", 100)), len(r1.sidecar.logLines("partition assigned", 100))))
-	tl.check(t)
-	tl.checkDup(t, 2*4*100)
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
+		r0 := pl.start(0)
+		wait := pl.produceSpread(0, ciN(4000), 10*time.Second)
+		time.Sleep(2 * time.Second)
+		r1 := pl.start(1)
+		if !waitUntil(60*time.Second, func() bool { return r1.sidecar.logHas("partition assigned") }) {
+			t.Fatalf("the second replica was assigned no partition within 60 s\n%s", pl.logTails(20))
+		}
+		time.Sleep(3 * time.Second)
+		r1.sidecar.stop(t, 30*time.Second)
+		r1.bridge.stop(t, 30*time.Second)
+		wait()
+		pl.waitDone(idleFault)
+		tl := pl.tally()
+		pl.report("second replica joins, then leaves (rebalance)", tl, fmt.Sprintf("replica 0 revocations logged: %d, replica 1 assignments: %d",
+			len(r0.sidecar.logLines("partition revoked", 100)), len(r1.sidecar.logLines("partition assigned", 100))))
+		tl.check(t)
+		tl.checkDup(t, 2*4*100)
+	})
 }
 
 // TestFaultProduceRefused makes the broker refuse every write to the outlet (its
@@ -227,32 +235,34 @@ func TestFaultRebalance(t *testing.T) {
 // logged, and progress must resume once the limit is restored.
 func TestFaultProduceRefused(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 2)
-	r := pl.start(0)
-	pl.produce(pl.records(0, 200)...)
-	pl.waitDone(60 * time.Second)
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		pl := newPipeline(t, b, scoreListing(), 2, deliveryEnv(d))
+		r := pl.start(0)
+		pl.produce(pl.records(0, 200)...)
+		pl.waitDone(60 * time.Second)
 
-	setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "16")
-	pl.produce(pl.records(200, ciN(1000))...)
-	if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
-		t.Fatalf("no stall warning within 60 s of the outlet refusing writes\n%s", pl.logTails(20))
-	}
-	n, _ := pl.committedCount()
-	if n != 200 {
-		t.Errorf("committed %d records while the outlet refused writes; want 200 (nothing more)", n)
-	}
-	failure := firstLine(r.sidecar.logLines("stream failed", 1))
-	stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "16")
+		pl.produce(pl.records(200, ciN(1000))...)
+		if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+			t.Fatalf("no stall warning within 60 s of the outlet refusing writes\n%s", pl.logTails(20))
+		}
+		n, _ := pl.committedCount()
+		if n != 200 {
+			t.Errorf("committed %d records while the outlet refused writes; want 200 (nothing more)", n)
+		}
+		failure := firstLine(r.sidecar.logLines("stream failed", 1))
+		stall := firstLine(r.sidecar.logLines("partition stalled", 1))
 
-	setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", strconv.Itoa(16<<20))
-	pl.waitDone(idleFault)
-	tl := pl.tally()
-	pl.report("outlet refuses writes (max.message.bytes 16), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
-	tl.check(t)
-	if failure == "" || stall == "" {
-		t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
-	}
+		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", strconv.Itoa(16<<20))
+		pl.waitDone(idleFault)
+		tl := pl.tally()
+		pl.report("outlet refuses writes (max.message.bytes 16), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
+		tl.check(t)
+		if failure == "" || stall == "" {
+			t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
+		}
+	})
 }
 
 // outletAbsence is how long TestFaultOutletDeleted keeps the outlet topic deleted after the
@@ -354,21 +364,35 @@ func TestFaultOutletRecreated(t *testing.T) {
 }
 
 // TestFaultBrokerRestart restarts the broker mid-run with its data: kfake closed and reopened
-// on its data directory, the real broker with `scripts/kafka restart`. It is the one case not
-// run in parallel, so that on a shared real broker it runs before the others start.
+// on its data directory, the real broker with `scripts/kafka restart`. One pipeline per
+// delivery mode runs through the same restart. It is the one case not run in parallel, so
+// that on a shared real broker it runs before the others start.
 func TestFaultBrokerRestart(t *testing.T) {
 	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 4)
-	r := pl.start(0)
-	wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
+	type run struct {
+		pl   *pipeline
+		r    *replica
+		wait func()
+	}
+	var runs []run
+	for _, d := range deliveries() {
+		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
+		pl.name = t.Name() + "/" + d
+		r := pl.start(0)
+		runs = append(runs, run{pl, r, pl.produceSpread(0, ciN(3000), 8*time.Second)})
+	}
 	time.Sleep(3 * time.Second)
 	b.restart(t, 2*time.Second)
-	wait()
-	pl.waitDone(idleFault)
-	tl := pl.tally()
-	pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(r.sidecar.logLines(`"level":"ERROR"`, 1))), 400))
-	tl.check(t)
-	tl.checkDup(t, 4*100)
+	for _, ru := range runs {
+		ru.wait()
+	}
+	for _, ru := range runs {
+		ru.pl.waitDone(idleFault)
+		tl := ru.pl.tally()
+		ru.pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(ru.r.sidecar.logLines(`"level":"ERROR"`, 1))), 400))
+		tl.check(t)
+		tl.checkDup(t, 4*100)
+	}
 }
 
 func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {

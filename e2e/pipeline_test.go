@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,10 +105,36 @@ type produced struct {
 	offset    int64
 }
 
+// envDelivery, when set to at-least-once or exactly-once, runs the fault cases in that
+// delivery mode only (both by default).
+const envDelivery = "MILLRACE_E2E_DELIVERY"
+
+// deliveries are the sidecar's delivery modes the fault cases run in.
+func deliveries() []string {
+	if d := os.Getenv(envDelivery); d != "" {
+		return []string{d}
+	}
+	return []string{"at-least-once", "exactly-once"}
+}
+
+// eachDelivery runs f once per delivery mode, as parallel subtests named for the mode.
+func eachDelivery(t *testing.T, f func(t *testing.T, delivery string)) {
+	for _, d := range deliveries() {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			f(t, d)
+		})
+	}
+}
+
+// deliveryEnv is the sidecar's variable for delivery mode d.
+func deliveryEnv(d string) string { return "FLOW_DELIVERY=" + d }
+
 // pipeline is one deployed streamlet: its topics, group, descriptor, and its replicas (a
 // bridge and a sidecar each).
 type pipeline struct {
 	t          testing.TB
+	name       string // the case's name in the report; the test's by default
 	b          *broker
 	a          action
 	dir        string
@@ -190,6 +217,9 @@ func (pl *pipeline) startSidecar(r *replica) {
 		"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port),
 		"FLOW_READINESS_FILE=" + filepath.Join(pl.dir, fmt.Sprintf("ready-%d", r.idx)),
 		"FLOW_STALL_WARNING_AFTER=3s",
+		// The replica's pod: a restarted sidecar keeps it, so in exactly-once mode it fences
+		// its predecessor's transactional id.
+		"FLOW_POD_NAME=replica-" + strconv.Itoa(r.idx),
 	}
 	r.sidecarStarts++
 	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), append(env, pl.sidecarEnv...), "sidecar")
@@ -365,6 +395,12 @@ type tally struct {
 	unexpected  int // output records whose id was never produced
 	deadRecords []*kgo.Record
 	outRecords  map[string][]*kgo.Record // by id
+	exactlyOnce bool                     // the sidecars ran with FLOW_DELIVERY=exactly-once
+}
+
+// exactlyOnce reports whether the pipeline's sidecars run in exactly-once mode.
+func (pl *pipeline) exactlyOnce() bool {
+	return slices.Contains(pl.sidecarEnv, deliveryEnv("exactly-once"))
 }
 
 // tally reads every outlet and counts the produced ids.
@@ -373,7 +409,7 @@ func (pl *pipeline) tally() tally {
 	pl.mu.Lock()
 	nProduced := len(pl.produced)
 	pl.mu.Unlock()
-	tl := tally{outRecords: map[string][]*kgo.Record{}}
+	tl := tally{outRecords: map[string][]*kgo.Record{}, exactlyOnce: pl.exactlyOnce()}
 	seen, deadSeen := map[string]int{}, map[string]int{}
 	idOf := pl.a.idOf
 	if idOf == nil {
@@ -433,11 +469,15 @@ func (tl tally) String() string {
 		tl.in, tl.out, tl.dead, tl.uncommitted, tl.lost, tl.dup, tl.unexpected)
 }
 
-// check fails the test when a record was lost or an unexpected one appeared.
+// check fails the test when a record was lost or an unexpected one appeared, and in
+// exactly-once mode when one was duplicated (the outlets are read as read_committed).
 func (tl tally) check(t testing.TB) {
 	t.Helper()
 	if tl.lost != 0 || tl.unexpected != 0 {
 		t.Errorf("tally = %s; want lost 0 and unexpected 0", tl)
+	}
+	if tl.exactlyOnce && tl.dup != 0 {
+		t.Errorf("tally = %s; want duplicated 0 in exactly-once mode", tl)
 	}
 }
 
@@ -453,8 +493,12 @@ func (tl tally) checkDup(t testing.TB, bound int) {
 // report logs the case's row and appends it to the MILLRACE_E2E_REPORT file.
 func (pl *pipeline) report(table string, tl tally, seen string) {
 	pl.t.Helper()
-	pl.t.Logf("%s [%s]: %s; seen: %s", pl.t.Name(), pl.b.Name(), tl, seen)
-	writeReport(table, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s |", pl.t.Name(), pl.b.Name(),
+	name := pl.name
+	if name == "" {
+		name = pl.t.Name()
+	}
+	pl.t.Logf("%s [%s]: %s; seen: %s", name, pl.b.Name(), tl, seen)
+	writeReport(table, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s |", name, pl.b.Name(),
 		tl.in, tl.out, tl.dead, tl.uncommitted, tl.lost, tl.dup, strings.ReplaceAll(cut(seen, 700), "|", `\|`)))
 }
 
