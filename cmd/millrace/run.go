@@ -19,7 +19,7 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--exactly-once]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
@@ -28,6 +28,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	partitions := fs.Int("partitions", 1, "partitions of each topic created")
 	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
+	exactlyOnce := fs.Bool("exactly-once", false, "run the sidecars with FLOW_DELIVERY=exactly-once: each commit round one Kafka transaction")
 	set := keyValues{}
 	fs.Var(set, "set", "KEY=VALUE: a deploy-time config value of the action (repeatable; in a pipeline file, --set goes on the streamlet's line)")
 	pos, err := parseInterleaved(fs, args)
@@ -56,7 +57,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	opts := local.Options{
 		Bare: *bare, Follow: *follow, DataDir: *data, Partitions: *partitions, StallAfter: *stall,
 		Out: e.stdout, Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})),
-		Version: Version(),
+		Version: Version(), ExactlyOnce: *exactlyOnce,
 	}
 	if out.term {
 		opts.Progress = progressWriter{out}

@@ -160,7 +160,9 @@ func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int
 // caughtUp reports whether every streamlet committed everything on its inlets and the printer
 // read everything on the outlets. Commits are read before end offsets: a commit comes after
 // its emits were written, so every emit of a commit seen here is under the end offsets read
-// after it.
+// after it. In exactly-once mode an inlet another streamlet writes ends with a transaction's
+// marker, which no commit covers: there the commit must reach the last record the printer
+// read, and the printer the end.
 func (r *runner) caughtUp(ctx context.Context) (bool, error) {
 	commits := map[*running]map[string]map[int32]int64{}
 	for _, st := range r.streamlets {
@@ -182,12 +184,18 @@ func (r *runner) caughtUp(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, st := range r.streamlets {
 		for _, t := range st.s.Inlets() {
+			_, written := r.outlets[t]
 			for p, end := range ends[t] {
 				c, ok := commits[st][t][p]
 				if !ok || c < 0 {
 					c = 0
+				}
+				if r.opts.ExactlyOnce && written {
+					end = r.data[t][p]
 				}
 				if c < end {
 					return false, nil
@@ -195,8 +203,6 @@ func (r *runner) caughtUp(ctx context.Context) (bool, error) {
 			}
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for t := range r.outlets {
 		for p, end := range ends[t] {
 			if r.pos[t][p] < end {

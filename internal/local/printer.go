@@ -28,7 +28,11 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 	if len(parts) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(parts), kafkaLogger(r.log, "printer"))
+	// read_committed: an aborted write of an exactly-once sidecar is never printed. Control
+	// records are kept to move the position past a transaction's marker (caughtUp compares it
+	// with the end offsets).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(parts), kafkaLogger(r.log, "printer"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	if err != nil {
 		return fmt.Errorf("local: the output consumer: %w", err)
 	}
@@ -44,6 +48,12 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 				return
 			}
 			fetches.EachRecord(func(rec *kgo.Record) {
+				if rec.Attrs.IsControl() {
+					r.mu.Lock()
+					r.pos[rec.Topic][rec.Partition] = rec.Offset + 1
+					r.mu.Unlock()
+					return
+				}
 				who := r.outlets[rec.Topic]
 				line := outputLine(rec, who, several)
 				w.Write(line)
@@ -51,6 +61,7 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 				r.mu.Lock()
 				r.out[who.label(several)]++
 				r.pos[rec.Topic][rec.Partition] = rec.Offset + 1
+				r.data[rec.Topic][rec.Partition] = rec.Offset + 1
 				r.mu.Unlock()
 			})
 			w.Flush()

@@ -43,6 +43,9 @@ type Options struct {
 	Progress   io.Writer     // where a progress line is redrawn every half second (nil: none)
 	StallAfter time.Duration // a batch failing for this long stops the run (default 20s)
 	Version    string        // millrace's version, for discovery
+	// ExactlyOnce runs the sidecars with FLOW_DELIVERY=exactly-once: each commit round is one
+	// Kafka transaction. The printer reads read_committed in either mode.
+	ExactlyOnce bool
 }
 
 // runner is one Run.
@@ -59,6 +62,9 @@ type runner struct {
 	in       int
 	out      map[string]int
 	pos      map[string]map[int32]int64 // printer: next offset per outlet partition
+	// data is the offset after the last record the printer read per outlet partition, control
+	// records (transaction markers) left out: where a downstream group's commit stops.
+	data map[string]map[int32]int64
 	inputErr error
 	inputEOF bool
 
@@ -121,6 +127,10 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	r.pos = ends
+	r.data = map[string]map[int32]int64{}
+	for t := range ends {
+		r.data[t] = map[int32]int64{}
+	}
 
 	runCtx, stopAll := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAll()

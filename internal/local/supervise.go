@@ -79,6 +79,10 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 		DiscoveryBackoff:  sidecar.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
 		FailureBackoff:    sidecar.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
 	}
+	if r.opts.ExactlyOnce {
+		// One sidecar per streamlet here: the group names it, across runs on one --data.
+		cfg.Delivery, cfg.TransactionalID = sidecar.ExactlyOnce, st.group+".local"
+	}
 	for _, p := range s.Action.Inlets {
 		cfg.Inlets = append(cfg.Inlets, sidecar.Inlet{Port: p.Name, Topic: s.Bindings[p.Name], MaxRecords: sidecar.DefaultBatchMaxRecords, MaxBytes: sidecar.DefaultBatchMaxBytes})
 	}
