@@ -177,6 +177,8 @@ func (br *broker) producer(b testing.TB, opts ...kgo.Opt) *kgo.Client {
 // counter consumes a topic from its start (no group) and counts the distinct records it
 // reads: every benchmark value carries its number ("id"), so a record written twice (a
 // redelivery) is counted once, and a run ends only when every record it produced came out.
+// It reads as read_committed: an exactly-once sidecar's emits count once their transaction
+// commits (outside transactions nothing changes).
 type counter struct {
 	cl   *kgo.Client
 	seen int // distinct records
@@ -191,7 +193,7 @@ type counter struct {
 func (br *broker) counter(b testing.TB, topic string) *counter {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(br.Addrs...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250*time.Millisecond), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -328,6 +330,12 @@ type batchLimits struct{ records, bytes int }
 // both when the benchmark ends: the sidecar first, as in a pod.
 func startPipeline(b testing.TB, br *broker, a *bridge.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error) *pipeline {
 	b.Helper()
+	return startPipelineAs(b, br, a, parts, lim, serve, sidecar.AtLeastOnce)
+}
+
+// startPipelineAs is startPipeline with the sidecar in delivery mode d.
+func startPipelineAs(b testing.TB, br *broker, a *bridge.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error, d sidecar.Delivery) *pipeline {
+	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -355,6 +363,7 @@ func startPipeline(b testing.TB, br *broker, a *bridge.Action, parts int, lim ba
 		ConsumerGroup: br.name("group"), ProcessPort: lis.Addr().(*net.TCPAddr).Port, SidecarVersion: version,
 		DiscoveryBackoff: sidecar.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
 		FailureBackoff:   sidecar.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
+		Delivery:         d,
 	}
 	sc, err := sidecar.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
