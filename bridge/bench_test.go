@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -99,7 +100,7 @@ func startProc(b *testing.B, cmd *exec.Cmd, env string) (string, *exec.Cmd) {
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	cmd.Env = append(os.Environ(), env, bridge.EnvPort+"="+port)
+	cmd.Env = append(os.Environ(), env, protocol.EnvProcessPort+"="+port)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

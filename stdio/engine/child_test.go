@@ -175,6 +175,16 @@ func runChild(mode string) int {
 			}
 			fmt.Fprintf(os.Stderr, "grandchild %d\n", gc.Process.Pid)
 			c.echo(m)
+		case "escapee": // a grandchild that leaves the process group, holding stdout and stderr
+			gc := exec.Command(os.Args[0])
+			gc.Env = append(os.Environ(), childEnv+"=sleeper")
+			gc.Stdout, gc.Stderr = os.Stdout, os.Stderr
+			gc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := gc.Start(); err != nil {
+				return 7
+			}
+			fmt.Fprintf(os.Stderr, "grandchild %d\n", gc.Process.Pid)
+			c.echo(m)
 		case "crashonce", "crashloop":
 			if m.Attempt == 1 {
 				fmt.Fprintln(os.Stderr, "crashing on attempt 1")
@@ -188,6 +198,7 @@ func runChild(mode string) int {
 				c.send(stdio.Message{Type: stdio.TypeMetric, Delivery: m.Delivery, Name: "tries", Value: 1})
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "upstream busy", Retryable: true})
 			case `"hang"`:
+				fmt.Fprintln(os.Stderr, "hanging")
 				time.Sleep(time.Hour)
 			case `"fatal"`:
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "bad listing"})
