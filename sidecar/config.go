@@ -56,6 +56,9 @@ type Config struct {
 	StallWarningAfter time.Duration
 	MaxMessageBytes   int
 	ShutdownTimeout   time.Duration
+	// MetricsAddr is where /metrics, /healthz and /readyz are served (FLOW_METRICS_ADDR,
+	// host:port or :port); empty serves nothing.
+	MetricsAddr string
 	// TLS, when non-nil, is used for every broker connection.
 	TLS *tls.Config
 	// SASL, when non-nil, authenticates every broker connection.
@@ -245,6 +248,13 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	}
 	if c.Delivery == ExactlyOnce && c.ConsumerGroup != "" {
 		c.TransactionalID = transactionalID(c.ConsumerGroup, getenv("FLOW_POD_NAME"), hostname(), c.ProcessPort)
+	}
+	if s := strings.TrimSpace(getenv("FLOW_METRICS_ADDR")); s != "" {
+		if _, port, err := net.SplitHostPort(s); err != nil || !validPort(port) {
+			bad("FLOW_METRICS_ADDR=%s is not host:port or :port (e.g. :9101)", s)
+		} else {
+			c.MetricsAddr = s
+		}
 	}
 
 	c.TLS = parseTLS(getenv, readFile, bad)

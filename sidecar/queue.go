@@ -51,11 +51,11 @@ type partition struct {
 	sent       int
 	inflight   *batch // the batch with the process, nil if none
 	paused     bool
-	// fetched is the offset after the last record queued in this assignment: a record below
-	// it was queued (or committed) already and comes again after a pause, or after the
+	// next is the offset after the last record queued in this assignment: a record below it
+	// was queued (or committed) already and comes again after a pause, or after the
 	// exactly-once client rewinds its fetch position to the last commit when a transaction
 	// aborts.
-	fetched int64
+	next int64
 
 	// stall tracking: since when the partition's head batch has been failing, and how often.
 	stallSince time.Time
@@ -63,12 +63,19 @@ type partition struct {
 	warned     bool
 
 	commits int // offset commits made for this partition, for tests
+
+	// The lag: the high watermark last seen (from a fetch or an offset query) and the
+	// committed offset (the next offset the group resumes from), -1 while unknown. fetched
+	// says a fetch has come since the assignment: its first record is at the committed offset.
+	hwm, committed int64
+	fetched        bool
 }
 
 // fetched is what one fetch brought for one partition, copied out of the fetch.
 type fetched struct {
 	topic     string
 	partition int32
+	hwm       int64 // the partition's high watermark, as the broker answered
 	records   []record
 }
 
@@ -90,12 +97,13 @@ func newRecord(r *kgo.Record) record {
 	return record{in: in, leaderEpoch: r.LeaderEpoch, size: proto.Size(in) + 8} // + field tag and length inside the Batch
 }
 
-// enqueue appends a fetched record to its partition's queue. Called with mu held.
-func (s *Sidecar) enqueue(p *partition, r record) {
-	if r.in.Offset < p.fetched {
-		return // already queued or committed: a refetch
+// enqueue appends a fetched record to its partition's queue and reports whether it was new.
+// Called with mu held.
+func (s *Sidecar) enqueue(p *partition, r record) bool {
+	if r.in.Offset < p.next {
+		return false // already queued or committed: a refetch
 	}
-	p.fetched = r.in.Offset + 1
+	p.next = r.in.Offset + 1
 	p.queue = append(p.queue, r)
 	p.queueBytes += int64(r.size)
 	s.stats.BufferedRecords++
@@ -103,6 +111,7 @@ func (s *Sidecar) enqueue(p *partition, r record) {
 	if s.stats.BufferedBytes > s.stats.PeakBufferedBytes {
 		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
 	}
+	return true
 }
 
 // cloneKey copies a key, keeping an absent key absent and an empty key empty.

@@ -24,8 +24,9 @@ func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 				s.order = append(s.order, p)
 			}
 			s.dropHead(p, len(p.queue))
-			p.owned, p.epoch, p.sent, p.paused, p.fetched = true, p.epoch+1, 0, false, 0
+			p.owned, p.epoch, p.sent, p.paused, p.next = true, p.epoch+1, 0, false, 0
 			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
+			p.hwm, p.committed, p.fetched = -1, -1, false
 			s.log.Info("partition assigned", "topic", topic, "partition", n)
 		}
 	}
@@ -54,8 +55,9 @@ func (s *Sidecar) revoked(_ context.Context, cl *kgo.Client, m map[string][]int3
 			if p.paused {
 				resume[topic] = append(resume[topic], n)
 			}
-			p.owned, p.epoch, p.sent, p.paused, p.fetched = false, p.epoch+1, 0, false, 0
+			p.owned, p.epoch, p.sent, p.paused, p.next = false, p.epoch+1, 0, false, 0
 			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
+			p.hwm, p.committed, p.fetched = -1, -1, false
 			s.log.Info("partition revoked", "topic", topic, "partition", n)
 		}
 	}

@@ -119,14 +119,22 @@ func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
 			s.log.Info("a rebalance took partitions of the open transaction: aborted; the batches still owned are written again", "revoked", len(round)-len(kept), "kept", len(kept))
 			continue
 		}
+		began := s.now()
 		ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, commitOnly(round)), kgo.TryCommit)
 		cancel()
+		s.metrics.commit.Observe(s.now().Sub(began).Seconds())
 		if err != nil {
 			return s.txnFailure("cannot commit the transaction", err)
 		}
 		if ok {
 			s.mu.Lock()
 			s.stats.EmitsProduced += emits
+			for _, b := range round {
+				b.p.commits++
+				for _, r := range b.emits {
+					s.metrics.outlet(r.Topic).produced.Inc() // confirmed, and committed
+				}
+			}
 			s.mu.Unlock()
 			s.settle(round)
 			return nil
@@ -134,7 +142,7 @@ func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
 		// Not committed and no error: the group rebalanced (or the broker refused the offsets of
 		// an old generation) since Begin. Try again with what is still owned.
 		if attempt >= txnAttempts {
-			return streamFailed("%w for group %s: %d transactions of one round aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
+			return streamFailed(causeCommit, "%w for group %s: %d transactions of one round aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
 		}
 		s.log.Info("the transaction was aborted: the group rebalanced while it was open; writing the batches still owned again", "attempt", attempt)
 	}
@@ -173,9 +181,11 @@ func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession
 			}
 			wg.Add(1)
 			emits++
+			began := s.now()
 			sess.Produce(ctx, r, func(r *kgo.Record, err error) {
 				defer wg.Done()
 				if err == nil {
+					s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 					return
 				}
 				errMu.Lock()
@@ -250,7 +260,6 @@ func (s *Sidecar) settle(committed []*batch) {
 	resume := map[string][]int32{}
 	s.mu.Lock()
 	for _, b := range committed {
-		b.p.commits++
 		if b.p.epoch != b.epoch {
 			continue
 		}
@@ -258,8 +267,10 @@ func (s *Sidecar) settle(committed []*batch) {
 			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		b.p.committed = b.last.in.GetOffset() + 1
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
+		s.metrics.inlet(b.p.topic).committed.Add(float64(b.n))
 	}
 	s.mu.Unlock()
 	if len(resume) > 0 {
