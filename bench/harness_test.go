@@ -20,13 +20,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
@@ -135,27 +133,17 @@ func parseAction(b testing.TB, line string) *bridge.Action {
 	return a
 }
 
-// broker is an in-process Kafka broker (kfake) with an admin client.
+// broker is an in-process Kafka broker (kfake, whatever MILLRACE_KAFKA_BROKERS says: the
+// figures are of this machine alone) with an admin client.
 type broker struct {
-	addrs []string
-	admin *kgo.Client
-	n     atomic.Int64 // topic and group name counter
+	*testkit.Broker
+	n atomic.Int64 // topic and group name counter
 }
 
 // newBroker starts a one-broker kfake cluster, closed when the benchmark ends.
 func newBroker(b testing.TB) *broker {
 	b.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Close)
-	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(admin.Close)
-	return &broker{addrs: c.ListenAddrs(), admin: admin}
+	return &broker{Broker: testkit.NewBroker(b, testkit.BrokerOptions{KfakeOnly: true})}
 }
 
 // name returns a fresh name starting with prefix.
@@ -167,17 +155,8 @@ func (br *broker) name(prefix string) string {
 func (br *broker) topic(b testing.TB, prefix string, parts int) string {
 	b.Helper()
 	name := br.name(prefix)
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = 10000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, int32(parts), 1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), br.admin)
-	if err != nil {
+	if err := br.CreateTopic(context.Background(), name, int32(parts)); err != nil {
 		b.Fatal(err)
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		b.Fatalf("creating topic %s: %v", name, err)
 	}
 	return name
 }
@@ -186,7 +165,7 @@ func (br *broker) topic(b testing.TB, prefix string, parts int) string {
 // linger: what the benchmarks write goes out at once.
 func (br *broker) producer(b testing.TB, opts ...kgo.Opt) *kgo.Client {
 	b.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(br.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(br.Addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1 << 16)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
@@ -211,7 +190,7 @@ type counter struct {
 
 func (br *broker) counter(b testing.TB, topic string) *counter {
 	b.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addrs...), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(br.Addrs...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250*time.Millisecond))
 	if err != nil {
 		b.Fatal(err)
@@ -370,7 +349,7 @@ func startPipeline(b testing.TB, br *broker, a *bridge.Action, parts int, lim ba
 		lim.bytes = sidecar.DefaultBatchMaxBytes
 	}
 	cfg := &sidecar.Config{
-		Brokers: br.addrs, Pipeline: "bench", Streamlet: a.Name, Deployed: a.Spec(version),
+		Brokers: br.Addrs, Pipeline: "bench", Streamlet: a.Name, Deployed: a.Spec(version),
 		Inlets:        []sidecar.Inlet{{Port: "in", Topic: p.in, MaxRecords: lim.records, MaxBytes: lim.bytes}},
 		Outlets:       []sidecar.Outlet{{Port: "out", Topic: p.out}},
 		ConsumerGroup: br.name("group"), ProcessPort: lis.Addr().(*net.TCPAddr).Port, SidecarVersion: version,

@@ -1,29 +1,19 @@
 package bench_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(envRole); role != "" {
-		os.Exit(runRole(role))
-	}
-	code := m.Run()
-	if bins.dir != "" {
-		os.RemoveAll(bins.dir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
+	testkit.Main(m, runRole, func() {
+		if bins.dir != "" {
+			os.RemoveAll(bins.dir)
 		}
-	}
-	os.Exit(code)
+	})
 }
 
 // TestHelpers checks the figures the benchmarks report are computed right.

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // proc is a process a benchmark started: in its own process group, its output in a log file,
@@ -63,7 +65,7 @@ func startProc(b testing.TB, name string, argv, env []string) *proc {
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "KUBERNETES_") || strings.HasPrefix(kv, "FLOW_") || strings.HasPrefix(kv, "MILLRACE_ACTION=") || strings.HasPrefix(kv, envRole+"=") {
+		if strings.HasPrefix(kv, "KUBERNETES_") || strings.HasPrefix(kv, "FLOW_") || strings.HasPrefix(kv, "MILLRACE_ACTION=") || strings.HasPrefix(kv, testkit.EnvRole+"=") {
 			continue
 		}
 		env = append(env, kv)
@@ -172,7 +174,7 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 	bridgeEnv = append(bridgeEnv, strings.Fields(os.Getenv("BENCH_BRIDGE_ENV"))...) // experiments: GOMAXPROCS=1, GOGC=200
 	p.bridge = startProc(b, "bridge", how.bridge, bridgeEnv)
 	env := []string{
-		"FLOW_BROKERS=" + strings.Join(br.addrs, ","),
+		"FLOW_BROKERS=" + strings.Join(br.Addrs, ","),
 		"FLOW_PIPELINE=bench", "FLOW_STREAMLET=bench",
 		"FLOW_DESCRIPTOR=" + descriptor,
 		"FLOW_INLETS=in=" + p.in, "FLOW_OUTLETS=out=" + p.out,

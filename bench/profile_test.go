@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
 )
@@ -27,7 +28,6 @@ import (
 // event in 20 sampled) to BENCH_ALLOCSPROFILE and the same path ending in .mutex instead of
 // .allocs, when they are set.
 const (
-	envRole    = "BENCH_ROLE"
 	envProfile = "BENCH_CPUPROFILE"
 	envAllocs  = "BENCH_ALLOCSPROFILE"
 	// envMemStats names a file where the role writes "SEQ MALLOCS TOTALALLOC" from
@@ -35,7 +35,7 @@ const (
 	envMemStats = "BENCH_MEMSTATS"
 )
 
-// runRole runs the role named by BENCH_ROLE until SIGTERM and returns the exit code.
+// runRole runs the role named by testkit.EnvRole until SIGTERM and returns the exit code.
 func runRole(role string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -100,7 +100,7 @@ func runRole(role string) int {
 	case "sidecar":
 		err = runSidecarRole(ctx, logger)
 	default:
-		err = fmt.Errorf("%s=%q: want bridge or sidecar", envRole, role)
+		err = fmt.Errorf("%s=%q: want bridge or sidecar", testkit.EnvRole, role)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -147,8 +147,8 @@ func roleProcs(dir, statsDir, tag string) procs {
 	self := []string{os.Args[0], "-test.run=^$", "-test.bench=^$"}
 	return procs{
 		bridge: self, sidecar: self,
-		bridgeEnv:  append([]string{envRole + "=bridge", envMemStats + "=" + filepath.Join(statsDir, tag+".bridge.memstats")}, prof("bridge")...),
-		sidecarEnv: append([]string{envRole + "=sidecar", envMemStats + "=" + filepath.Join(statsDir, tag+".sidecar.memstats")}, prof("sidecar")...),
+		bridgeEnv:  append([]string{testkit.RoleEnv("bridge"), envMemStats + "=" + filepath.Join(statsDir, tag+".bridge.memstats")}, prof("bridge")...),
+		sidecarEnv: append([]string{testkit.RoleEnv("sidecar"), envMemStats + "=" + filepath.Join(statsDir, tag+".sidecar.memstats")}, prof("sidecar")...),
 		descriptor: func(b testing.TB, line, path string) {
 			data, err := protocol.MarshalDescriptor(parseAction(b, line).Spec(version))
 			if err != nil {

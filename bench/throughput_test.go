@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -148,7 +146,7 @@ func BenchmarkBridgeOnly(b *testing.B) {
 
 // fakeSidecar is the client side of a Streamlet.Run conversation, with no Kafka.
 type fakeSidecar struct {
-	stream grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess]
+	stream *testkit.Stream
 	acks   chan uint64 // batch ids, as acknowledged
 	emits  int         // written by the receiver; read after it ends
 	errc   chan error  // the receiver's end
@@ -174,23 +172,18 @@ func benchFakeSidecar(b *testing.B, serve func(context.Context, net.Listener) er
 			b.Errorf("the streamlet process: %v", err)
 		}
 	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testkit.DialProcess(b, lis.Addr().String())
 	streamCtx, cancelStream := context.WithCancel(context.Background())
 	defer cancelStream()
-	stream, err := flowv1.NewStreamletClient(conn).Run(streamCtx)
+	stream, err := conn.Run(streamCtx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	err = stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: &flowv1.Start{
+	err = stream.Start(&flowv1.Start{
 		ConversationId: "bench", Pipeline: "bench", Streamlet: "bench", ConfigJson: "{}",
 		Inlets: []*flowv1.PortBinding{{Port: "in", Topic: "in"}}, Outlets: []*flowv1.PortBinding{{Port: "out", Topic: "out"}},
 		MaxMessageBytes: 4 << 20,
-	}}})
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -217,7 +210,7 @@ func benchFakeSidecar(b *testing.B, serve func(context.Context, net.Listener) er
 		}
 		id++
 		partOf[id] = p
-		if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: &flowv1.Batch{BatchId: id, Inlet: "in", Partition: int32(p), Records: recs}}}); err != nil {
+		if err := stream.Batch(&flowv1.Batch{BatchId: id, Inlet: "in", Partition: int32(p), Records: recs}); err != nil {
 			b.Fatal(err)
 		}
 		sent += k
@@ -256,10 +249,7 @@ func benchFakeSidecar(b *testing.B, serve func(context.Context, net.Listener) er
 		rates = append(rates, float64(n)/time.Since(start).Seconds())
 		cpu += cpuTime() - cpu0
 	}
-	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Stop{Stop: &flowv1.Stop{Reason: "done"}}}); err != nil {
-		b.Fatal(err)
-	}
-	if err := stream.CloseSend(); err != nil {
+	if err := stream.Stop("done"); err != nil {
 		b.Fatal(err)
 	}
 	if err := <-fs.errc; err != nil {

@@ -22,11 +22,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-// envNative turns the test binary into the native Go streamlet of the benchmark: a process
-// serving Streamlet.Run on the port it names, answering every batch in-process, no child.
 const envNative = "BRIDGE_BENCH_NATIVE"
 
 // benchValue is every record's value: the payload of the stdio benchmarks.
@@ -83,7 +83,7 @@ func BenchmarkBridge(b *testing.B) {
 	}
 	for _, p := range partitions {
 		b.Run(fmt.Sprintf("native/p%d", p), func(b *testing.B) {
-			addr, cmd := startProc(b, exec.Command(os.Args[0], "-test.run=^$"), envNative+"=1")
+			addr, cmd := startProc(b, exec.Command(os.Args[0], "-test.run=^$"), testkit.RoleEnv("native"))
 			benchStreamlet(b, addr, cmd, p)
 		})
 	}
@@ -99,7 +99,7 @@ func startProc(b *testing.B, cmd *exec.Cmd, env string) (string, *exec.Cmd) {
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	cmd.Env = append(os.Environ(), env, bridge.EnvPort+"="+port)
+	cmd.Env = append(os.Environ(), env, protocol.EnvProcessPort+"="+port)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -4,13 +4,22 @@
 // protocol) that the standard sidecar drives.
 //
 // The config line is parsed by [ParseLine], [ParseString], [ParseFile] or [FromEnv] into an
-// [Action], whose [Action.Descriptor] and [Action.Spec] are what discovery answers. A [Server]
-// serves one action: each conversation (a Streamlet.Run stream opened with Start) gets a fresh
-// pool of the action's processes; every record of a batch becomes one item; a batch is answered
-// with its records' emits in record order and then Ack, or with Fail.
+// [Action]: the one action config of millrace, with one table of defaults, which `millrace
+// run`, `millrace test`, `describe` and the conformance kit take as well. Its
+// [Action.Descriptor] and [Action.Spec] are what discovery answers. A [Server] serves one
+// action: each conversation (a Streamlet.Run stream opened with Start) gets a fresh pool of the
+// action's processes (package stdio/engine); every record of a batch becomes one item; a batch
+// is answered with its records' emits in record order and then Ack, or with Fail.
+//
+// The files: action.go (the Action, its defaults, descriptor, line and engine config),
+// parse.go (the config line's parser), words.go (its quoting), server.go (the services and
+// the one live conversation), conversation.go (a Start and its batches), records.go (records
+// to items, answers to Emits, dead letters), status.go (stream errors with their chain),
+// metrics.go (Prometheus), run.go (the process: port, listeners). The constants the sidecar
+// shares (port, message limit, stop bound, FLOW_* names) are package protocol's.
 //
 // Where the specs are silent, the bridge decides as the README's "The action config line"
-// section says: the headers of dead letters ([HeaderError] and its siblings), the derivation of
+// section says: the headers of dead letters (millrace-error and its siblings), the derivation of
 // idempotencyKey, the payload of an empty value (null), and base64 siblings for bytes that are
 // not UTF-8.
 package bridge
@@ -18,7 +27,7 @@ package bridge
 import "errors"
 
 var (
-	// ErrConfig matches every mistake in an action config line (a *LineError) from ParseLine,
+	// ErrConfig matches every mistake in an action config line (a *lineError) from ParseLine,
 	// ParseString, ParseFile and FromEnv.
 	ErrConfig = errors.New("bridge: action config")
 	// ErrNoConfig is returned by FromEnv when MILLRACE_ACTION is unset or blank.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -71,7 +72,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		unhealthy:  make(chan error, 1),
 	}
 	if c.maxBytes <= 0 {
-		c.maxBytes = MaxMessageBytes
+		c.maxBytes = protocol.MaxMessageBytes
 	}
 	c.log = s.log.With("pipeline", st.GetPipeline(), "conversation", c.id)
 	if st.GetStreamlet() != "" && st.GetStreamlet() != a.Name {
@@ -107,28 +108,14 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		"inlets":       c.inlets,
 		"outlets":      c.outlets,
 	}
-	timeout := a.Timeout
-	if timeout == 0 {
-		timeout = -1 // none
-	}
-	cfg := engine.Config{
-		Name:          a.Name,
-		Version:       s.opts.Version,
-		Command:       a.Command,
-		Dir:           a.Dir,
-		Env:           s.opts.Env,
-		Concurrency:   a.Concurrency,
-		PerItem:       a.PerItem,
-		ReadyTimeout:  a.ReadyTimeout,
-		ItemTimeout:   timeout,
-		ShutdownGrace: s.opts.ShutdownGrace,
-		Window:        a.Window,
-		Retries:       a.Retries,
-		RetryBackoff:  s.opts.RetryBackoff,
-		Hello:         stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars},
-		Logger:        c.log,
-		Hooks:         s.opts.Metrics.hooks(c.log),
-	}
+	cfg := a.engineConfig()
+	cfg.Version = s.opts.Version
+	cfg.Env = s.opts.Env
+	cfg.ShutdownGrace = s.opts.ShutdownGrace
+	cfg.RetryBackoff = s.opts.RetryBackoff
+	cfg.Hello = stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars}
+	cfg.Logger = c.log
+	cfg.Hooks = s.opts.Metrics.hooks(c.log)
 	logHealth := cfg.Hooks.Health
 	cfg.Hooks.Health = func(err error) {
 		logHealth(err)
@@ -141,7 +128,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	}
 	pool, err := engine.Start(ctx, cfg)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "conversation %s: the action's processes did not start: %v", c.id, err)
+		return nil, rpcErrorf(codes.Unavailable, "conversation %s: the action's processes did not start: %w", c.id, err)
 	}
 	c.pool = pool
 	c.ctx, c.cancel = context.WithCancel(context.Background())

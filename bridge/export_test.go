@@ -1,8 +1,33 @@
 package bridge
 
-import "github.com/ankka-flow/millrace/stdio"
+import (
+	"net/http"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
 
 // RecordActionMetric records one metric line of the action, as the pool's hook does.
 func RecordActionMetric(m *Metrics, name string, value float64, labels map[string]string) {
 	m.action.record(stdio.Metric{Name: name, Value: value, Labels: labels})
 }
+
+// The defaults and names the tests compare with.
+var (
+	DefaultTimeout      = defaults.Timeout
+	DefaultReadyTimeout = defaults.ReadyTimeout
+	DefaultRetries      = defaults.Retries
+)
+
+type LineError = lineError
+
+const (
+	HeaderError           = headerError
+	HeaderAttempts        = headerAttempts
+	HeaderSourceTopic     = headerSourceTopic
+	HeaderSourcePartition = headerSourcePartition
+	HeaderSourceOffset    = headerSourceOffset
+	HeaderAbstainReason   = headerAbstainReason
+)
+
+// MetricsHandler is m's /metrics handler.
+func MetricsHandler(m *Metrics) http.Handler { return m.handler() }

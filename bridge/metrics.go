@@ -18,10 +18,10 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// DefaultMaxActionSeries caps the distinct (name, labels) series of the action's own metric
+// defaultMaxActionSeries caps the distinct (name, labels) series of the action's own metric
 // lines that the bridge exports; lines beyond it are counted in
 // millrace_action_metrics_dropped_total and otherwise ignored.
-const DefaultMaxActionSeries = 1000
+const defaultMaxActionSeries = 1000
 
 // Metrics are the bridge's Prometheus metrics, in a registry of their own. A nil *Metrics
 // records nothing. Its methods are safe for concurrent use.
@@ -38,47 +38,34 @@ type Metrics struct {
 	action        *actionMetrics
 }
 
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help, label string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+}
+
 // NewMetrics returns the bridge's metrics, exporting at most maxSeries series of the action's
-// metric lines (DefaultMaxActionSeries when maxSeries <= 0).
+// metric lines (defaultMaxActionSeries when maxSeries <= 0).
 func NewMetrics(maxSeries int) *Metrics {
 	if maxSeries <= 0 {
-		maxSeries = DefaultMaxActionSeries
+		maxSeries = defaultMaxActionSeries
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		itemsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "millrace_items_total",
-			Help: "Records handled, by final outcome: done, dead_letter, fallback, failed (the batch failed), abandoned (the conversation ended first).",
-		}, []string{"outcome"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_retries_total",
-			Help: "Attempts that failed and were retried.",
-		}),
+		reg:        prometheus.NewRegistry(),
+		itemsTotal: counterVec("millrace_items_total", "Records handled, by final outcome: done, dead_letter, fallback, failed (the batch failed), abandoned (the conversation ended first).", "outcome"),
+		retries:    counter("millrace_retries_total", "Attempts that failed and were retried."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "millrace_item_attempt_seconds",
 			Help:    "Duration of each attempt of an item, from its write to the action's answer, by outcome of the attempt.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"outcome"}),
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "millrace_batches_total",
-			Help: "Batches answered, by answer: ack or fail.",
-		}, []string{"answer"}),
-		starts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_process_starts_total",
-			Help: "Action processes that started and answered ready.",
-		}),
-		crashes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_process_crashes_total",
-			Help: "Action processes that ended other than by a clean shutdown.",
-		}),
-		conversations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_conversations_total",
-			Help: "Conversations started by the sidecar (Start messages taken).",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "millrace_action_metrics_dropped_total",
-			Help: "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name.",
-		}),
+		batches:       counterVec("millrace_batches_total", "Batches answered, by answer: ack or fail.", "answer"),
+		starts:        counter("millrace_process_starts_total", "Action processes that started and answered ready."),
+		crashes:       counter("millrace_process_crashes_total", "Action processes that ended other than by a clean shutdown."),
+		conversations: counter("millrace_conversations_total", "Conversations started by the sidecar (Start messages taken)."),
+		dropped:       counter("millrace_action_metrics_dropped_total", "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name."),
 	}
 	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
 	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.action)
@@ -88,15 +75,15 @@ func NewMetrics(maxSeries int) *Metrics {
 // Registry returns the registry the metrics live in.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler returns the HTTP handler of the metrics in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
+// handler returns the HTTP handler of the metrics in the Prometheus text format.
+func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// Serve serves the metrics at /metrics on lis until ctx ends. It closes lis.
-func (m *Metrics) Serve(ctx context.Context, lis net.Listener) error {
+// serve serves the metrics at /metrics on lis until ctx ends. It closes lis.
+func (m *Metrics) serve(ctx context.Context, lis net.Listener) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
+	mux.Handle("/metrics", m.handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

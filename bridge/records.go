@@ -21,12 +21,12 @@ import (
 // Headers the bridge adds to a record it routes to the --dead-letter or --fallback outlet. The
 // record itself (key, value, headers) is left as it came.
 const (
-	HeaderError           = "millrace-error"            // why the record failed for good
-	HeaderAttempts        = "millrace-attempts"         // attempts made, in decimal
-	HeaderSourceTopic     = "millrace-source-topic"     // where the record was read
-	HeaderSourcePartition = "millrace-source-partition" // in decimal
-	HeaderSourceOffset    = "millrace-source-offset"    // in decimal
-	HeaderAbstainReason   = "millrace-abstain-reason"   // --fallback: the action's reason
+	headerError           = "millrace-error"            // why the record failed for good
+	headerAttempts        = "millrace-attempts"         // attempts made, in decimal
+	headerSourceTopic     = "millrace-source-topic"     // where the record was read
+	headerSourcePartition = "millrace-source-partition" // in decimal
+	headerSourceOffset    = "millrace-source-offset"    // in decimal
+	headerAbstainReason   = "millrace-abstain-reason"   // --fallback: the action's reason
 )
 
 // maxHeaderError caps the error text written in a dead letter's header.
@@ -112,7 +112,7 @@ func bytesOf(text *string, b64, what string) ([]byte, error) {
 	case b64 != "":
 		b, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
-			return nil, fmt.Errorf("%sBase64 is not standard padded base64: %v", what, err)
+			return nil, fmt.Errorf("%sBase64 is not standard padded base64: %w", what, err)
 		}
 		return b, nil
 	}
@@ -149,7 +149,7 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine
 		case engine.Abstained:
 			if a.Fallback != "" {
 				msg, err := c.route(id, a.Fallback, in, b, topic,
-					&flowv1.Header{Key: HeaderAbstainReason, Value: []byte(res.Reason)})
+					&flowv1.Header{Key: headerAbstainReason, Value: []byte(res.Reason)})
 				if err == nil {
 					msgs = append(msgs, msg)
 					m.items("fallback", 1)
@@ -173,14 +173,14 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine
 				errText = errText[:maxHeaderError]
 			}
 			msg, err := c.route(id, a.DeadLetter, in, b, topic,
-				&flowv1.Header{Key: HeaderError, Value: []byte(errText)},
-				&flowv1.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))})
+				&flowv1.Header{Key: headerError, Value: []byte(errText)},
+				&flowv1.Header{Key: headerAttempts, Value: []byte(strconv.Itoa(attempts))})
 			if err == nil {
 				msgs = append(msgs, msg)
 				m.items("dead_letter", 1)
 				continue
 			}
-			cause = fmt.Errorf("%v; and it cannot be dead-lettered: %w", cause, err)
+			cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
 		}
 		m.items("failed", 1)
 		m.items("abandoned", len(results)-i-1)
@@ -225,7 +225,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		rec.Value = e.Payload
 		key, err := bytesOf(e.Key, e.KeyBase64, "key")
 		if err != nil {
-			return nil, fmt.Errorf("emit %d: %v", i+1, err)
+			return nil, fmt.Errorf("emit %d: %w", i+1, err)
 		}
 		if e.Key != nil || e.KeyBase64 != "" {
 			if key == nil {
@@ -236,7 +236,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		for _, h := range e.Headers {
 			v, err := bytesOf(h.Value, h.ValueBase64, "header "+strconv.Quote(h.Key)+" value")
 			if err != nil {
-				return nil, fmt.Errorf("emit %d: %v", i+1, err)
+				return nil, fmt.Errorf("emit %d: %w", i+1, err)
 			}
 			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
 		}
@@ -275,9 +275,9 @@ func (c *conversation) route(id uint64, outlet string, in *flowv1.InputRecord, b
 	rec.Headers = append(rec.Headers, r.GetHeaders()...)
 	rec.Headers = append(rec.Headers, extra...)
 	rec.Headers = append(rec.Headers,
-		&flowv1.Header{Key: HeaderSourceTopic, Value: []byte(topic)},
-		&flowv1.Header{Key: HeaderSourcePartition, Value: []byte(strconv.FormatInt(int64(b.GetPartition()), 10))},
-		&flowv1.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(in.GetOffset(), 10))},
+		&flowv1.Header{Key: headerSourceTopic, Value: []byte(topic)},
+		&flowv1.Header{Key: headerSourcePartition, Value: []byte(strconv.FormatInt(int64(b.GetPartition()), 10))},
+		&flowv1.Header{Key: headerSourceOffset, Value: []byte(strconv.FormatInt(in.GetOffset(), 10))},
 	)
 	msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
 	if n := proto.Size(msg); n >= c.maxBytes {

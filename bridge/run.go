@@ -6,21 +6,20 @@ import (
 	"net"
 	"strconv"
 	"sync"
+
+	"github.com/ankka-flow/millrace/protocol"
 )
 
-// EnvPort is the environment variable that names the port the process listens on.
-const EnvPort = "FLOW_PROCESS_PORT"
-
-// PortFromEnv returns the port in FLOW_PROCESS_PORT, read through getenv, or DefaultPort when
+// PortFromEnv returns the port in FLOW_PROCESS_PORT, read through getenv, or protocol.ProcessPort (9010) when
 // it is unset.
 func PortFromEnv(getenv func(string) string) (int, error) {
-	s := getenv(EnvPort)
+	s := getenv(protocol.EnvProcessPort)
 	if s == "" {
-		return DefaultPort, nil
+		return protocol.ProcessPort, nil
 	}
 	port, err := strconv.Atoi(s)
 	if err != nil || port < 1 || port > 65535 {
-		return 0, fmt.Errorf("bridge: %s=%q is not a port number from 1 to 65535", EnvPort, s)
+		return 0, fmt.Errorf("bridge: %s=%q is not a port number from 1 to 65535", protocol.EnvProcessPort, s)
 	}
 	return port, nil
 }
@@ -54,7 +53,7 @@ func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr
 		if metricsLis != nil {
 			metricsLis.Close()
 		}
-		return fmt.Errorf("bridge: cannot listen on 127.0.0.1:%d: %w; set %s to a free port", port, err, EnvPort)
+		return fmt.Errorf("bridge: cannot listen on 127.0.0.1:%d: %w; set %s to a free port", port, err, protocol.EnvProcessPort)
 	}
 	var wg sync.WaitGroup
 	mctx, stopMetrics := context.WithCancel(context.Background())
@@ -63,7 +62,7 @@ func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := opts.Metrics.Serve(mctx, metricsLis); err != nil {
+			if err := opts.Metrics.serve(mctx, metricsLis); err != nil {
 				s.log.Error("metrics server stopped", "error", err)
 			}
 		}()

@@ -18,20 +18,9 @@ import (
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-// Limits and defaults of the server.
-const (
-	// DefaultPort is the port of FLOW_PROCESS_PORT when it is unset.
-	DefaultPort = 9010
-	// MaxMessageBytes is the protocol's message limit (4 MiB); it is also the emit limit when
-	// Start gives no max_message_bytes.
-	MaxMessageBytes = 4 << 20
-	// grpcMessageLimit is what the server accepts and sends: a 4 MiB message plus room for the
-	// framing of a batch around its records.
-	grpcMessageLimit = MaxMessageBytes + 1<<20
-	// DefaultShutdownTimeout bounds the drain on Shutdown: in-flight batches are answered within
-	// it, then whatever is left is abandoned.
-	DefaultShutdownTimeout = 20 * time.Second
-)
+// grpcMessageLimit is what the server accepts and sends: a message of the protocol's limit plus
+// room for the framing of a batch around its records.
+const grpcMessageLimit = protocol.MaxMessageBytes + 1<<20
 
 // Options configure a [Server].
 type Options struct {
@@ -41,7 +30,7 @@ type Options struct {
 	Metrics *Metrics     // where to record metrics; nil records none
 	Env     []string     // extra environment "K=V" for the action's processes
 
-	// ShutdownTimeout bounds Shutdown's drain (default DefaultShutdownTimeout).
+	// ShutdownTimeout bounds Shutdown's drain (default protocol.StopTimeout).
 	ShutdownTimeout time.Duration
 	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
 	// (default: the stdio pool's).
@@ -65,7 +54,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	current     *conversation
-	terminating chan struct{} // closed by Shutdown
+	terminating chan struct{} // closed by shutdown
 	terminated  bool
 	wg          sync.WaitGroup // receive goroutines of Run
 }
@@ -76,7 +65,7 @@ var (
 )
 
 // NewServer returns a server for opts.Action. It starts nothing: register it on a gRPC server
-// with [Server.Register], or run it with [Server.Serve].
+// run it with [Server.Serve].
 func NewServer(opts Options) (*Server, error) {
 	if opts.Action == nil {
 		return nil, errors.New("bridge: NewServer needs an Action")
@@ -85,7 +74,7 @@ func NewServer(opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
+		opts.ShutdownTimeout = protocol.StopTimeout
 	}
 	s := &Server{
 		opts:        opts,
@@ -106,8 +95,8 @@ func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit)}
 }
 
-// Register registers the Discovery and Streamlet services on gs.
-func (s *Server) Register(gs grpc.ServiceRegistrar) {
+// register registers the Discovery and Streamlet services on gs.
+func (s *Server) register(gs grpc.ServiceRegistrar) {
 	flowv1.RegisterDiscoveryServer(gs, s)
 	flowv1.RegisterStreamletServer(gs, s)
 }
@@ -117,20 +106,20 @@ func (s *Server) Register(gs grpc.ServiceRegistrar) {
 // returns nil. It returns an error only when serving fails. It closes lis.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	gs := grpc.NewServer(GRPCOptions()...)
-	s.Register(gs)
+	s.register(gs)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	s.log.Info("serving", "address", lis.Addr().String(), "protocol", protocol.Version)
 	select {
 	case err := <-served:
-		s.Shutdown(context.Background())
+		s.shutdown(context.Background())
 		return fmt.Errorf("bridge: serving on %s: %w", lis.Addr(), err)
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down: answering in-flight batches", "timeout", s.opts.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
-	s.Shutdown(sctx)
+	s.shutdown(sctx)
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {
@@ -145,11 +134,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// Shutdown ends the live conversation, if any: it answers the batches in flight (those not
+// shutdown ends the live conversation, if any: it answers the batches in flight (those not
 // answered when ctx ends are abandoned and will be redelivered), shuts the processes down and
-// ends the stream with UNAVAILABLE. Batches that arrive meanwhile are not taken. Shutdown may be
+// ends the stream with UNAVAILABLE. Batches that arrive meanwhile are not taken. It may be
 // called more than once; it returns when the conversation is over.
-func (s *Server) Shutdown(ctx context.Context) {
+func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Lock()
 	if !s.terminated {
 		s.terminated = true
@@ -237,10 +226,10 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 		case err := <-unhealthy:
 			// Waiting on a crash-looping action would stall every partition in silence; ending
 			// the conversation makes the sidecar back off and start over, and shows why.
-			return status.Errorf(codes.Unavailable, "conversation %s ended: %v", c.id, err)
+			return rpcErrorf(codes.Unavailable, "conversation %s ended: %w", c.id, err)
 		case <-s.terminating:
 			if c != nil {
-				c.finish(ctx) // Shutdown bounds it
+				c.finish(ctx) // shutdown bounds it
 				c = nil
 			}
 			return status.Error(codes.Unavailable, "the bridge is shutting down; in-flight batches were answered, the rest will be redelivered")
@@ -308,7 +297,7 @@ func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flow
 	}
 	s.mu.Lock()
 	if s.terminated || s.current != nil {
-		// Shutdown or another Start came in while the pool was starting.
+		// shutdown or another Start came in while the pool was starting.
 		s.mu.Unlock()
 		c.void("superseded while starting", false)
 		return nil, status.Error(codes.Aborted, "the conversation was superseded while its processes started")

@@ -70,7 +70,7 @@ func splitLines(s string) ([]logicalLine, error) {
 			}
 		case c == '\\':
 			if i+1 == len(s) {
-				return nil, &LineError{Index: -1, Message: fmt.Sprintf("line %d ends in a lone backslash: write \\\\ for a backslash, or continue the line on the next one", line)}
+				return nil, &lineError{Index: -1, Message: fmt.Sprintf("line %d ends in a lone backslash: write \\\\ for a backslash, or continue the line on the next one", line)}
 			}
 			i++
 			if s[i] == '\n' { // a continued line
@@ -83,7 +83,7 @@ func splitLines(s string) ([]logicalLine, error) {
 			begin()
 			end := strings.IndexByte(s[i+1:], '\'')
 			if end < 0 {
-				return nil, &LineError{Index: -1, Message: fmt.Sprintf("line %d: the quote ' opened there is never closed: add the closing '", line)}
+				return nil, &lineError{Index: -1, Message: fmt.Sprintf("line %d: the quote ' opened there is never closed: add the closing '", line)}
 			}
 			part := s[i+1 : i+1+end]
 			line += strings.Count(part, "\n")
@@ -109,7 +109,7 @@ func splitLines(s string) ([]logicalLine, error) {
 				word.WriteByte(c)
 			}
 			if !closed {
-				return nil, &LineError{Index: -1, Message: fmt.Sprintf("line %d: the quote \" opened there is never closed: add the closing \"", opened)}
+				return nil, &lineError{Index: -1, Message: fmt.Sprintf("line %d: the quote \" opened there is never closed: add the closing \"", opened)}
 			}
 		default:
 			begin()
@@ -136,9 +136,9 @@ func Split(s string) ([]string, error) {
 	return words, nil
 }
 
-// Quote returns word written so that [Split] reads it back as this one word: unchanged when it
+// quote returns word written so that [Split] reads it back as this one word: unchanged when it
 // holds nothing special, else in single quotes (a ' inside written as '\”).
-func Quote(word string) string {
+func quote(word string) string {
 	if word == "" {
 		return "''"
 	}
@@ -159,7 +159,7 @@ func Quote(word string) string {
 func Join(words []string) string {
 	quoted := make([]string, len(words))
 	for i, w := range words {
-		quoted[i] = Quote(w)
+		quoted[i] = quote(w)
 	}
 	return strings.Join(quoted, " ")
 }

@@ -181,7 +181,7 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 			r.sidecar.log, stacksOf(r.sidecar.logText(), "sidecar"))
 	}
 	t.Log("the sidecar", exited)
-	if !b.real {
+	if !b.Real() {
 		// kfake keeps a classic-group member that joined and died before its SyncGroup in the
 		// group for good (its session never expires), so a third sidecar gets only some
 		// partitions there; a real broker expires it after the session timeout, 45 s.
@@ -271,7 +271,7 @@ func TestFaultOutletDeleted(t *testing.T) {
 	pl.waitDone(60 * time.Second)
 
 	out := pl.outTopics["scores"]
-	pl.earlier = map[string][]*kgo.Record{"scores": b.readAll(t, out)}
+	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
 	b.deleteTopic(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
 	if !waitUntil(120*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
@@ -289,8 +289,8 @@ func TestFaultOutletDeleted(t *testing.T) {
 	// refreshes its metadata meanwhile. A real broker deletes a topic in the background:
 	// create it again until it takes.
 	time.Sleep(outletAbsence)
-	if !waitUntil(60*time.Second, func() bool { return b.tryCreateTopic(out, 2) == nil }) {
-		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.tryCreateTopic(out, 2))
+	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
+		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
 	// Healed: the next conversation (at most the 30 s maximum backoff away) must produce.
 	healed := pl.waitCommitted(len(pl.produced), 90*time.Second)
@@ -333,12 +333,12 @@ func TestFaultOutletRecreated(t *testing.T) {
 	pl.waitDone(60 * time.Second)
 
 	out := pl.outTopics["scores"]
-	pl.earlier = map[string][]*kgo.Record{"scores": b.readAll(t, out)}
+	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
 	b.deleteTopic(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
 	time.Sleep(time.Second)
-	if !waitUntil(60*time.Second, func() bool { return b.tryCreateTopic(out, 2) == nil }) {
-		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.tryCreateTopic(out, 2))
+	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
+		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
 	healed := pl.waitCommitted(len(pl.produced), 120*time.Second)
 	after := "progress resumed"
@@ -382,7 +382,7 @@ func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
 	req.Resources = append(req.Resources, rr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := req.RequestWith(ctx, b.admin)
+	resp, err := req.RequestWith(ctx, b.Admin)
 	if err == nil {
 		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
 	}

@@ -86,7 +86,7 @@ func loadOnce(b *testing.B, n int) {
 	for _, name := range []string{"sidecar", "bridge", "action", "broker"} {
 		b.ReportMetric(float64(rss[name])/1024, name+"_peak_MiB")
 	}
-	row := fmt.Sprintf("| %s | %d | %.1f s | %.0f | %.0f | %d MiB | %d MiB | %d MiB | %d MiB | %s |", br.name(), n, total, float64(n)/total, float64(n)/steady,
+	row := fmt.Sprintf("| %s | %d | %.1f s | %.0f | %.0f | %d MiB | %d MiB | %d MiB | %d MiB | %s |", br.Name(), n, total, float64(n)/total, float64(n)/steady,
 		rss["sidecar"]/1024, rss["bridge"]/1024, rss["action"]/1024, rss["broker"]/1024, tl)
 	b.Log(row)
 	writeReport("load", row)
@@ -102,7 +102,7 @@ func produceFast(b *testing.B, pl *pipeline, n int) {
 		var mu sync.Mutex
 		for _, r := range rs {
 			wg.Add(1)
-			pl.b.admin.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+			pl.b.Admin.Produce(context.Background(), r, func(r *kgo.Record, err error) {
 				defer wg.Done()
 				mu.Lock()
 				defer mu.Unlock()
@@ -121,7 +121,7 @@ func produceFast(b *testing.B, pl *pipeline, n int) {
 
 // brokerPID is the broker's process: this one for kfake, scripts/kafka's Java process else.
 func brokerPID(br *broker) int {
-	if !br.real {
+	if !br.Real() {
 		return os.Getpid()
 	}
 	home := os.Getenv("MILLRACE_KAFKA_HOME")

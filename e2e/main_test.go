@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"go.uber.org/goleak"
 )
 
@@ -20,16 +21,12 @@ const (
 	// envRun must be 1 for the suite to run: it builds the binary and starts processes, so a
 	// plain `go test ./...` leaves it out and scripts/e2e (and scripts/test) ask for it.
 	envRun = "MILLRACE_E2E"
-	// envBrokers names a real broker; empty means kfake in the test process.
-	envBrokers = "MILLRACE_KAFKA_BROKERS"
 	// envReport, when set, names a file every case appends its result row to (markdown).
 	envReport = "MILLRACE_E2E_REPORT"
 	// envLoad, when set to a number of records, runs the load benchmark TestLoad.
 	envLoad = "MILLRACE_E2E_LOAD"
 	// envRace=1 builds millrace with -race, so the processes under test check themselves.
 	envRace = "MILLRACE_E2E_RACE"
-	// envChild makes the test binary play a misbehaving action (see runChild).
-	envChild = "MILLRACE_E2E_CHILD"
 )
 
 // bin holds the binaries built once by TestMain.
@@ -41,9 +38,7 @@ var bin struct {
 }
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envChild); mode != "" {
-		os.Exit(runChild(mode))
-	}
+	testkit.Play(runChild) // the test binary plays a misbehaving action (testkit.RoleEnv(mode))
 	if os.Getenv(envRun) != "1" {
 		fmt.Printf("e2e: not run; set %s=1 (or use scripts/e2e) to build millrace and run the end-to-end suite\n", envRun)
 		os.Exit(0)
@@ -93,7 +88,7 @@ func setup() error {
 	return nil
 }
 
-// Child actions, played by this test binary when envChild names a mode. Every mode echoes
+// Child actions, played by this test binary when testkit.EnvRole names a mode. Every mode echoes
 // each item (payload, key or keyBase64, headers) to the single outlet, except that an item
 // whose payload contains "poison":true gets the mode's misbehaviour.
 const (

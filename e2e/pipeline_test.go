@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -63,7 +65,7 @@ func child(mode string, dead bool, flags ...string) action {
 		words = append(words, "--out", "dead=e2e.v1", "--dead-letter", "dead")
 	}
 	a := lineAction("e2e-"+mode, append(words, flags...), bin.self)
-	a.env = []string{envChild + "=" + mode}
+	a.env = []string{testkit.RoleEnv(mode)}
 	if dead {
 		a.dead = "dead"
 	}
@@ -157,7 +159,7 @@ func newPipeline(t testing.TB, b *broker, a action, partitions int32, sidecarEnv
 // start starts replica idx (a bridge, then its sidecar) and returns it.
 func (pl *pipeline) start(idx int) *replica {
 	pl.t.Helper()
-	r := &replica{idx: idx, port: freePort(pl.t)}
+	r := &replica{idx: idx, port: testkit.FreePort(pl.t)}
 	pl.startBridge(r)
 	pl.startSidecar(r)
 	pl.mu.Lock()
@@ -178,7 +180,7 @@ func (pl *pipeline) startSidecar(r *replica) {
 		outs = append(outs, o+"="+pl.outTopics[o])
 	}
 	env := []string{
-		"FLOW_BROKERS=" + strings.Join(pl.b.addrs, ","),
+		"FLOW_BROKERS=" + strings.Join(pl.b.Addrs, ","),
 		"FLOW_PIPELINE=e2e",
 		"FLOW_STREAMLET=" + pl.a.name,
 		"FLOW_DESCRIPTOR=" + pl.descriptor,
@@ -217,7 +219,7 @@ func (pl *pipeline) produce(rs ...*kgo.Record) {
 	for _, r := range rs {
 		r.Topic = pl.inTopic
 	}
-	results := pl.b.admin.ProduceSync(ctx, rs...)
+	results := pl.b.Admin.ProduceSync(ctx, rs...)
 	if err := results.FirstErr(); err != nil {
 		pl.t.Fatalf("produce to the inlet %s: %v", pl.inTopic, err)
 	}
@@ -241,7 +243,7 @@ func (pl *pipeline) produceSpread(first, n int, d time.Duration) (wait func()) {
 		for i := 0; i < n; i += chunk {
 			j := min(i+chunk, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			results := pl.b.admin.ProduceSync(ctx, rs[i:j]...)
+			results := pl.b.Admin.ProduceSync(ctx, rs[i:j]...)
 			cancel()
 			if err := results.FirstErr(); err != nil {
 				failed = fmt.Errorf("produce to the inlet %s: %w", pl.inTopic, err)
@@ -276,7 +278,7 @@ func (pl *pipeline) ends() map[int32]int64 {
 
 // committedCount returns how many produced records lie below the group's commits.
 func (pl *pipeline) committedCount() (int, map[int32]int64) {
-	c, err := pl.b.committed(pl.group, pl.inTopic)
+	c, err := pl.b.Committed(context.Background(), pl.group, pl.inTopic)
 	if err != nil {
 		return -1, nil
 	}
@@ -378,7 +380,7 @@ func (pl *pipeline) tally() tally {
 		idOf = func(r *kgo.Record) string { return string(r.Key) }
 	}
 	for _, o := range pl.a.outs {
-		for _, r := range append(pl.earlier[o], pl.b.readAll(pl.t, pl.outTopics[o])...) {
+		for _, r := range append(pl.earlier[o], pl.b.ReadAll(pl.t, pl.outTopics[o])...) {
 			id := idOf(r)
 			if o == pl.a.dead {
 				deadSeen[id]++
@@ -451,8 +453,8 @@ func (tl tally) checkDup(t testing.TB, bound int) {
 // report logs the case's row and appends it to the MILLRACE_E2E_REPORT file.
 func (pl *pipeline) report(table string, tl tally, seen string) {
 	pl.t.Helper()
-	pl.t.Logf("%s [%s]: %s; seen: %s", pl.t.Name(), pl.b.name(), tl, seen)
-	writeReport(table, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s |", pl.t.Name(), pl.b.name(),
+	pl.t.Logf("%s [%s]: %s; seen: %s", pl.t.Name(), pl.b.Name(), tl, seen)
+	writeReport(table, fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s |", pl.t.Name(), pl.b.Name(),
 		tl.in, tl.out, tl.dead, tl.uncommitted, tl.lost, tl.dup, strings.ReplaceAll(cut(seen, 700), "|", `\|`)))
 }
 
@@ -506,3 +508,5 @@ func ciN(def int) int {
 	}
 	return def
 }
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]+`)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -23,7 +23,7 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Run(fmt.Sprintf("value=%dB", size), func(b *testing.B) {
 			const parts, chunk = 8, 20000
 			k := newBroker(b)
-			in, out := k.topic(b, "in", parts), k.topic(b, "out", parts)
+			in, out := k.Topic(b, "in", parts), k.Topic(b, "out", parts)
 			f := newProcess(b, echo)
 			e := baseEnv(b, k, f, in, out)
 			r := start(b, e.config(b))
@@ -36,7 +36,7 @@ func BenchmarkThroughput(b *testing.B) {
 				for i := range rs {
 					rs[i] = &kgo.Record{Topic: in, Partition: int32(i % parts), Value: value}
 				}
-				k.produce(b, rs...)
+				k.Produce(b, rs...)
 				total += chunk
 				began := time.Now()
 				b.StartTimer()
@@ -69,11 +69,10 @@ func peakRSS(b *testing.B, memLimit string) {
 	const parts, n, size = 32, 200000, 1024
 	for b.Loop() {
 		k := newBroker(b)
-		in, out := k.topic(b, "in", parts), k.topic(b, "out", parts)
+		in, out := k.Topic(b, "in", parts), k.Topic(b, "out", parts)
 		f := newProcess(b, echo)
 		e := baseEnv(b, k, f, in, out)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1")
+		cmd := testkit.Command(context.Background(), roleSidecar, "-test.run=^$")
 		if memLimit != "" {
 			cmd.Env = append(cmd.Env, "GOMEMLIMIT="+memLimit)
 		}
@@ -96,7 +95,7 @@ func peakRSS(b *testing.B, memLimit string) {
 					for j := range rs {
 						rs[j] = &kgo.Record{Topic: in, Partition: int32((i*1000 + j) % parts), Value: randomBytes(size)}
 					}
-					if err := k.admin.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+					if err := k.Admin.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
 						b.Error(err)
 						return
 					}

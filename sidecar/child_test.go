@@ -14,9 +14,18 @@ import (
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
-// childEnv makes the test binary play `millrace sidecar` in a child process, configured by
+// roleSidecar makes the test binary play `millrace sidecar` in a child process, configured by
 // FLOW_* variables, so its memory can be measured apart from the in-process broker.
-const childEnv = "MILLRACE_SIDECAR_TEST_CHILD"
+const roleSidecar = "sidecar"
+
+// play is the role the test binary was started to play.
+func play(role string) int {
+	if role != roleSidecar {
+		fmt.Fprintf(os.Stderr, "sidecar tests: no role %q\n", role)
+		return 2
+	}
+	return runChild()
+}
 
 func runChild() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

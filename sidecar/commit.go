@@ -75,8 +75,8 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 				errMu.Lock()
 				defer errMu.Unlock()
 				if firstErr == nil {
-					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %v: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-						ErrStreamFailed, ErrProduce, b.id, len(r.Value), r.Topic, err)
+					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
+						errStreamFailed, errProduce, b.id, len(r.Value), r.Topic, err)
 				}
 			})
 		}
@@ -110,23 +110,23 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
-	var problems []string
+	var problems commitProblems
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
-			problems = append(problems, err.Error())
+			problems = append(problems, err)
 			return
 		}
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					problems = append(problems, fmt.Sprintf("topic %s partition %d: %v", t.Topic, p.Partition, err))
+					problems = append(problems, fmt.Errorf("topic %s partition %d: %w", t.Topic, p.Partition, err))
 				}
 			}
 		}
 	})
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %w for group %s: %s: the records are delivered again from the last commit",
-			ErrStreamFailed, ErrCommit, s.cfg.ConsumerGroup, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %w for group %s: %w: the records are delivered again from the last commit",
+			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
 	}
 
 	resume := map[string][]int32{}
@@ -148,3 +148,17 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	}
 	return nil
 }
+
+// commitProblems are the errors of one offset commit, written on one line; errors.Is and
+// errors.As see each of them (kerr's codes among them).
+type commitProblems []error
+
+func (ps commitProblems) Error() string {
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (ps commitProblems) Unwrap() []error { return ps }

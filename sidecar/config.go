@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -23,14 +20,14 @@ import (
 
 // Defaults of the deploy configuration; the README's table of FLOW_* variables repeats them.
 const (
-	DefaultProcessPort       = 9010
-	DefaultSidecarPort       = 9011
+	defaultProcessPort       = protocol.ProcessPort
+	defaultSidecarPort       = protocol.SidecarPort
 	DefaultBatchMaxRecords   = 100
 	DefaultBatchMaxBytes     = 1 << 20
-	DefaultMaxMessageBytes   = 4 << 20
+	DefaultMaxMessageBytes   = protocol.MaxMessageBytes
 	DefaultReadinessFile     = "/tmp/flow-sidecar-ready"
-	DefaultStallWarningAfter = 5 * time.Minute
-	DefaultShutdownTimeout   = 20 * time.Second
+	defaultStallWarningAfter = 5 * time.Minute
+	defaultShutdownTimeout   = protocol.StopTimeout
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
@@ -93,20 +90,20 @@ type Backoff struct {
 	Max     time.Duration
 }
 
-// ConfigError lists every problem found in the deploy configuration, one per line.
-type ConfigError struct {
+// configError lists every problem found in the deploy configuration, one per line.
+type configError struct {
 	Problems []string
 }
 
-func (e *ConfigError) Error() string {
+func (e *configError) Error() string {
 	return "sidecar: bad deploy configuration (fix these environment variables):\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+func (e *configError) Is(target error) bool { return target == errConfig }
 
 // ConfigFromEnv reads the deploy configuration from the environment through getenv, reads the
 // deployed descriptor and the TLS files it names, and checks everything: every bad or missing
-// value is listed at once in a *ConfigError (errors.Is(err, ErrConfig)). readFile reads the
+// value is listed at once, one per line, in the error. readFile reads the
 // files named by variables; nil means os.ReadFile.
 func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, error)) (*Config, error) {
 	if readFile == nil {
@@ -214,14 +211,14 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	if c.ConsumerGroup == "" && c.Pipeline != "" && c.Streamlet != "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
-	c.ProcessPort = parsePort(getenv, "FLOW_PROCESS_PORT", DefaultProcessPort, bad)
-	c.SidecarPort = parsePort(getenv, "FLOW_SIDECAR_PORT", DefaultSidecarPort, bad)
+	c.ProcessPort = parsePort(getenv, protocol.EnvProcessPort, defaultProcessPort, bad)
+	c.SidecarPort = parsePort(getenv, protocol.EnvSidecarPort, defaultSidecarPort, bad)
 	c.ReadinessFile = getenv("FLOW_READINESS_FILE")
 	if c.ReadinessFile == "" {
 		c.ReadinessFile = DefaultReadinessFile
 	}
-	c.StallWarningAfter = parseDuration(getenv, "FLOW_STALL_WARNING_AFTER", DefaultStallWarningAfter, bad)
-	c.ShutdownTimeout = parseDuration(getenv, "FLOW_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout, bad)
+	c.StallWarningAfter = parseDuration(getenv, protocol.EnvStallWarningAfter, defaultStallWarningAfter, bad)
+	c.ShutdownTimeout = parseDuration(getenv, "FLOW_SHUTDOWN_TIMEOUT", defaultShutdownTimeout, bad)
 	c.MaxMessageBytes = DefaultMaxMessageBytes
 	if s := getenv("FLOW_MAX_MESSAGE_BYTES"); s != "" {
 		if n, err := parseSize(s); err != nil || n < 2*batchOverhead || n > 1<<31-1 {
@@ -246,7 +243,7 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	c.Events = events
 
 	if len(problems) > 0 {
-		return nil, &ConfigError{Problems: problems}
+		return nil, &configError{Problems: problems}
 	}
 	return c, nil
 }
@@ -361,79 +358,4 @@ func parseSize(s string) (int64, error) {
 		return 0, err
 	}
 	return v.(int64), nil
-}
-
-func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) *tls.Config {
-	on := strings.TrimSpace(getenv("FLOW_KAFKA_TLS"))
-	caFile, certFile, keyFile := getenv("FLOW_KAFKA_TLS_CA_FILE"), getenv("FLOW_KAFKA_TLS_CERT_FILE"), getenv("FLOW_KAFKA_TLS_KEY_FILE")
-	enabled := false
-	if on != "" {
-		b, err := strconv.ParseBool(on)
-		if err != nil {
-			bad("FLOW_KAFKA_TLS=%s is not a boolean (true or false)", on)
-		}
-		enabled = b
-	}
-	if !enabled {
-		if caFile != "" || certFile != "" || keyFile != "" {
-			bad("FLOW_KAFKA_TLS_* files are set but FLOW_KAFKA_TLS is not true: set FLOW_KAFKA_TLS=true or remove them")
-		}
-		return nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := readFile(caFile)
-		if err != nil {
-			bad("FLOW_KAFKA_TLS_CA_FILE=%s cannot be read: %v", caFile, err)
-		} else {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				bad("FLOW_KAFKA_TLS_CA_FILE=%s holds no PEM certificate", caFile)
-			}
-			cfg.RootCAs = pool
-		}
-	}
-	switch {
-	case certFile == "" && keyFile == "":
-	case certFile == "" || keyFile == "":
-		bad("FLOW_KAFKA_TLS_CERT_FILE and FLOW_KAFKA_TLS_KEY_FILE go together: set both for a client certificate, or neither")
-	default:
-		certPEM, err1 := readFile(certFile)
-		keyPEM, err2 := readFile(keyFile)
-		if err := errors.Join(err1, err2); err != nil {
-			bad("the client certificate cannot be read (FLOW_KAFKA_TLS_CERT_FILE=%s, FLOW_KAFKA_TLS_KEY_FILE=%s): %v", certFile, keyFile, err)
-			break
-		}
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			bad("FLOW_KAFKA_TLS_CERT_FILE=%s and FLOW_KAFKA_TLS_KEY_FILE=%s are not a certificate and its key: %v", certFile, keyFile, err)
-			break
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg
-}
-
-func parseSASL(getenv func(string) string, bad func(string, ...any)) sasl.Mechanism {
-	mech := strings.ToUpper(strings.TrimSpace(getenv("FLOW_KAFKA_SASL_MECHANISM")))
-	user, pass := getenv("FLOW_KAFKA_SASL_USERNAME"), getenv("FLOW_KAFKA_SASL_PASSWORD")
-	if mech == "" {
-		if user != "" || pass != "" {
-			bad("FLOW_KAFKA_SASL_USERNAME/PASSWORD are set but FLOW_KAFKA_SASL_MECHANISM is not: set it to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-		}
-		return nil
-	}
-	if user == "" || pass == "" {
-		bad("FLOW_KAFKA_SASL_MECHANISM=%s needs FLOW_KAFKA_SASL_USERNAME and FLOW_KAFKA_SASL_PASSWORD", mech)
-	}
-	switch mech {
-	case "PLAIN":
-		return plain.Auth{User: user, Pass: pass}.AsMechanism()
-	case "SCRAM-SHA-256":
-		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
-	case "SCRAM-SHA-512":
-		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
-	}
-	bad("FLOW_KAFKA_SASL_MECHANISM=%s is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", mech)
-	return nil
 }

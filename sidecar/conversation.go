@@ -2,15 +2,11 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -67,8 +63,10 @@ func (s *Sidecar) failConv(c *conversation, err error) {
 	c.fail(err)
 }
 
+// streamFailed is a failed stream's error: errStreamFailed, then format (where %w keeps the
+// cause in the chain).
 func streamFailed(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrStreamFailed, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: "+format, append([]any{errStreamFailed}, args...)...)
 }
 
 // kickSender wakes the current conversation's sender, if any.
@@ -97,10 +95,10 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	defer cancelStream()
 	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx)
 	if err != nil {
-		return streamFailed("cannot open Run on the process: %v", err)
+		return streamFailed("cannot open Run on the process: %w", err)
 	}
 	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
-		return streamFailed("cannot send Start to the process: %v", err)
+		return streamFailed("cannot send Start to the process: %w", err)
 	}
 	produceCtx, cancelProduce := context.WithCancel(context.Background())
 	defer cancelProduce()
@@ -208,7 +206,7 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 				break
 			}
 			if err := c.stream.Send(msg); err != nil {
-				s.failConv(c, streamFailed("the process is unreachable: sending batch %d: %v", msg.GetBatch().GetBatchId(), err))
+				s.failConv(c, streamFailed("the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
 				return
 			}
 		}
@@ -225,11 +223,11 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			default:
 			}
 			if err := c.stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Stop{Stop: &flowv1.Stop{Reason: "shutdown"}}}); err != nil {
-				s.failConv(c, streamFailed("cannot send Stop to the process: %v", err))
+				s.failConv(c, streamFailed("cannot send Stop to the process: %w", err))
 				return
 			}
 			if err := c.stream.CloseSend(); err != nil {
-				s.failConv(c, streamFailed("cannot half-close the stream: %v", err))
+				s.failConv(c, streamFailed("cannot half-close the stream: %w", err))
 			}
 			return
 		case <-c.kick:
@@ -262,7 +260,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 			}
 			p.attempts++
 			return nil, fmt.Errorf("%w: %w: topic %s partition %d offset %d is %d bytes as a Batch record, over the limit of %d bytes (FLOW_MAX_MESSAGE_BYTES=%d): raise FLOW_MAX_MESSAGE_BYTES, or remove the record from the topic",
-				ErrStreamFailed, ErrRecordTooLarge, p.topic, p.partition, first.in.GetOffset(), first.size, limit, s.cfg.MaxMessageBytes)
+				errStreamFailed, errRecordTooLarge, p.topic, p.partition, first.in.GetOffset(), first.size, limit, s.cfg.MaxMessageBytes)
 		}
 		n, bytes := 0, 0
 		for _, r := range recs {
@@ -285,141 +283,4 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		return &flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: msg}}, nil
 	}
 	return nil, nil
-}
-
-// receive reads the process's messages until the stream ends, keeping the rules: emits only
-// for batches in flight and declared outlets, exactly one Ack or Fail per batch, nothing empty.
-func (s *Sidecar) receive(c *conversation) {
-	for {
-		msg, err := c.stream.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				s.mu.Lock()
-				if !c.stopping {
-					c.fail(streamFailed("the process closed its side of the stream without being asked (no Stop was sent)"))
-				}
-				s.mu.Unlock()
-				return
-			}
-			s.failConv(c, s.recvFailure(err))
-			return
-		}
-		s.mu.Lock()
-		err = s.handle(c, msg)
-		if err != nil {
-			c.fail(err)
-		}
-		s.mu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
-// handle applies one message of the process. Called with mu held.
-func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
-	switch m := msg.GetMessage().(type) {
-	case *flowv1.FromProcess_Emit:
-		e := m.Emit
-		b, err := c.lookup(e.GetBatchId(), "an Emit")
-		if err != nil {
-			return err
-		}
-		if b.revoked {
-			return nil // a rebalance discards; the process could not have known
-		}
-		topic, ok := c.outlets[e.GetOutlet()]
-		if !ok {
-			return streamFailed("an Emit for batch %d names outlet %q, which Start does not bind (outlets: %s)", e.GetBatchId(), e.GetOutlet(), portNames(c.start.GetOutlets()))
-		}
-		if e.GetRecord() == nil {
-			return streamFailed("an Emit for batch %d to outlet %q carries no record", e.GetBatchId(), e.GetOutlet())
-		}
-		r := &kgo.Record{Topic: topic, Key: e.GetRecord().Key, Value: e.GetRecord().GetValue()}
-		if r.Value == nil {
-			r.Value = []byte{}
-		}
-		for _, h := range e.GetRecord().GetHeaders() {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.GetKey(), Value: h.GetValue()})
-		}
-		b.emits = append(b.emits, r)
-	case *flowv1.FromProcess_Ack:
-		b, err := c.lookup(m.Ack.GetBatchId(), "an Ack")
-		if err != nil {
-			return err
-		}
-		s.answered(c, b)
-		if b.revoked || b.p.epoch != b.epoch {
-			return nil
-		}
-		c.acked = append(c.acked, b)
-		select {
-		case c.commitKick <- struct{}{}:
-		default:
-		}
-	case *flowv1.FromProcess_Fail:
-		b, err := c.lookup(m.Fail.GetBatchId(), "a Fail")
-		if err != nil {
-			return err
-		}
-		if b.revoked {
-			s.answered(c, b)
-			s.log.Info("the process failed a batch of a revoked partition; dropped", "batch", b.id, "topic", b.p.topic, "partition", b.p.partition, "error", m.Fail.GetError().GetMessage())
-			return nil
-		}
-		return streamFailed("the process failed batch %d (topic %s partition %d offsets %d-%d): %s",
-			b.id, b.p.topic, b.p.partition, b.last.in.GetOffset()-int64(b.n-1), b.last.in.GetOffset(), m.Fail.GetError().GetMessage())
-	default:
-		return streamFailed("the process sent an empty message (no Emit, Ack or Fail)")
-	}
-	return nil
-}
-
-// answered removes b from the batches in flight and frees its partition for the next batch.
-// Called with mu held.
-func (s *Sidecar) answered(c *conversation, b *batch) {
-	delete(c.batches, b.id)
-	if b.p.inflight == b {
-		b.p.inflight = nil
-	}
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
-
-// lookup returns the batch in flight with id, or the error naming why it is not.
-func (c *conversation) lookup(id uint64, what string) (*batch, error) {
-	if b, ok := c.batches[id]; ok {
-		return b, nil
-	}
-	if id == 0 || id > c.lastID {
-		return nil, streamFailed("%s for batch %d, which was never sent (the last batch sent is %d)", what, id, c.lastID)
-	}
-	return nil, streamFailed("%s for batch %d, which is no longer in flight: it was already acknowledged or failed (an emit after its batch's ack fails the stream)", what, id)
-}
-
-func portNames(ps []*flowv1.PortBinding) string {
-	s := ""
-	for i, p := range ps {
-		if i > 0 {
-			s += ", "
-		}
-		s += p.GetPort()
-	}
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-// recvFailure names why reading the process's stream failed.
-func (s *Sidecar) recvFailure(err error) error {
-	switch status.Code(err) {
-	case codes.ResourceExhausted:
-		return streamFailed("the process sent a message over the message limit of %d bytes (Start.max_message_bytes, FLOW_MAX_MESSAGE_BYTES): %v", s.cfg.MaxMessageBytes, err)
-	case codes.Internal:
-		return streamFailed("the process sent a message the sidecar cannot parse, or the stream broke: %v", err)
-	}
-	return streamFailed("the process closed the stream or became unreachable: %v", err)
 }

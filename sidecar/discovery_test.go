@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
@@ -16,7 +17,7 @@ import (
 
 // noBroker stands for Kafka in tests that never reach it: the sidecar joins no group before
 // discovery succeeds.
-var noBroker = &broker{addrs: []string{"127.0.0.1:9"}}
+var noBroker = &testkit.Broker{Addrs: []string{"127.0.0.1:9"}}
 
 func TestDiscoveryRefusals(t *testing.T) {
 	for _, tc := range []struct {
@@ -96,7 +97,7 @@ func TestDiscoveryRefusals(t *testing.T) {
 // until it answers, and the sidecar is not ready until then.
 func TestDiscoveryRetries(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
 	f.stop()
 	e := baseEnv(t, b, f, in, out)
@@ -115,7 +116,7 @@ func TestDiscoveryRetries(t *testing.T) {
 // next conversation, and removed at shutdown.
 func TestReadinessFileLife(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, nil)
 	e := baseEnv(t, b, f, in, out)
 	ready := e["FLOW_READINESS_FILE"]
@@ -138,7 +139,7 @@ func TestReadinessFileLife(t *testing.T) {
 	}
 	<-f.startCh
 	waitFor(t, "the readiness file after Start", func() bool { return sidecar.Ready(ready) })
-	b.produce(t, records(in, 1, 1)...)
+	b.Produce(t, records(in, 1, 1)...)
 	close(failNow)
 	if <-discovered {
 		t.Errorf("the readiness file survived a stream failure")

@@ -22,3 +22,19 @@ func Owned(s *Sidecar, topic string) []int32 {
 	}
 	return out
 }
+
+// Stats are the sidecar's counters.
+type Stats = stats
+
+// Stats returns a snapshot of the counters.
+func (s *Sidecar) Stats() Stats { return s.snapshot() }
+
+// Names the tests match that no caller outside the package needs.
+const ReasonPartitionStalled = reasonPartitionStalled
+
+var (
+	ErrConfig  = errConfig
+	ErrProduce = errProduce
+)
+
+type ConfigError = configError

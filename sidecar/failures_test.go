@@ -92,9 +92,9 @@ func TestStreamFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBroker(t)
-			in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 			const n = 20
-			b.produce(t, records(in, 1, n)...)
+			b.Produce(t, records(in, 1, n)...)
 			f := newProcess(t, nil)
 			redelivered := int64(-1)
 			f.onBatch = func(c *call) error {
@@ -150,7 +150,7 @@ func TestStreamFailures(t *testing.T) {
 			if first != 0 {
 				t.Errorf("the second conversation's first batch starts at offset %d; want 0 (the last commit)", first)
 			}
-			got := b.readAll(t, out, n)
+			got := b.ReadN(t, out, n, waitTimeout)
 			seen := map[string]bool{}
 			for _, o := range got {
 				for _, h := range o.Headers {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -12,12 +13,12 @@ import (
 // TestStallOnProduceFailure: an outlet that keeps refusing writes stalls the partitions of
 // its acknowledged batches, and the stall is warned about.
 func TestStallOnProduceFailure(t *testing.T) {
-	t.Setenv("MILLRACE_KAFKA_BROKERS", "") // the fault needs kfake
+	t.Setenv(testkit.EnvBrokers, "") // the fault needs kfake
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
-	h := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: out, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
+	h := b.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: out, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	defer h.Remove()
-	b.produce(t, records(in, 1, 3)...)
+	b.Produce(t, records(in, 1, 3)...)
 	f := newProcess(t, echo)
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
@@ -43,12 +44,12 @@ func TestBrokerRefusals(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("MILLRACE_KAFKA_BROKERS", "") // the fault needs kfake
+			t.Setenv(testkit.EnvBrokers, "") // the fault needs kfake
 			b := newBroker(t)
-			in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
-			h := b.cluster.Fault(tc.fault(in, out))
+			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
+			h := b.Cluster.Fault(tc.fault(in, out))
 			defer h.Remove()
-			b.produce(t, records(in, 1, 10)...)
+			b.Produce(t, records(in, 1, 10)...)
 			f := newProcess(t, echo)
 			e := baseEnv(t, b, f, in, out)
 			r := start(t, e.config(t))

@@ -7,22 +7,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
@@ -32,153 +28,22 @@ import (
 // failure message, not a timing assertion.
 const waitTimeout = 60 * time.Second
 
-// broker is the Kafka the tests run against: kfake in-process, or the real broker named by
-// MILLRACE_KAFKA_BROKERS.
-type broker struct {
-	addrs   []string
-	cluster *kfake.Cluster // nil on a real broker
-	admin   *kgo.Client
-}
-
-func newBroker(t testing.TB) *broker {
+// newBroker is the Kafka the tests run against (kfake, or the real broker named by
+// MILLRACE_KAFKA_BROKERS); its admin client produces to the partition each record names.
+func newBroker(t testing.TB) *testkit.Broker {
 	t.Helper()
-	b := &broker{}
-	if seeds := os.Getenv("MILLRACE_KAFKA_BROKERS"); seeds != "" {
-		b.addrs = strings.Split(seeds, ",")
-	} else {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatalf("kfake.NewCluster: %v", err)
-		}
-		t.Cleanup(c.Close)
-		b.cluster = c
-		b.addrs = c.ListenAddrs()
-	}
-	admin, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.DefaultProduceTopic(""), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatalf("kgo.NewClient: %v", err)
-	}
-	t.Cleanup(admin.Close)
-	b.admin = admin
-	return b
-}
-
-var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
-
-// topic creates a topic with a name unique to the test and returns the name.
-func (b *broker) topic(t testing.TB, what string, partitions int32) string {
-	t.Helper()
-	name := fmt.Sprintf("%s-%s-%d", strings.ToLower(unsafeChars.ReplaceAllString(t.Name(), "-")), what, rand.IntN(1e9))
-	if len(name) > 200 {
-		name = name[len(name)-200:]
-	}
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 10000
-	resp, err := req.RequestWith(context.Background(), b.admin)
-	if err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-	return name
-}
-
-// produce writes records to their partitions (Record.Partition) and waits for all.
-func (b *broker) produce(t testing.TB, rs ...*kgo.Record) {
-	t.Helper()
-	if err := b.admin.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
+	return testkit.NewBroker(t, testkit.BrokerOptions{Client: []kgo.Opt{
+		kgo.DefaultProduceTopic(""), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}})
 }
 
 // committed returns the group's committed offsets of topic, by partition.
-func (b *broker) committed(t testing.TB, group, topic string) map[int32]int64 {
+func committed(t testing.TB, b *testkit.Broker, group, topic string) map[int32]int64 {
 	t.Helper()
-	req := kmsg.NewPtrOffsetFetchRequest()
-	rg := kmsg.NewOffsetFetchRequestGroup()
-	rg.Group = group
-	req.Groups = append(req.Groups, rg)
-	resp, err := req.RequestWith(context.Background(), b.admin)
+	out, err := b.Committed(context.Background(), group, topic)
 	if err != nil {
-		t.Fatalf("offset fetch: %v", err)
-	}
-	out := map[int32]int64{}
-	for _, g := range resp.Groups {
-		if err := kerr.ErrorForCode(g.ErrorCode); err == kerr.GroupIDNotFound {
-			return out
-		} else if err != nil {
-			t.Fatalf("offset fetch of group %s: %v", group, err)
-		}
-		for _, tt := range g.Topics {
-			if tt.Topic != topic {
-				continue
-			}
-			for _, p := range tt.Partitions {
-				if p.Offset >= 0 {
-					out[p.Partition] = p.Offset
-				}
-			}
-		}
+		t.Fatal(err)
 	}
 	return out
-}
-
-// readAll reads every record of topic from the start, until n are read.
-func (b *broker) readAll(t testing.TB, topic string, n int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < n {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: got %d records, want %d", topic, len(out), n)
-		}
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
-}
-
-// count returns how many records topic holds now.
-func (b *broker) count(t testing.TB, topic string) int64 {
-	t.Helper()
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	md := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	md.Topics = append(md.Topics, mt)
-	mresp, err := md.RequestWith(context.Background(), b.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range mresp.Topics[0].Partitions {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = p.Partition, -1
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), b.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, tt := range resp.Topics {
-		for _, p := range tt.Partitions {
-			n += p.Offset
-		}
-	}
-	return n
 }
 
 // waitFor polls cond until it holds, failing the test with what after waitTimeout. It is for
@@ -447,9 +312,9 @@ func (f *fakeProcess) conversations() int {
 // env is a deploy environment for the sidecar; tests change entries before calling config.
 type env map[string]string
 
-func baseEnv(t testing.TB, b *broker, f *fakeProcess, in, out string) env {
+func baseEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out string) env {
 	return env{
-		"FLOW_BROKERS":        strings.Join(b.addrs, ","),
+		"FLOW_BROKERS":        strings.Join(b.Addrs, ","),
 		"FLOW_PIPELINE":       "shop",
 		"FLOW_STREAMLET":      "upper",
 		"FLOW_DESCRIPTOR":     writeDescriptor(t, testSpec()),
@@ -482,37 +347,22 @@ type running struct {
 	sc     *sidecar.Sidecar
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
-}
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testkit.SyncBuffer
+	// records are the same logs as typed records, for errors.Is on a logged error
+	records *testkit.Logs
 }
 
 func start(t testing.TB, cfg *sidecar.Config) *running {
 	t.Helper()
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &testkit.SyncBuffer{}
+	records := testkit.NewLogs(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := slog.New(records)
 	sc, err := sidecar.New(cfg, logger)
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{sc: sc, cancel: cancel, done: make(chan error, 1), logs: logs}
+	r := &running{sc: sc, cancel: cancel, done: make(chan error, 1), logs: logs, records: records}
 	go func() { r.done <- sc.Run(ctx) }()
 	t.Cleanup(func() {
 		r.stop(t)
@@ -555,8 +405,8 @@ func records(topic string, partitions int32, n int) []*kgo.Record {
 }
 
 // allCommitted reports whether the group has committed every partition of topic to want.
-func allCommitted(t testing.TB, b *broker, group, topic string, want map[int32]int64) bool {
-	got := b.committed(t, group, topic)
+func allCommitted(t testing.TB, b *testkit.Broker, group, topic string, want map[int32]int64) bool {
+	got := committed(t, b, group, topic)
 	for p, o := range want {
 		if got[p] != o {
 			return false
@@ -589,34 +439,19 @@ func atoi(s string) int {
 	return n
 }
 
-// deleteTopic deletes topic and waits until the broker no longer knows it.
-func (b *broker) deleteTopic(t testing.TB, topic string) {
+// deleteTopic deletes topic.
+func deleteTopic(t testing.TB, b *testkit.Broker, topic string) {
 	t.Helper()
-	req := kmsg.NewPtrDeleteTopicsRequest()
-	rt := kmsg.NewDeleteTopicsRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	req.TopicNames = append(req.TopicNames, topic)
-	req.TimeoutMillis = 10000
-	resp, err := req.RequestWith(context.Background(), b.admin)
-	if err != nil {
-		t.Fatalf("delete topic %s: %v", topic, err)
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		t.Fatalf("delete topic %s: %v", topic, err)
+	if err := b.DeleteTopic(context.Background(), topic); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// createTopicNamed creates topic with the given name.
-func (b *broker) createTopicNamed(t testing.TB, name string, partitions int32) {
+// createTopicNamed creates topic with the given name, retrying while the broker still deletes
+// it.
+func createTopicNamed(t testing.TB, b *testkit.Broker, name string, partitions int32) {
 	t.Helper()
 	waitFor(t, "topic "+name+" created again", func() bool {
-		req := kmsg.NewPtrCreateTopicsRequest()
-		rt := kmsg.NewCreateTopicsRequestTopic()
-		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
-		req.Topics = append(req.Topics, rt)
-		req.TimeoutMillis = 10000
-		resp, err := req.RequestWith(context.Background(), b.admin)
-		return err == nil && kerr.ErrorForCode(resp.Topics[0].ErrorCode) == nil
+		return b.CreateTopic(context.Background(), name, partitions) == nil
 	})
 }

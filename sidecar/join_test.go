@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -11,16 +12,16 @@ import (
 // the group waits out a dead member's session): Run still returns, the leave bounded, well
 // within a pod's grace period. It needs the in-process broker to hold the join.
 func TestStopWhileJoining(t *testing.T) {
-	t.Setenv("MILLRACE_KAFKA_BROKERS", "") // holding a request needs kfake
+	t.Setenv(testkit.EnvBrokers, "") // holding a request needs kfake
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	release := make(chan struct{})
 	defer close(release)
 	joins := make(chan struct{}, 100)
-	b.cluster.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
-		b.cluster.KeepControl()
+	b.Cluster.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster.KeepControl()
 		joins <- struct{}{}
-		b.cluster.SleepControl(func() { <-release })
+		b.Cluster.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
 	f := newProcess(t, echo)

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,17 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
-
-	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-)
-
-// Fetch buffering per partition: fetching pauses when a partition holds this many batches'
-// worth of uncommitted records (by bytes or by count) and resumes when it is back under the
-// low water mark, early enough that the next fetch arrives before the queue runs dry.
-const (
-	highWaterBatches = 4
-	lowWaterBatches  = 2
+	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // fetchMaxWait bounds a fetch's long poll. A resumed partition waits for the fetch in flight
@@ -28,47 +17,6 @@ const fetchMaxWait = 200 * time.Millisecond
 
 // produceTimeout bounds how long an emit may wait to be written (delivery.timeout.ms).
 const produceTimeout = 60 * time.Second
-
-// tp is a topic partition.
-type tp struct {
-	topic     string
-	partition int32
-}
-
-func (t tp) String() string { return fmt.Sprintf("%s/%d", t.topic, t.partition) }
-
-// record is one fetched input record, ready to go into a Batch.
-type record struct {
-	in          *flowv1.InputRecord
-	leaderEpoch int32
-	size        int // proto size of in, with its framing inside a Batch
-}
-
-// partition is the sidecar's state of one inlet partition. It survives revocation and
-// reassignment, so a batch still with the process keeps its partition busy. Guarded by
-// Sidecar.mu; owned and epoch are changed only holding commitMu too.
-type partition struct {
-	tp
-	inlet *Inlet
-	owned bool
-	// epoch changes at every assignment and revocation; a batch remembers the epoch it was
-	// sent in, and is committed only if it still matches.
-	epoch uint64
-	// queue holds the fetched records not yet committed, in offset order; queue[:sent] went to
-	// the process in the current conversation (acknowledged or in flight).
-	queue      []record
-	queueBytes int64
-	sent       int
-	inflight   *batch // the batch with the process, nil if none
-	paused     bool
-
-	// stall tracking: since when the partition's head batch has been failing, and how often.
-	stallSince time.Time
-	attempts   int
-	warned     bool
-
-	commits int // offset commits made for this partition, for tests
-}
 
 // kafka is the Kafka client and the goroutine that polls it.
 type kafka struct {
@@ -147,7 +95,7 @@ func (s *Sidecar) connOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID("millrace-sidecar"),
-		kgo.WithLogger(kgoLogger{s.log.With("component", "kafka")}),
+		kafkaLogger(s.log.With("component", "kafka")),
 	}
 	if s.cfg.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(s.cfg.TLS))
@@ -263,164 +211,31 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
-// fetched is what one fetch brought for one partition, copied out of the fetch.
-type fetched struct {
-	topic     string
-	partition int32
-	records   []record
+// kafkaLogger is the option that routes franz-go's logs to log through kslog: at debug when
+// log is at debug, else at warn and above (at info franz-go logs every connection and metadata
+// refresh, which would drown the sidecar's own logs).
+func kafkaLogger(log *slog.Logger) kgo.Opt {
+	min := slog.LevelWarn
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		min = slog.LevelDebug
+	}
+	return kgo.WithLogger(kslog.New(slog.New(minLevel{log.Handler(), min})))
 }
 
-// newRecord copies a fetched record out of the fetch buffer: a record slicing into it would
-// pin the whole fetch response for as long as the record waits, and the buffer bound would
-// be a fiction.
-func newRecord(r *kgo.Record) record {
-	in := &flowv1.InputRecord{
-		Offset:      r.Offset,
-		TimestampMs: r.Timestamp.UnixMilli(),
-		Record:      &flowv1.Record{Key: cloneKey(r.Key), Value: bytes.Clone(r.Value)},
-	}
-	if in.Record.Value == nil {
-		in.Record.Value = []byte{}
-	}
-	for _, h := range r.Headers {
-		in.Record.Headers = append(in.Record.Headers, &flowv1.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
-	}
-	return record{in: in, leaderEpoch: r.LeaderEpoch, size: proto.Size(in) + 8} // + field tag and length inside the Batch
+// minLevel passes on the records of h at min and above.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
 }
 
-// enqueue appends a fetched record to its partition's queue. Called with mu held.
-func (s *Sidecar) enqueue(p *partition, r record) {
-	if n := len(p.queue); n > 0 && r.in.Offset <= p.queue[n-1].in.Offset {
-		return // already queued: a refetch after a pause
-	}
-	p.queue = append(p.queue, r)
-	p.queueBytes += int64(r.size)
-	s.stats.BufferedRecords++
-	s.stats.BufferedBytes += int64(r.size)
-	if s.stats.BufferedBytes > s.stats.PeakBufferedBytes {
-		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
-	}
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
 }
 
-// cloneKey copies a key, keeping an absent key absent and an empty key empty.
-func cloneKey(k []byte) []byte {
-	if k == nil {
-		return nil
-	}
-	return append([]byte{}, k...)
+func (m minLevel) Handle(ctx context.Context, rec slog.Record) error { return m.h.Handle(ctx, rec) }
+
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{m.h.WithAttrs(as), m.min}
 }
 
-func (p *partition) aboveHighWater() bool {
-	return len(p.queue) >= highWaterBatches*p.inlet.MaxRecords || p.queueBytes >= int64(highWaterBatches*p.inlet.MaxBytes)
-}
-
-func (p *partition) belowLowWater() bool {
-	return len(p.queue) <= lowWaterBatches*p.inlet.MaxRecords && p.queueBytes <= int64(lowWaterBatches*p.inlet.MaxBytes)
-}
-
-// dropHead removes the first n records of the queue (committed, or discarded). Called with mu
-// held; returns whether the partition should resume fetching.
-func (s *Sidecar) dropHead(p *partition, n int) (resume bool) {
-	var bytes int64
-	for _, r := range p.queue[:n] {
-		bytes += int64(r.size)
-	}
-	clear(p.queue[:n])
-	p.queue = p.queue[n:]
-	if len(p.queue) == 0 {
-		p.queue = nil
-	}
-	p.queueBytes -= bytes
-	p.sent -= n
-	if p.sent < 0 {
-		p.sent = 0
-	}
-	s.stats.BufferedRecords -= n
-	s.stats.BufferedBytes -= bytes
-	if p.paused && p.belowLowWater() {
-		p.paused = false
-		return true
-	}
-	return false
-}
-
-// assigned takes ownership of newly assigned partitions; fetching starts at their last
-// committed offsets.
-func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for topic, ps := range m {
-		for _, n := range ps {
-			key := tp{topic, n}
-			p := s.parts[key]
-			if p == nil {
-				p = &partition{tp: key, inlet: s.inlets[topic]}
-				s.parts[key] = p
-				s.order = append(s.order, p)
-			}
-			s.dropHead(p, len(p.queue))
-			p.owned, p.epoch, p.sent, p.paused = true, p.epoch+1, 0, false
-			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
-			s.log.Info("partition assigned", "topic", topic, "partition", n)
-		}
-	}
-	s.kickSenderLocked()
-}
-
-// revoked gives up revoked or lost partitions: a rebalance discards. A batch still with the
-// process is marked revoked (its emits and Ack dropped silently), queued records are dropped
-// for the new owner to read again, and since this holds commitMu, no commit for these
-// partitions is in progress or can start.
-func (s *Sidecar) revoked(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	s.mu.Lock()
-	resume := map[string][]int32{}
-	for topic, ps := range m {
-		for _, n := range ps {
-			p := s.parts[tp{topic, n}]
-			if p == nil {
-				continue
-			}
-			if p.inflight != nil {
-				p.inflight.revoked = true
-			}
-			s.dropHead(p, len(p.queue))
-			if p.paused {
-				resume[topic] = append(resume[topic], n)
-			}
-			p.owned, p.epoch, p.sent, p.paused = false, p.epoch+1, 0, false
-			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
-			s.log.Info("partition revoked", "topic", topic, "partition", n)
-		}
-	}
-	s.mu.Unlock()
-	if len(resume) > 0 {
-		cl.ResumeFetchPartitions(resume)
-	}
-}
-
-// kgoLogger routes franz-go's logs into slog.
-type kgoLogger struct{ log *slog.Logger }
-
-func (l kgoLogger) Level() kgo.LogLevel {
-	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		return kgo.LogLevelDebug
-	}
-	return kgo.LogLevelWarn
-}
-
-func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lv := slog.LevelDebug
-	switch level {
-	case kgo.LogLevelError:
-		lv = slog.LevelError
-	case kgo.LogLevelWarn:
-		lv = slog.LevelWarn
-	case kgo.LogLevelInfo:
-		lv = slog.LevelInfo
-	}
-	l.log.Log(context.Background(), lv, msg, keyvals...)
-}
+func (m minLevel) WithGroup(name string) slog.Handler { return minLevel{m.h.WithGroup(name), m.min} }

@@ -3,12 +3,15 @@ package sidecar_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // incompressible returns n random bytes: no compression shrinks them under a size limit.
@@ -23,8 +26,8 @@ func incompressible(n int) []byte {
 // that large (max.message.bytes): the client must not refuse what the protocol allows.
 func TestLargeEmit(t *testing.T) {
 	b := newBroker(t)
-	in := b.topic(t, "in", 1)
-	out := b.topic(t, "out", 1)
+	in := b.Topic(t, "in", 1)
+	out := b.Topic(t, "out", 1)
 	setTopicConfig(t, b, out, "max.message.bytes", "8388608")
 	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
@@ -36,10 +39,10 @@ func TestLargeEmit(t *testing.T) {
 		return c.ack()
 	})
 	e := baseEnv(t, b, f, in, out)
-	b.produce(t, records(in, 1, 1)...)
+	b.Produce(t, records(in, 1, 1)...)
 	r := start(t, e.config(t))
 	waitFor(t, "the record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, 1)) })
-	got := b.readAll(t, out, 1)
+	got := b.ReadN(t, out, 1, waitTimeout)
 	if len(got[0].Value) != len(big) {
 		t.Errorf("outlet record of %d bytes; want %d", len(got[0].Value), len(big))
 	}
@@ -48,7 +51,43 @@ func TestLargeEmit(t *testing.T) {
 	}
 }
 
-func setTopicConfig(t *testing.T, b *broker, topic, name, value string) {
+// TestOversizedEmitKeepsTheCause: an emit the outlet topic refuses as too large fails the
+// stream with an error whose chain holds both the sidecar's ErrProduce and the broker's
+// MESSAGE_TOO_LARGE, and nothing of the batch is committed.
+func TestOversizedEmitKeepsTheCause(t *testing.T) {
+	b := newBroker(t)
+	in := b.Topic(t, "in", 1)
+	out := b.Topic(t, "out", 1, "max.message.bytes", "1048576")
+	big := incompressible(2 << 20)
+	f := newProcess(t, func(c *call) error {
+		if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
+			return err
+		}
+		return c.ack()
+	})
+	e := baseEnv(t, b, f, in, out)
+	b.Produce(t, records(in, 1, 1)...)
+	r := start(t, e.config(t))
+	var failure error
+	waitFor(t, "a failed stream", func() bool {
+		errs := r.records.Errors(streamFailedMsg)
+		if len(errs) > 0 {
+			failure = errs[0]
+		}
+		return failure != nil
+	})
+	if !errors.Is(failure, sidecar.ErrProduce) || !errors.Is(failure, kerr.MessageTooLarge) {
+		t.Errorf("the stream failed with %v; want an error matching sidecar.ErrProduce and kerr.MessageTooLarge", failure)
+	}
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
+		t.Errorf("committed %v; want nothing after the emit was refused", got)
+	}
+}
+
+// streamFailedMsg is the message the sidecar logs a failed stream with.
+const streamFailedMsg = "stream failed; redelivering from the last commit after a backoff"
+
+func setTopicConfig(t *testing.T, b *testkit.Broker, topic, name, value string) {
 	t.Helper()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
@@ -57,7 +96,7 @@ func setTopicConfig(t *testing.T, b *broker, topic, name, value string) {
 	c.Name, c.Value, c.Op = name, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
 	rr.Configs = append(rr.Configs, c)
 	req.Resources = append(req.Resources, rr)
-	resp, err := req.RequestWith(context.Background(), b.admin)
+	resp, err := req.RequestWith(context.Background(), b.Admin)
 	if err != nil {
 		t.Fatalf("alter %s of %s: %v", name, topic, err)
 	}

@@ -1,15 +1,9 @@
 package sidecar_test
 
 import (
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(runChild())
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testkit.Main(m, play, nil) }

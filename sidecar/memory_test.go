@@ -16,8 +16,8 @@ func TestMemoryBounded(t *testing.T) {
 	b := newBroker(t)
 	const parts, perPart, size = 4, 1000, 1024
 	const maxBytes = 16 << 10
-	in, out := b.topic(t, "in", parts), b.topic(t, "out", parts)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(maxBytes), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		t.Fatal(err)

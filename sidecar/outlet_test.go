@@ -10,20 +10,20 @@ import (
 // new topic) and commits everything.
 func TestOutletRecreated(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
 	e := baseEnv(t, b, f, in, out)
 	group := e["FLOW_CONSUMER_GROUP"]
 	r := start(t, e.config(t))
-	b.produce(t, records(in, 1, 5)...)
+	b.Produce(t, records(in, 1, 5)...)
 	waitFor(t, "the first records committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: 5}) })
 
-	b.deleteTopic(t, out)
-	b.produce(t, records(in, 1, 5)...)
+	deleteTopic(t, b, out)
+	b.Produce(t, records(in, 1, 5)...)
 	waitFor(t, "a produce failure", func() bool { return strings.Contains(r.logs.String(), "produce failed") })
-	if got := b.committed(t, group, in); got[0] != 5 {
+	if got := committed(t, b, group, in); got[0] != 5 {
 		t.Fatalf("committed while the outlet was gone = %v; want still 5", got)
 	}
-	b.createTopicNamed(t, out, 1)
+	createTopicNamed(t, b, out, 1)
 	waitFor(t, "the rest committed once the outlet is back", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: 10}) })
 }

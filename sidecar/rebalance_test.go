@@ -19,8 +19,8 @@ import (
 func TestRebalanceRevokesMidBatch(t *testing.T) {
 	b := newBroker(t)
 	const parts, n = 4, 40
-	in, out := b.topic(t, "in", parts), b.topic(t, "out", parts)
-	b.produce(t, records(in, parts, n)...)
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	b.Produce(t, records(in, parts, n)...)
 
 	held := make(chan *call, 100)
 	release := make(chan struct{})
@@ -48,7 +48,7 @@ func TestRebalanceRevokesMidBatch(t *testing.T) {
 		if len(moved) == 0 {
 			return false
 		}
-		got := b.committed(t, group, in)
+		got := committed(t, b, group, in)
 		want := ends(parts, n)
 		for _, p := range moved {
 			if got[p] != want[p] {
@@ -78,8 +78,8 @@ func TestRebalanceRevokesMidBatch(t *testing.T) {
 	if strings.Contains(ra.logs.String(), "stream failed") {
 		t.Errorf("A failed its stream over answers for revoked batches; want them dropped silently:\n%s", ra.logs.String())
 	}
-	total := b.count(t, out)
-	got := b.readAll(t, out, int(total))
+	total := b.Count(t, out)
+	got := b.ReadN(t, out, int(total), waitTimeout)
 	seen := map[string]bool{}
 	for _, r := range got {
 		by, part := header(r.Headers, "by"), header(r.Headers, "src")

@@ -15,7 +15,7 @@ import (
 // committed before Run returns nil.
 func TestShutdown(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	held := make(chan *call, 1)
 	answered := make(chan struct{})
 	f := newProcess(t, nil)
@@ -23,7 +23,7 @@ func TestShutdown(t *testing.T) {
 	f.onBatch = func(c *call) error { held <- c; <-answered; return nil }
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
-	b.produce(t, records(in, 1, 5)...)
+	b.Produce(t, records(in, 1, 5)...)
 	c := <-held
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop(t) }()
@@ -39,10 +39,10 @@ func TestShutdown(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Errorf("Run() = %v; want nil after a graceful shutdown", err)
 	}
-	if got := b.committed(t, e["FLOW_CONSUMER_GROUP"], in); got[0] != int64(len(c.batch.Records)) {
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[0] != int64(len(c.batch.Records)) {
 		t.Errorf("committed after shutdown = %v; want %d (the batch finished after Stop)", got, len(c.batch.Records))
 	}
-	if got := b.readAll(t, out, len(c.batch.Records)); len(got) != len(c.batch.Records) {
+	if got := b.ReadN(t, out, len(c.batch.Records), waitTimeout); len(got) != len(c.batch.Records) {
 		t.Errorf("outputs = %d; want %d", len(got), len(c.batch.Records))
 	}
 }
@@ -51,12 +51,12 @@ func TestShutdown(t *testing.T) {
 // within FLOW_SHUTDOWN_TIMEOUT, and nothing is committed.
 func TestShutdownBounded(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, func(c *call) error { <-c.done(); return nil })
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_SHUTDOWN_TIMEOUT"] = "100ms"
 	r := start(t, e.config(t))
-	b.produce(t, records(in, 1, 5)...)
+	b.Produce(t, records(in, 1, 5)...)
 	waitFor(t, "a batch at the process", func() bool { return len(f.seen()) == 1 })
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)
@@ -64,7 +64,7 @@ func TestShutdownBounded(t *testing.T) {
 	if !strings.Contains(r.logs.String(), "did not complete the stream within 100ms") {
 		t.Errorf("the log does not say the shutdown wait ran out:\n%s", r.logs.String())
 	}
-	if got := b.committed(t, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
 		t.Errorf("committed = %v; want nothing for an unanswered batch", got)
 	}
 }
@@ -74,13 +74,13 @@ func TestShutdownBounded(t *testing.T) {
 // and offset, and the record is never sent to the process.
 func TestRecordTooLarge(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_MAX_MESSAGE_BYTES"] = "64Ki"
 	e["FLOW_INLET_IN_BATCH_MAX_BYTES"] = "32Ki"
 	e["FLOW_STALL_WARNING_AFTER"] = "1ms"
-	b.produce(t,
+	b.Produce(t,
 		&kgo.Record{Topic: in, Value: []byte("a")},
 		&kgo.Record{Topic: in, Value: []byte("b")},
 		&kgo.Record{Topic: in, Value: bytes.Repeat([]byte("c"), 100<<10)},
@@ -98,7 +98,7 @@ func TestRecordTooLarge(t *testing.T) {
 			}
 		}
 	}
-	if got := b.committed(t, e["FLOW_CONSUMER_GROUP"], in); got[0] != 2 {
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[0] != 2 {
 		t.Errorf("committed = %v; want 2 (the records before the oversized one)", got)
 	}
 	_ = out

@@ -6,6 +6,14 @@
 // discovery and its refusals, one batch in flight per partition in offset order, commit after
 // the write, failing the stream and redelivering from the last commit indefinitely, discarding
 // on rebalance, and stall warnings as Kubernetes Events.
+//
+// One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
+// TLS and SASL), discovery.go, conversation.go (one Run stream and the batches it sends),
+// receive.go (the process's Emits, Acks and Fails), kafka.go (the clients and the poller),
+// queue.go (each partition's buffer of fetched records), rebalance.go, commit.go (produce, then
+// commit), stall.go, readiness.go. Its API is what cmd/millrace, internal/local and the
+// benchmarks use. Errors keep their cause: the logged error of an emit the broker refused
+// matches kerr.MessageTooLarge.
 package sidecar
 
 import (
@@ -27,21 +35,21 @@ import (
 )
 
 var (
-	// ErrConfig is matched by the *ConfigError ConfigFromEnv returns.
-	ErrConfig = errors.New("sidecar: bad deploy configuration")
+	// errConfig is matched by the *configError ConfigFromEnv returns.
+	errConfig = errors.New("sidecar: bad deploy configuration")
 	// ErrRefused is wrapped by Run when discovery finds the process unfit (protocol version,
 	// descriptor, config): the problems were reported to the process and logged; the sidecar
 	// must exit non-zero.
 	ErrRefused = errors.New("sidecar: the streamlet process was refused at discovery")
-	// ErrStreamFailed is wrapped by every cause of a failed stream (logged, then retried).
-	ErrStreamFailed = errors.New("sidecar: stream failed")
-	// ErrRecordTooLarge is wrapped when an input record cannot fit in a Batch under the
+	// errStreamFailed is wrapped by every cause of a failed stream (logged, then retried).
+	errStreamFailed = errors.New("sidecar: stream failed")
+	// errRecordTooLarge is wrapped when an input record cannot fit in a Batch under the
 	// message limit; it names the record's topic, partition and offset.
-	ErrRecordTooLarge = errors.New("sidecar: input record larger than the message limit")
-	// ErrProduce is wrapped when an emit cannot be written to its outlet's topic.
-	ErrProduce = errors.New("sidecar: produce failed")
-	// ErrCommit is wrapped when the broker refuses an offset commit.
-	ErrCommit = errors.New("sidecar: offset commit failed")
+	errRecordTooLarge = errors.New("sidecar: input record larger than the message limit")
+	// errProduce is wrapped when an emit cannot be written to its outlet's topic.
+	errProduce = errors.New("sidecar: produce failed")
+	// errCommit is wrapped when the broker refuses an offset commit.
+	errCommit = errors.New("sidecar: offset commit failed")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -61,15 +69,16 @@ type Sidecar struct {
 	order    []*partition // every partition ever assigned, in order of first assignment
 	next     int          // round-robin cursor into order, so no partition starves
 	conv     *conversation
-	stats    Stats
+	stats    stats
 
 	kafka *kafka // nil until the first discovery succeeds
 
 	now func() time.Time
 }
 
-// Stats are counters of a Sidecar's work, for tests and measurements. Read with Stats.
-type Stats struct {
+// stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
+// them; the tests read them all.
+type stats struct {
 	Conversations     int   // Starts sent
 	BatchesSent       int   // Batches sent
 	BatchesCommitted  int   // batches whose offsets were committed
@@ -103,16 +112,16 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+		c.ShutdownTimeout = defaultShutdownTimeout
 	}
 	if c.StallWarningAfter == 0 {
-		c.StallWarningAfter = DefaultStallWarningAfter
+		c.StallWarningAfter = defaultStallWarningAfter
 	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
-		return nil, fmt.Errorf("%w: no deployed descriptor", ErrConfig)
+		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
 	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, now: time.Now}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
@@ -146,12 +155,20 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	return s, nil
 }
 
-// Stats returns a snapshot of the counters. It is safe to call concurrently with Run.
-func (s *Sidecar) Stats() Stats {
+// snapshot returns a copy of the counters. It is safe to call concurrently with Run.
+func (s *Sidecar) snapshot() stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
 }
+
+// RecordsCommitted returns how many input records the sidecar has committed so far. It is
+// safe to call concurrently with Run.
+func (s *Sidecar) RecordsCommitted() int64 { return s.snapshot().RecordsCommitted }
+
+// StallWarnings returns how many PartitionStalled warnings the sidecar has raised so far. It
+// is safe to call concurrently with Run.
+func (s *Sidecar) StallWarnings() int { return s.snapshot().StallWarnings }
 
 // Run removes a stale readiness file, then discovers the process and converses with it,
 // failing and recovering from every stream failure indefinitely, until ctx is done. When ctx
@@ -196,7 +213,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			return nil
 		}
 		s.log.Error("stream failed; redelivering from the last commit after a backoff", "error", err, "conversation", start.GetConversationId())
-		if errors.Is(err, ErrProduce) {
+		if errors.Is(err, errProduce) {
 			s.renewProducer()
 		}
 		s.checkStalls(ctx)

@@ -16,11 +16,11 @@ import (
 
 func TestHappyPath(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 4), b.topic(t, "out", 4)
+	in, out := b.Topic(t, "in", 4), b.Topic(t, "out", 4)
 	f := newProcess(t, echo)
 	e := baseEnv(t, b, f, in, out)
 	const n = 200
-	b.produce(t, records(in, 4, n)...)
+	b.Produce(t, records(in, 4, n)...)
 	cfg := e.config(t)
 	r := start(t, cfg)
 
@@ -29,7 +29,7 @@ func TestHappyPath(t *testing.T) {
 		t.Errorf("readiness file while conversing: %v; want it present", err)
 	}
 
-	got := b.readAll(t, out, n)
+	got := b.ReadN(t, out, n, waitTimeout)
 	byValue := map[string]*kgo.Record{}
 	for _, rec := range got {
 		byValue[string(rec.Value)] = rec
@@ -77,7 +77,7 @@ func TestHappyPath(t *testing.T) {
 func TestOneBatchInFlightPerPartition(t *testing.T) {
 	b := newBroker(t)
 	const parts, n = 4, 2000
-	in, out := b.topic(t, "in", parts), b.topic(t, "out", parts)
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
 	var (
 		inflight   = map[int32]int{}
 		maxPerPart int
@@ -115,7 +115,7 @@ func TestOneBatchInFlightPerPartition(t *testing.T) {
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
-		if err := b.admin.ProduceSync(context.Background(), records(in, parts, n)...).FirstErr(); err != nil {
+		if err := b.Admin.ProduceSync(context.Background(), records(in, parts, n)...).FirstErr(); err != nil {
 			t.Errorf("produce: %v", err)
 		}
 	}()
@@ -148,7 +148,7 @@ func TestBatchCaps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBroker(t)
-			in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 			f := newProcess(t, echo)
 			e := baseEnv(t, b, f, in, out)
 			if tc.maxRecords != "" {
@@ -162,7 +162,7 @@ func TestBatchCaps(t *testing.T) {
 			for i := range n {
 				rs = append(rs, &kgo.Record{Topic: in, Value: []byte(strings.Repeat("x", tc.value-len(fmt.Sprint(i))) + fmt.Sprint(i))})
 			}
-			b.produce(t, rs...) // all there before the sidecar starts: the first batches are full
+			b.Produce(t, rs...) // all there before the sidecar starts: the first batches are full
 			start(t, e.config(t))
 			waitFor(t, "every record committed", func() bool {
 				return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, map[int32]int64{0: n})
@@ -198,14 +198,14 @@ func TestBatchCaps(t *testing.T) {
 
 func TestQuietStreamSendsAtOnce(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	batches := make(chan *flowv1.Batch, 10)
 	f := newProcess(t, func(c *call) error { batches <- c.batch; return echo(c) })
 	e := baseEnv(t, b, f, in, out)
 	start(t, e.config(t))
 	<-f.startCh
 	for i := range 3 {
-		b.produce(t, &kgo.Record{Topic: in, Value: []byte(fmt.Sprint(i))})
+		b.Produce(t, &kgo.Record{Topic: in, Value: []byte(fmt.Sprint(i))})
 		bt := <-batches
 		if len(bt.Records) != 1 || bt.Records[0].Offset != int64(i) {
 			t.Fatalf("batch for a lone record %d = %v; want that record alone", i, bt)

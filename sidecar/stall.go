@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// ReasonPartitionStalled is the reason of the warning Event recorded for a stalled partition.
-const ReasonPartitionStalled = "PartitionStalled"
+// reasonPartitionStalled is the reason of the warning Event recorded for a stalled partition.
+const reasonPartitionStalled = "PartitionStalled"
 
 // warnTimeout bounds posting one warning.
 const warnTimeout = 10 * time.Second
@@ -43,7 +43,7 @@ func (s *Sidecar) checkStalls(ctx context.Context) {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warnTimeout)
-		err := s.cfg.Events.Warn(wctx, ReasonPartitionStalled, msg)
+		err := s.cfg.Events.Warn(wctx, reasonPartitionStalled, msg)
 		cancel()
 		if err != nil {
 			s.log.Error("cannot record the PartitionStalled event on the pod", "error", err)

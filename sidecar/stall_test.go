@@ -73,7 +73,7 @@ func (a *fakeAPIServer) client(t *testing.T) *kube.Client {
 // failures follow; after the partition recovers, a new stall gets a new Event.
 func TestStallEvent(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	var failing atomic.Bool
 	failing.Store(true)
 	f := newProcess(t, func(c *call) error {
@@ -87,7 +87,7 @@ func TestStallEvent(t *testing.T) {
 	e["FLOW_STALL_WARNING_AFTER"] = "30ms"
 	cfg := e.config(t)
 	cfg.Events = api.client(t)
-	b.produce(t, records(in, 1, 3)...)
+	b.Produce(t, records(in, 1, 3)...)
 	r := start(t, cfg)
 
 	waitFor(t, "a PartitionStalled event", func() bool { return api.count() >= 1 })
@@ -115,7 +115,7 @@ func TestStallEvent(t *testing.T) {
 	failing.Store(false)
 	waitFor(t, "the stalled records committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, map[int32]int64{0: 3}) })
 	failing.Store(true)
-	b.produce(t, records(in, 1, 1)...)
+	b.Produce(t, records(in, 1, 1)...)
 	waitFor(t, "a second stall's event", func() bool { return api.count() == 2 })
 	r.stop(t)
 	if got := r.sc.Stats().StallWarnings; got != 2 {
@@ -126,11 +126,11 @@ func TestStallEvent(t *testing.T) {
 // TestStallLoggedOutsideCluster: without a Kubernetes API the warning is logged.
 func TestStallLoggedOutsideCluster(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, func(c *call) error { return c.fail("poison") })
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
-	b.produce(t, records(in, 1, 1)...)
+	b.Produce(t, records(in, 1, 1)...)
 	r := start(t, e.config(t))
 	want := fmt.Sprintf("msg=\"partition stalled\" topic=%s partition=0 offset=0", in)
 	waitFor(t, "the stall logged", func() bool { return strings.Contains(r.logs.String(), want) })

@@ -24,7 +24,7 @@ func (rawCodec) Name() string { return "proto" }
 // FromProcess message fails the stream, and the sidecar says it could not parse it.
 func TestUnparseableMessage(t *testing.T) {
 	b := newBroker(t)
-	in, out := b.topic(t, "in", 1), b.topic(t, "out", 1)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	spec, err := proto.Marshal(testSpec())
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestUnparseableMessage(t *testing.T) {
 
 	f := &fakeProcess{addr: lis.Addr().String()}
 	e := baseEnv(t, b, f, in, out)
-	b.produce(t, records(in, 1, 3)...)
+	b.Produce(t, records(in, 1, 3)...)
 	r := start(t, e.config(t))
 	<-runs
 	<-runs // the first stream failed, and a second conversation began
@@ -72,7 +72,7 @@ func TestUnparseableMessage(t *testing.T) {
 	if !strings.Contains(r.logs.String(), "cannot parse") {
 		t.Errorf("the log does not say the message could not be parsed:\n%s", r.logs.String())
 	}
-	if got := b.committed(t, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
 		t.Errorf("committed = %v; want nothing", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/ankka-flow/millrace/stdio/internal/errtext"
 	"github.com/goccy/go-json"
 )
 
@@ -85,23 +86,7 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 
 func (l *LineReader) tooLong(start []byte) error {
 	return fmt.Errorf("%w: %w: a line is longer than the %d-byte limit (%s); it starts %s",
-		ErrProtocol, ErrLineTooLong, l.max, SizeName(l.max), QuoteStart(start))
-}
-
-func SizeName(n int) string {
-	if n%(1<<20) == 0 {
-		return strconv.Itoa(n>>20) + " MiB"
-	}
-	return strconv.Itoa(n) + " bytes"
-}
-
-// QuoteStart quotes the first bytes of a line for an error message.
-func QuoteStart(line []byte) string {
-	const n = 80
-	if len(line) <= n {
-		return strconv.Quote(string(line))
-	}
-	return strconv.Quote(string(line[:n])) + "…"
+		ErrProtocol, ErrLineTooLong, l.max, errtext.Size(l.max), errtext.Quote(start))
 }
 
 // DecodeMessage decodes one protocol line (without its newline) into m, which it resets first.
@@ -118,21 +103,21 @@ func DecodeMessage(line []byte, m *Message) error {
 		return fmt.Errorf("%w: an empty line where a JSON object was expected", ErrProtocol)
 	}
 	if !utf8.Valid(line) {
-		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, QuoteStart(line))
+		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, errtext.Quote(line))
 	}
 	if trimmed[0] != '{' {
-		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, QuoteStart(line))
+		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, errtext.Quote(line))
 	}
 	if err := json.Unmarshal(line, m); err != nil {
-		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), QuoteStart(line))
+		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), errtext.Quote(line))
 	}
 	switch m.Type {
 	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown:
 		return nil
 	case "":
-		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, QuoteStart(line))
+		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, errtext.Quote(line))
 	}
-	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, QuoteStart(line))
+	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, errtext.Quote(line))
 }
 
 // FastAnswer recognises, without the general decoder and without allocating, the two lines

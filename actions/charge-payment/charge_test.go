@@ -71,6 +71,7 @@ func TestRetriedChargeIsAppliedOnce(t *testing.T) {
 	pool, err := engine.Start(ctx, engine.Config{
 		Name:         "charge-payment",
 		Command:      []string{"python3", "main.py"},
+		Concurrency:  1,
 		Retries:      3,
 		RetryBackoff: 10 * time.Millisecond,
 		Hello: stdio.Hello{Config: json.RawMessage(fmt.Sprintf(

@@ -861,8 +861,8 @@ func TestKubernetesExample(t *testing.T) {
 		if port != cfg.ProcessPort {
 			t.Errorf("the bridge listens on port %d and the sidecar dials %d (FLOW_PROCESS_PORT): set the same in both containers", port, cfg.ProcessPort)
 		}
-		if scEnv[bridge.EnvPort] == "" || brEnv[bridge.EnvPort] == "" {
-			t.Errorf("%s is set in the sidecar (%q) and the bridge (%q); set it in both, so they cannot disagree by default", bridge.EnvPort, scEnv[bridge.EnvPort], brEnv[bridge.EnvPort])
+		if scEnv[protocol.EnvProcessPort] == "" || brEnv[protocol.EnvProcessPort] == "" {
+			t.Errorf("%s is set in the sidecar (%q) and the bridge (%q); set it in both, so they cannot disagree by default", protocol.EnvProcessPort, scEnv[protocol.EnvProcessPort], brEnv[protocol.EnvProcessPort])
 		}
 		// Each action process gets a MILLSTREAM_WORKDIR in the temporary folder.
 		tmp := "/tmp"
@@ -908,8 +908,8 @@ func TestKubernetesExample(t *testing.T) {
 		if pod.TerminationGracePeriodSeconds != nil {
 			grace = time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
 		}
-		if grace <= cfg.ShutdownTimeout || grace <= bridge.DefaultShutdownTimeout {
-			t.Errorf("terminationGracePeriodSeconds %v is not longer than the sidecar's FLOW_SHUTDOWN_TIMEOUT %v and the bridge's drain %v", grace, cfg.ShutdownTimeout, bridge.DefaultShutdownTimeout)
+		if grace <= cfg.ShutdownTimeout || grace <= protocol.StopTimeout {
+			t.Errorf("terminationGracePeriodSeconds %v is not longer than the sidecar's FLOW_SHUTDOWN_TIMEOUT %v and the bridge's drain %v", grace, cfg.ShutdownTimeout, protocol.StopTimeout)
 		}
 	})
 

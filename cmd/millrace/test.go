@@ -46,7 +46,7 @@ func runTest(ctx context.Context, e *env, args []string) error {
 	}
 	ca := a.Conformance(Version())
 	if *timeout > 0 {
-		ca.ItemTimeout = *timeout
+		ca.Timeout = *timeout
 	}
 	if *conf {
 		rep, err := conformance.Run(ctx, ca, conformance.Options{})

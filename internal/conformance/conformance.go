@@ -11,7 +11,8 @@
 // [RunFixtures] feeds fixtures/NAME.in.jsonl to the action and compares each answer with
 // NAME.out.jsonl (JSON compared by value), or rewrites the golden files.
 //
-// The package needs only the action protocol (package stdio): no Kafka, no gRPC. The caller
+// The package needs only the action protocol (package stdio) and the action config of package
+// bridge (one type and one table of defaults for every tool): no Kafka, no gRPC. The caller
 // reads the action's config line and gives an [Action].
 package conformance
 
@@ -25,8 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/stdio"
-	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // Exported sentinel errors.
@@ -39,10 +40,9 @@ var (
 	ErrFixture = errors.New("conformance: bad fixture")
 )
 
-// Defaults applied to zero Action and Options fields.
+// Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
+// action's own defaults are the config line's (bridge.Action, one table for every tool).
 const (
-	DefaultReadyTimeout  = engine.DefaultReadyTimeout
-	DefaultItemTimeout   = time.Minute
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultBurst         = 32
 	MinBurst             = 8
@@ -51,30 +51,19 @@ const (
 	MaxInputs = 20
 )
 
-// Action is the program under test, as its config line declares it.
+// Action is the program under test: its parsed config line (command, folder, ports, the
+// --per-item, --ready-timeout and --timeout flags, a zero Timeout meaning none as in the
+// bridge), and what only a test run has.
 type Action struct {
-	Name    string          // the streamlet name, sent in hello and named in reports
-	Version string          // sent in hello
-	Command []string        // argv, no shell; run in Dir
-	Dir     string          // the action directory ("" = the current one); fixtures/ is read from it
-	Env     []string        // extra environment, "K=V"
-	Config  json.RawMessage // hello's config: every declared parameter resolved ({} when none)
-	Inlets  []string        // declared inlets, in order (items name the first)
-	Outlets []string        // declared outlets, in order (nil: emits' outlets are not checked)
-	PerItem bool            // --per-item: one process per item
+	bridge.Action
 
-	ReadyTimeout  time.Duration // --ready-timeout (default 10s)
-	ItemTimeout   time.Duration // --timeout, per item (default 1m)
-	ShutdownGrace time.Duration // shutdown → exit (default 5s)
+	Version       string          // sent in hello
+	Env           []string        // extra environment, "K=V"
+	Config        json.RawMessage // hello's config: every declared parameter resolved ({} when none)
+	ShutdownGrace time.Duration   // shutdown → exit (default 5s)
 }
 
 func (a *Action) defaults() {
-	if a.ReadyTimeout <= 0 {
-		a.ReadyTimeout = DefaultReadyTimeout
-	}
-	if a.ItemTimeout <= 0 {
-		a.ItemTimeout = DefaultItemTimeout
-	}
 	if a.ShutdownGrace <= 0 {
 		a.ShutdownGrace = DefaultShutdownGrace
 	}
@@ -88,9 +77,61 @@ func (a *Action) defaults() {
 
 func (a *Action) inlet() string {
 	if len(a.Inlets) > 0 {
-		return a.Inlets[0]
+		return a.Inlets[0].Name
 	}
 	return "in"
+}
+
+// outlets are the names of the declared outlets, in order.
+func (a *Action) outlets() []string {
+	names := make([]string, len(a.Outlets))
+	for i, p := range a.Outlets {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// idempotencyKey is the bridge's key of the record the item stands for, in the pipeline the
+// kit's hello names (FixtureTopic).
+func (a *Action) idempotencyKey(it *stdio.Item) string {
+	return bridge.IdempotencyKey(FixtureTopic, a.Name, it.Topic, it.Partition, it.Offset)
+}
+
+// itemTimer is the item timeout of a session: d, or none when d is 0 (the config line's
+// --timeout 0s, as in the bridge).
+type itemTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newItemTimer(d time.Duration) *itemTimer {
+	it := &itemTimer{d: d}
+	if d > 0 {
+		it.t = time.NewTimer(d)
+	}
+	return it
+}
+
+// C fires when the timeout passes; it never fires when there is none.
+func (it *itemTimer) C() <-chan time.Time {
+	if it.t == nil {
+		return nil
+	}
+	return it.t.C
+}
+
+// Reset starts the timeout again.
+func (it *itemTimer) Reset() {
+	if it.t != nil {
+		it.t.Reset(it.d)
+	}
+}
+
+// Stop releases the timer.
+func (it *itemTimer) Stop() {
+	if it.t != nil {
+		it.t.Stop()
+	}
 }
 
 // vars are hello's variables, shaped as the bridge sends them: pipeline, streamlet,
@@ -98,10 +139,10 @@ func (a *Action) inlet() string {
 func (a *Action) vars() map[string]any {
 	inlets, outlets := map[string]string{}, map[string]string{}
 	for _, p := range a.Inlets {
-		inlets[p] = FixtureTopic
+		inlets[p.Name] = FixtureTopic
 	}
 	for _, p := range a.Outlets {
-		outlets[p] = FixtureTopic + "." + p
+		outlets[p.Name] = FixtureTopic + "." + p.Name
 	}
 	return map[string]any{"pipeline": FixtureTopic, "streamlet": a.Name, "conversation": FixtureTopic, "inlets": inlets, "outlets": outlets}
 }

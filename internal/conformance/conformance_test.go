@@ -10,17 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 )
 
 func TestMain(m *testing.M) {
-	if b := os.Getenv(envChild); b != "" {
-		os.Exit(child(b))
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, child, nil)
 }
 
 // testAction is the test binary playing behaviour b.
@@ -31,11 +28,15 @@ func testAction(t *testing.T, b string) conformance.Action {
 		t.Fatal(err)
 	}
 	return conformance.Action{
-		Name: b, Version: "1.0.0", Command: []string{exe}, Dir: t.TempDir(), Env: []string{envChild + "=" + b, "GORACE=atexit_sleep_ms=0"},
-		Config: json.RawMessage(`{"n":2}`), Inlets: []string{"in"}, Outlets: []string{"out"},
-		// generous bounds: a race-built child on a loaded machine is slow, and no test waits for
-		// them to pass except the behaviours built to miss them (which shorten them)
-		ReadyTimeout: 30 * time.Second, ItemTimeout: 30 * time.Second, ShutdownGrace: 30 * time.Second,
+		Action: bridge.Action{
+			Name: b, Command: []string{exe}, Dir: t.TempDir(),
+			Inlets: []bridge.Port{{Name: "in"}}, Outlets: []bridge.Port{{Name: "out"}},
+			// generous bounds: a race-built child on a loaded machine is slow, and no test waits
+			// for them to pass except the behaviours built to miss them (which shorten them)
+			ReadyTimeout: 30 * time.Second, Timeout: 30 * time.Second,
+		},
+		Version: "1.0.0", Env: []string{envChild + "=" + b, "GORACE=atexit_sleep_ms=0"},
+		Config: json.RawMessage(`{"n":2}`), ShutdownGrace: 30 * time.Second,
 	}
 }
 
@@ -60,7 +61,7 @@ func TestBehaviours(t *testing.T) {
 			case "slow-ready":
 				a.ReadyTimeout = 300 * time.Millisecond
 			case "skip-answer":
-				a.ItemTimeout = 5 * time.Second // once, in the main conversation; long enough for 1 MiB under load
+				a.Timeout = 5 * time.Second // once, in the main conversation; long enough for 1 MiB under load
 			case "long-stderr":
 				opts.StderrLineMax = 64 << 10
 			}

@@ -3,10 +3,11 @@ package conformance
 import (
 	"bytes"
 	"encoding/json"
-	"os/exec"
 	"testing"
 
+	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // FuzzReadStdout feeds any bytes to the stdout reader: it never panics or hangs, every message
@@ -24,7 +25,7 @@ func FuzzReadStdout(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p := &proc{cmd: &exec.Cmd{}, events: make(chan event, 16)}
+		p := &proc{child: &engine.Child{}, events: make(chan event, 16)}
 		go p.readStdout(bytes.NewReader(data))
 		for ev := range p.events {
 			if ev.kind != evMessage {
@@ -46,7 +47,7 @@ func FuzzCompareAnswer(f *testing.F) {
 	f.Add([]byte(`{"outcome":"error","retryable":false}`), []byte(`[]`))
 	f.Add([]byte(`{"emits":[1,{"x":2}],"outcome":"done"}`), []byte(`"s"`))
 	f.Fuzz(func(t *testing.T, golden, payload []byte) {
-		a := &Action{Outlets: []string{"out"}}
+		a := &Action{Action: bridge.Action{Outlets: []bridge.Port{{Name: "out"}}}}
 		if !json.Valid(payload) {
 			payload = []byte("null")
 		}

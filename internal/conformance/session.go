@@ -162,7 +162,7 @@ func (s *session) send(idx int, it stdio.Item, owner string) *delivery {
 // the item timeout. A timeout or an exit is charged to the owner of the oldest unanswered
 // delivery.
 func (s *session) await() {
-	timer := time.NewTimer(s.r.a.ItemTimeout)
+	timer := newItemTimer(s.r.a.Timeout)
 	defer timer.Stop()
 	for len(s.inflight) > 0 && s.ok() {
 		select {
@@ -175,11 +175,11 @@ func (s *session) await() {
 			before := len(s.inflight)
 			s.handle(ev)
 			if len(s.inflight) < before {
-				timer.Reset(s.r.a.ItemTimeout)
+				timer.Reset()
 			}
-		case <-timer.C:
+		case <-timer.C():
 			d := s.oldest()
-			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout): answer every item, end each line with \\n and flush stdout", describe(d), s.r.a.ItemTimeout))
+			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout): answer every item, end each line with \\n and flush stdout", describe(d), s.r.a.Timeout))
 			return
 		case <-s.r.ctx.Done():
 			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())

@@ -1,7 +1,3 @@
-// Package local runs streamlets on one machine for the people who write actions: it reads an
-// action directory (or a config line) for the tools (`millrace test action`, `millrace
-// describe`), and runs one or several streamlets against an in-process Kafka broker with the
-// real sidecar and bridge talking gRPC over loopback (`millrace run`).
 package local
 
 import (
@@ -99,18 +95,8 @@ func (a *Action) SetConfig(values map[string]string) error {
 	return nil
 }
 
-// Conformance returns the action as package conformance runs it.
+// Conformance returns the action as package conformance runs it: the same config line, with
+// hello's config and the version.
 func (a *Action) Conformance(version string) conformance.Action {
-	c := conformance.Action{
-		Name: a.Name, Version: version, Command: a.Command, Dir: a.Dir, Config: a.Config,
-		PerItem: a.PerItem, ReadyTimeout: a.ReadyTimeout, ItemTimeout: a.Timeout,
-		Inlets: []string{}, Outlets: []string{},
-	}
-	for _, p := range a.Inlets {
-		c.Inlets = append(c.Inlets, p.Name)
-	}
-	for _, p := range a.Outlets {
-		c.Outlets = append(c.Outlets, p.Name)
-	}
-	return c
+	return conformance.Action{Action: *a.Action, Version: version, Config: a.Config}
 }

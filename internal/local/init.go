@@ -20,8 +20,8 @@ import (
 //go:embed all:templates
 var templates embed.FS
 
-// ModulePath is the Go module of millrace, which Go actions import for the SDK.
-const ModulePath = "github.com/ankka-flow/millrace"
+// modulePath is the Go module of millrace, which Go actions import for the SDK.
+const modulePath = "github.com/ankka-flow/millrace"
 
 // EnvSource names a millrace source checkout for `init action --lang go` outside one.
 const EnvSource = "MILLRACE_SOURCE"
@@ -150,7 +150,7 @@ func langNames() string {
 // goModFor returns the go.mod of a Go action whose directory is in parent, or nil when parent
 // is inside the millrace module (the action is then a package of it).
 func goModFor(name, parent string, opts InitOptions) ([]byte, error) {
-	if _, mod := enclosingModule(parent); mod == ModulePath {
+	if _, mod := enclosingModule(parent); mod == modulePath {
 		return nil, nil
 	}
 	src := opts.Source
@@ -159,20 +159,20 @@ func goModFor(name, parent string, opts InitOptions) ([]byte, error) {
 	}
 	if src == "" {
 		if wd, err := os.Getwd(); err == nil {
-			if root, mod := enclosingModule(wd); mod == ModulePath {
+			if root, mod := enclosingModule(wd); mod == modulePath {
 				src = root
 			}
 		}
 	}
 	if src == "" {
-		return nil, fmt.Errorf("local: a Go action outside the millrace source needs it for the SDK (%s/stdio/action): run init from inside a millrace checkout, set %s to one, or write the action inside it", ModulePath, EnvSource)
+		return nil, fmt.Errorf("local: a Go action outside the millrace source needs it for the SDK (%s/stdio/action): run init from inside a millrace checkout, set %s to one, or write the action inside it", modulePath, EnvSource)
 	}
 	src, err := filepath.Abs(src)
 	if err != nil {
 		return nil, err
 	}
-	if _, mod := enclosingModule(src); mod != ModulePath {
-		return nil, fmt.Errorf("local: %s is not a millrace checkout (no go.mod of %s there)", src, ModulePath)
+	if _, mod := enclosingModule(src); mod != modulePath {
+		return nil, fmt.Errorf("local: %s is not a millrace checkout (no go.mod of %s there)", src, modulePath)
 	}
 	goVersion := "1.26"
 	if data, err := os.ReadFile(filepath.Join(src, "go.mod")); err == nil {
@@ -183,7 +183,7 @@ func goModFor(name, parent string, opts InitOptions) ([]byte, error) {
 			}
 		}
 	}
-	return fmt.Appendf(nil, "module %s\n\ngo %s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\n// The SDK comes from the local millrace checkout.\nreplace %s => %s\n", name, goVersion, ModulePath, ModulePath, src), nil
+	return fmt.Appendf(nil, "module %s\n\ngo %s\n\nrequire %s v0.0.0-00010101000000-000000000000\n\n// The SDK comes from the local millrace checkout.\nreplace %s => %s\n", name, goVersion, modulePath, modulePath, src), nil
 }
 
 // enclosingModule returns the directory and module path of the go.mod at or above dir.

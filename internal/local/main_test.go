@@ -3,9 +3,7 @@ package local_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testkit.Main(m, nil, nil) }

@@ -73,11 +73,11 @@ func LoadPipeline(path string) (*Pipeline, error) {
 	p := &Pipeline{Name: strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))}
 	for n, line := range strings.Split(string(data), "\n") {
 		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%s:%d: %s", path, n+1, fmt.Sprintf(format, args...))
+			return fmt.Errorf("%s:%d: "+format, append([]any{path, n + 1}, args...)...)
 		}
 		words, err := bridge.Split(line)
 		if err != nil {
-			return nil, bad("%v", err)
+			return nil, bad("%w", err)
 		}
 		if len(words) == 0 {
 			continue
@@ -95,7 +95,7 @@ func LoadPipeline(path string) (*Pipeline, error) {
 		}
 		a, err := Load(dir)
 		if err != nil {
-			return nil, bad("%v", err)
+			return nil, bad("%w", err)
 		}
 		s := &Streamlet{Action: a, Bindings: map[string]string{}, Values: map[string]string{}}
 		for i := 1; i < len(words); i++ {

@@ -15,21 +15,18 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
-
-// envBrokers names a real Kafka cluster for the run tests (scripts/kafka start prints it);
-// unset, they use the in-process broker.
-const envBrokers = "MILLRACE_KAFKA_BROKERS"
 
 // prepare sets the brokers of opts from the environment and, on a real cluster, gives p's
 // topics and consumer groups a fresh suffix, so runs never see each other's records.
 func prepare(t *testing.T, p *local.Pipeline, opts *local.Options) {
 	t.Helper()
-	env := os.Getenv(envBrokers)
-	if env == "" {
+	brokers := testkit.RealBrokers()
+	if brokers == nil {
 		return
 	}
-	opts.Brokers = strings.Split(env, ",")
+	opts.Brokers = brokers
 	suffix := fmt.Sprintf("-%d", time.Now().UnixNano())
 	rename := func(topic string) string { return topic + suffix }
 	p.Name += suffix
@@ -288,8 +285,8 @@ func TestRunInterrupted(t *testing.T) {
 // TestRunDataDir: with DataDir the broker keeps topics and committed offsets across runs, so a
 // second run handles only its own input.
 func TestRunDataDir(t *testing.T) {
-	if os.Getenv(envBrokers) != "" {
-		t.Log("DataDir is the in-process broker's; checked without " + envBrokers)
+	if testkit.RealBrokers() != nil {
+		t.Log("DataDir is the in-process broker's; checked without " + testkit.EnvBrokers)
 	}
 	dir := initAction(t, "greet")
 	a, err := local.Load(dir)

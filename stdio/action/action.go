@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"time"
 
 	gojson "github.com/goccy/go-json"
 
@@ -87,8 +88,26 @@ func (c Context[C]) Attempt() int { return c.s.item.Attempt }
 // any outside system the action changes, so a retried request is applied once.
 func (c Context[C]) IdempotencyKey() string { return c.s.item.IdempotencyKey }
 
-// Item returns the whole item line as received (headers, topic, partition, offset, ...).
-func (c Context[C]) Item() *stdio.Message { return &c.s.item }
+// Run returns the id of the run the item belongs to ("" when the engine sent none).
+func (c Context[C]) Run() string { return c.s.item.Run }
+
+// Headers returns the record's headers, in order; read only.
+func (c Context[C]) Headers() []stdio.Header { return c.s.item.Headers }
+
+// Inlet returns the name of the inlet the item came from ("" when the action has one).
+func (c Context[C]) Inlet() string { return c.s.item.Inlet }
+
+// Topic returns the Kafka topic of the record.
+func (c Context[C]) Topic() string { return c.s.item.Topic }
+
+// Partition returns the Kafka partition of the record.
+func (c Context[C]) Partition() int32 { return c.s.item.Partition }
+
+// Offset returns the Kafka offset of the record.
+func (c Context[C]) Offset() int64 { return c.s.item.Offset }
+
+// Timestamp returns the record's timestamp (milliseconds on the wire).
+func (c Context[C]) Timestamp() time.Time { return time.UnixMilli(c.s.item.Timestamp) }
 
 // Abstain returns an error that answers the delivery with "abstain": the engine hands the
 // item to the step's fallback. Return it from the function.

@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/action"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-const childEnv = "ACTION_TEST_CHILD"
+const childEnv = testkit.EnvRole
 
 type config struct {
 	MinRooms int    `json:"minRooms"`
@@ -51,11 +50,12 @@ func score(ctx action.Context[config], in listing) ([]priced, error) {
 }
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "score":
-		action.Map(score)
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, func(role string) int {
+		if role == "score" {
+			action.Map(score)
+		}
+		return 2
+	}, nil)
 }
 
 func lines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
@@ -120,6 +120,41 @@ func TestServeKeyed(t *testing.T) {
 	}
 }
 
+// TestItemFields: every field of the item line reaches the function through the Context's
+// typed accessors.
+func TestItemFields(t *testing.T) {
+	in := lines(`{"type":"hello","protocol":1,"action":"k"}`,
+		`{"type":"item","delivery":"d7","id":"orders/2/9","run":"r1","key":"k1","payload":1,"headers":[{"key":"h","value":"v"},{"key":"b","valueBase64":"/w=="}],`+
+			`"inlet":"orders","topic":"shop.orders","partition":2,"offset":9,"timestamp":1767225600000,"attempt":3,"idempotencyKey":"idem"}`)
+	type seen struct {
+		id, delivery, run, key, inlet, topic, idem string
+		hasKey                                     bool
+		headers                                    []stdio.Header
+		partition                                  int32
+		offset                                     int64
+		ts                                         time.Time
+		attempt                                    int
+	}
+	var got seen
+	err := action.Serve(strings.NewReader(in), &bytes.Buffer{}, &bytes.Buffer{}, func(ctx action.Context[action.NoConfig], _ json.RawMessage) ([]json.RawMessage, error) {
+		got = seen{id: ctx.ID(), delivery: ctx.Delivery(), run: ctx.Run(), inlet: ctx.Inlet(), topic: ctx.Topic(), idem: ctx.IdempotencyKey(),
+			headers: ctx.Headers(), partition: ctx.Partition(), offset: ctx.Offset(), ts: ctx.Timestamp(), attempt: ctx.Attempt()}
+		got.key, got.hasKey = ctx.Key()
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.id != "orders/2/9" || got.delivery != "d7" || got.run != "r1" || got.key != "k1" || !got.hasKey || got.inlet != "orders" ||
+		got.topic != "shop.orders" || got.partition != 2 || got.offset != 9 || got.attempt != 3 || got.idem != "idem" ||
+		!got.ts.Equal(time.UnixMilli(1767225600000)) {
+		t.Errorf("the function saw %+v", got)
+	}
+	if len(got.headers) != 2 || got.headers[0].Key != "h" || *got.headers[0].Value != "v" || got.headers[1].ValueBase64 != "/w==" {
+		t.Errorf("headers = %+v", got.headers)
+	}
+}
+
 func TestServeBadEngineLine(t *testing.T) {
 	var out bytes.Buffer
 	err := action.Serve(strings.NewReader(lines(hello, `not json`)), &out, &bytes.Buffer{}, score)
@@ -133,11 +168,12 @@ func TestServeBadEngineLine(t *testing.T) {
 func TestUnderPool(t *testing.T) {
 	exited := make(chan error, 1)
 	cfg := engine.Config{
-		Name:    "score",
-		Command: []string{os.Args[0]},
-		Env:     []string{childEnv + "=score", "GORACE=atexit_sleep_ms=0"},
-		Hello:   stdio.Hello{Config: json.RawMessage(`{"minRooms":2,"currency":"EUR"}`)},
-		Hooks:   engine.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
+		Name:        "score",
+		Command:     []string{os.Args[0]},
+		Env:         []string{childEnv + "=score", "GORACE=atexit_sleep_ms=0"},
+		Concurrency: 1,
+		Hello:       stdio.Hello{Config: json.RawMessage(`{"minRooms":2,"currency":"EUR"}`)},
+		Hooks:       engine.Hooks{ProcessExited: func(_ int, err error) { exited <- err }},
 	}
 	p, err := engine.Start(context.Background(), cfg)
 	if err != nil {

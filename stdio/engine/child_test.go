@@ -13,18 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
-	"go.uber.org/goleak"
 )
 
 // childEnv names the behaviour the test binary plays when started as an action.
-const childEnv = "STDIO_TEST_CHILD"
+const childEnv = testkit.EnvRole
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(runChild(mode))
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, runChild, nil)
 }
 
 // child is a tiny action speaking the protocol by hand, misbehaving as its mode says.
@@ -175,6 +172,16 @@ func runChild(mode string) int {
 			}
 			fmt.Fprintf(os.Stderr, "grandchild %d\n", gc.Process.Pid)
 			c.echo(m)
+		case "escapee": // a grandchild that leaves the process group, holding stdout and stderr
+			gc := exec.Command(os.Args[0])
+			gc.Env = append(os.Environ(), childEnv+"=sleeper")
+			gc.Stdout, gc.Stderr = os.Stdout, os.Stderr
+			gc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := gc.Start(); err != nil {
+				return 7
+			}
+			fmt.Fprintf(os.Stderr, "grandchild %d\n", gc.Process.Pid)
+			c.echo(m)
 		case "crashonce", "crashloop":
 			if m.Attempt == 1 {
 				fmt.Fprintln(os.Stderr, "crashing on attempt 1")
@@ -188,6 +195,7 @@ func runChild(mode string) int {
 				c.send(stdio.Message{Type: stdio.TypeMetric, Delivery: m.Delivery, Name: "tries", Value: 1})
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "upstream busy", Retryable: true})
 			case `"hang"`:
+				fmt.Fprintln(os.Stderr, "hanging")
 				time.Sleep(time.Hour)
 			case `"fatal"`:
 				c.send(stdio.Message{Type: stdio.TypeError, Delivery: m.Delivery, Message: "bad listing"})

@@ -9,10 +9,10 @@ import "errors"
 var (
 	// ErrClosed is returned by Submit after Close was called, and carried by Abandoned results.
 	ErrClosed = errors.New("stdio: pool closed")
-	// ErrStart is returned by Start, and reported through Pool.Health, when a process cannot be
+	// ErrStart is returned by Start, and reported through Hooks.Health, when a process cannot be
 	// started or does not answer hello with ready in time.
 	ErrStart = errors.New("stdio: action did not start")
-	// ErrCrashLoop is reported by Pool.Health when processes die at start over and over; the
+	// ErrCrashLoop is reported through Hooks.Health when processes die at start over and over; the
 	// pool keeps retrying with backoff, and queued items wait.
 	ErrCrashLoop = errors.New("stdio: action is crash-looping")
 	// ErrCrashed ends a delivery whose process exited or closed stdout mid-delivery (retryable).

@@ -2,7 +2,9 @@
 
 package engine
 
-import "syscall"
+import (
+	"syscall"
+)
 
 // sysProcAttr puts the child in its own process group, so a signal reaches its grandchildren
 // too. No Pdeathsig: Linux sends it when the forking *thread* exits, which a Go program does

@@ -1,0 +1,87 @@
+package conformance
+
+import (
+	"fmt"
+	"time"
+)
+
+// report assembles the checks.
+func (r *runner) report() *Report {
+	total := time.Since(r.start)
+	var stderrLines, stderrTooLong int
+	var stderrBytes int64
+	for _, p := range r.procs {
+		p.stderr.mu.Lock()
+		stderrLines += p.stderr.lines
+		stderrBytes += p.stderr.bytes
+		stderrTooLong += p.stderr.tooLong
+		p.stderr.mu.Unlock()
+	}
+	if stderrTooLong > 0 {
+		r.fail(CheckStderr, fmt.Sprintf("%d stderr lines longer than %s (a progress bar redrawn with \\r, or binary data?): end each log line with \\n", stderrTooLong, sizeName(r.opts.StderrLineMax)))
+	}
+	var slowest time.Duration
+	for _, d := range r.readyTimes {
+		slowest = max(slowest, d)
+	}
+	r.pass[CheckReady] = fmt.Sprintf("answered hello with ready (slowest of %d processes: %s)", len(r.readyTimes), roundDur(slowest))
+	r.pass[CheckFraming] = fmt.Sprintf("%d messages from %d processes, one JSON object per line", r.messages, len(r.procs))
+	r.pass[CheckStdout] = "nothing but protocol lines on stdout"
+	r.pass[CheckSilence] = fmt.Sprintf("nothing out of turn, over %d quiet waits and every delivery", r.quiets)
+	if r.several > 0 {
+		r.pass[CheckOutputs] = fmt.Sprintf("%d outputs to declared outlets; %d deliveries with several to one outlet, keyed distinctly", r.outputs, r.several)
+	} else {
+		r.pass[CheckOutputs] = fmt.Sprintf("%d outputs to declared outlets (no delivery had several to one outlet)", r.outputs)
+	}
+	r.pass[CheckStderr] = fmt.Sprintf("%d lines (%s) read as they came", stderrLines, byteSize(stderrBytes))
+	r.pass[CheckShutdown] = fmt.Sprintf("%d processes exited with status 0 (slowest in %s)", r.shutdowns, roundDur(r.shutdownMax))
+	for _, c := range []string{CheckFraming, CheckStdout, CheckSilence, CheckOutputs, CheckStderr} {
+		r.elapsed[c] = total
+	}
+	r.elapsed[CheckShutdown] = r.shutdownMax
+
+	rep := &Report{Action: r.a.Name, Conformant: true}
+	for _, c := range Checks {
+		ck := Check{Name: c.Name, Elapsed: r.elapsed[c.Name], Ran: true}
+		switch fails := r.fails[c.Name]; {
+		case len(fails) > 0:
+			ck.Detail = fails[0]
+			if len(fails) > 1 {
+				ck.Detail += fmt.Sprintf(" (and %d more)", len(fails)-1)
+			}
+		case r.notRun != "" && !observer(c.Name):
+			ck.Ran, ck.Detail = false, "not checked: "+r.notRun
+		case c.Name == CheckShutdown && r.shutdowns == 0:
+			ck.Ran, ck.Detail = false, "not checked: no conversation reached shutdown (see the failures above)"
+		case r.pass[c.Name] == "":
+			ck.Ran, ck.Detail = false, "not checked: another check's fault ended its conversation (see the failures above)"
+		default:
+			ck.Pass = true
+			ck.Detail = r.pass[c.Name]
+		}
+		if !ck.Pass {
+			rep.Conformant = false
+		}
+		rep.Checks = append(rep.Checks, ck)
+	}
+	return rep
+}
+
+// observer reports whether a check watches every conversation rather than running its own.
+func observer(name string) bool {
+	switch name {
+	case CheckReady, CheckFraming, CheckStdout, CheckSilence, CheckOutputs, CheckStderr:
+		return true
+	}
+	return false
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,170 @@
+package conformance
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// eventKind tells what the action wrote on one stdout line (or several, when it spread one
+// object over several lines).
+type eventKind int
+
+const (
+	evMessage eventKind = iota // a protocol message, perhaps recovered from bad framing (note)
+	evBad                      // a line that looks like JSON but is no protocol message
+	evText                     // a line that is not JSON at all: logging on stdout
+)
+
+// event is one thing read from the action's stdout.
+type event struct {
+	kind eventKind
+	at   time.Time
+	msg  stdio.Message // evMessage
+	raw  []byte        // the line(s), copied
+	note string        // evBad: what is wrong; evMessage: the framing fault it was recovered from
+}
+
+// maxJoin bounds the lines joined when the action spreads one JSON object over several lines.
+const maxJoin = 2000
+
+// readStdout turns stdout into events, recovering what it can from bad framing so the rest of
+// the conversation can still be checked: an object spread over several lines, several objects
+// on one line.
+func (p *proc) readStdout(r io.Reader) {
+	defer close(p.events)
+	lr := stdio.NewLineReader(r, 0)
+	var pending []byte // a line starting with { that is not JSON yet: perhaps the first of several
+	pendingLines := 0
+	pendingAt := time.Time{}
+	flush := func() {
+		if pending != nil {
+			p.events <- event{kind: evBad, at: pendingAt, raw: pending, note: badLine(firstLine(pending))}
+			pending = nil
+		}
+	}
+	for {
+		line, err := lr.ReadLine()
+		if err != nil {
+			flush()
+			switch {
+			case errors.Is(err, io.EOF):
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				p.endNote = "the last line on stdout has no newline: end every message with \\n"
+			case errors.Is(err, stdio.ErrLineTooLong):
+				p.endNote, p.tooLong = err.Error(), true
+				p.child.Kill() // nothing after an unbounded line can be framed again
+			default:
+				p.endNote = "reading stdout: " + err.Error()
+			}
+			return
+		}
+		now := time.Now()
+		line = bytes.Clone(line)
+		if pending != nil {
+			if t := bytes.TrimLeft(line, " \t\r"); len(t) > 0 && t[0] == '{' && len(t) == len(line) {
+				flush() // a new object at the start of a line: the pending one was just bad
+			} else {
+				pending = append(append(pending, '\n'), line...)
+				pendingLines++
+				if json.Valid(pending) {
+					p.recovered(pending, pendingAt, fmt.Sprintf("one JSON object spread over %d lines (pretty-printed?): write each message on one line", pendingLines))
+					pending = nil
+				} else if pendingLines >= maxJoin || len(pending) > stdio.MaxLineBytes {
+					flush()
+				}
+				continue
+			}
+		}
+		var m stdio.Message
+		derr := stdio.DecodeMessage(line, &m)
+		if derr == nil {
+			p.events <- event{kind: evMessage, at: now, msg: m, raw: line}
+			continue
+		}
+		t := bytes.TrimSpace(line)
+		switch {
+		case len(t) == 0:
+			p.events <- event{kind: evBad, at: now, raw: line, note: "an empty line on stdout: write exactly one JSON object per line"}
+		case json.Valid(t):
+			p.events <- event{kind: evBad, at: now, raw: line, note: derr.Error()}
+		case t[0] == '{':
+			if msgs, ok := splitObjects(t); ok {
+				for i, m := range msgs {
+					note := ""
+					if i == 0 {
+						note = fmt.Sprintf("%d JSON objects on one line: end each message with a newline", len(msgs))
+					}
+					p.events <- event{kind: evMessage, at: now, msg: m, raw: line, note: note}
+				}
+				continue
+			}
+			pending, pendingLines, pendingAt = line, 1, now
+		default:
+			p.events <- event{kind: evText, at: now, raw: line}
+		}
+	}
+}
+
+// recovered delivers the message in text as an event carrying the framing fault in note, or a
+// bad line if it is no protocol message.
+func (p *proc) recovered(text []byte, at time.Time, note string) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, text); err == nil {
+		var m stdio.Message
+		if err := stdio.DecodeMessage(buf.Bytes(), &m); err == nil {
+			p.events <- event{kind: evMessage, at: at, msg: m, raw: text, note: note}
+			return
+		}
+	}
+	p.events <- event{kind: evBad, at: at, raw: text, note: note}
+}
+
+// splitObjects decodes a line holding several JSON objects one after another.
+func splitObjects(line []byte) ([]stdio.Message, bool) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	var msgs []stdio.Message
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, false
+		}
+		var m stdio.Message
+		if stdio.DecodeMessage(raw, &m) != nil {
+			return nil, false
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, len(msgs) > 1
+}
+
+func badLine(line []byte) string {
+	var m stdio.Message
+	if err := stdio.DecodeMessage(line, &m); err != nil {
+		return err.Error()
+	}
+	return "a bad line " + quote(line)
+}
+
+func firstLine(b []byte) []byte {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+// quote quotes the start of a line for a report.
+func quote(b []byte) string {
+	const n = 100
+	if len(b) > n {
+		return fmt.Sprintf("%q…", b[:n])
+	}
+	return fmt.Sprintf("%q", b)
+}

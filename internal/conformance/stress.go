@@ -1,0 +1,118 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ankka-flow/millrace/stdio"
+)
+
+// padding returns an ASCII text of about n bytes that starts with the marker (non-ASCII text
+// is the non-ascii check's: a fault there should fail that check alone).
+func padding(n int) string {
+	unit := "lorem ipsum dolor sit amet, consectetur adipiscing elit "
+	var b strings.Builder
+	b.Grow(n + len(unit))
+	b.WriteString(marker + "padding ")
+	for b.Len() < n {
+		b.WriteString(unit)
+	}
+	s := b.String()
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// large: the exemplar with a payload of about 1 MiB.
+func (r *runner) large() {
+	t0 := time.Now()
+	it := r.exemplar()
+	pad := padding(r.opts.PayloadSize)
+	it.Payload = withField(it.Payload, "x-conformance-padding", pad)
+	d := r.single(CheckLarge, it, t0)
+	if d == nil {
+		return
+	}
+	echoed := roundTrip(r, d, CheckLarge, []string{pad})
+	what := ""
+	if echoed > 0 {
+		what = ", and it came back unchanged"
+	}
+	r.pass[CheckLarge] = fmt.Sprintf("a %s payload answered %s in %s%s", sizeName(len(it.Payload)), d.outcome(), roundDur(d.latency), what)
+}
+
+func sizeName(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// burst: many copies of the exemplar written at once; every one answered, in order.
+func (r *runner) burst() {
+	if r.a.PerItem {
+		r.pass[CheckBurst] = "does not apply with --per-item (one process per item)"
+		return
+	}
+	t0 := time.Now()
+	s := r.open(CheckBurst, r.a.Config, "")
+	if !s.ok() {
+		r.elapsed[CheckBurst] = time.Since(t0)
+		return
+	}
+	ex := r.exemplar()
+	var sent []*delivery
+	tw := time.Now()
+	for i := range r.burstSize() {
+		it := ex
+		it.Offset = int64(10000 + i)
+		it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
+		it.IdempotencyKey = r.a.idempotencyKey(&it)
+		sent = append(sent, s.send(-1, it, CheckBurst))
+	}
+	s.await()
+	took := time.Since(tw)
+	s.shutdown()
+	r.elapsed[CheckBurst] = time.Since(t0)
+	if len(s.order) < len(sent) {
+		return
+	}
+	for i, d := range s.order {
+		if d != sent[i] {
+			r.fail(CheckBurst, fmt.Sprintf("answers out of order: the answer to item %d of %d came where item %d's was due; answer items in the order they arrive (millrace writes items ahead with --window)", slices.Index(sent, d)+1, len(sent), i+1))
+			return
+		}
+	}
+	r.pass[CheckBurst] = fmt.Sprintf("%d items written at once, all answered in order in %s (%.0f items/s)", len(sent), roundDur(took), float64(len(sent))/took.Seconds())
+}
+
+// burstSize is Options.Burst, or DefaultBurst cut down for a slow action: about two seconds
+// of items at the main conversation's mean answer time, at least MinBurst.
+func (r *runner) burstSize() int {
+	if r.opts.Burst > 0 {
+		return r.opts.Burst
+	}
+	if r.mainItems == 0 || r.mainLatency <= 0 {
+		return DefaultBurst
+	}
+	mean := r.mainLatency / time.Duration(r.mainItems)
+	return max(MinBurst, min(DefaultBurst, int(2*time.Second/max(mean, time.Microsecond))))
+}
+
+// single delivers it alone in a conversation of its own for check, timed from t0; it returns
+// the delivery, or nil when it got no answer (the failure is recorded).
+func (r *runner) single(check string, it stdio.Item, t0 time.Time) *delivery {
+	s := r.open(check, r.a.Config, "")
+	d := s.deliver(-1, it, check)
+	s.shutdown()
+	r.elapsed[check] = time.Since(t0)
+	if d == nil || d.answer == nil {
+		return nil
+	}
+	return d
+}

@@ -1,0 +1,22 @@
+package local_test
+
+import (
+	"testing"
+
+	"github.com/ankka-flow/millrace/internal/local"
+)
+
+// TestTimeoutZeroSameEverywhere: `millrace run` (which serves a.Action through the bridge) and
+// `millrace test` (a.Conformance) get the same parsed --timeout 0s: no timeout in both.
+func TestTimeoutZeroSameEverywhere(t *testing.T) {
+	a, err := local.Load("s --in in=x.v1 --timeout 0s -- prog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Timeout != 0 {
+		t.Errorf("run: Timeout = %v, want 0 (none)", a.Timeout)
+	}
+	if c := a.Conformance("v"); c.Timeout != 0 || c.Action.Name != "s" {
+		t.Errorf("test: Timeout = %v (action %q), want 0 (none) for s", c.Timeout, c.Action.Name)
+	}
+}

@@ -1,0 +1,212 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// topicMaxMessageBytes is the max.message.bytes of the topics Run creates: room for a record
+// of the protocol's largest message, 4 MiB, with its batch's framing.
+const topicMaxMessageBytes = 8 << 20
+
+// createTopics creates every bound topic; one that exists is left as it is.
+func (r *runner) createTopics(ctx context.Context) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10000
+	seen := map[string]bool{r.p.Input: true}
+	topics := []string{r.p.Input}
+	for _, s := range r.p.Streamlets {
+		for _, t := range s.Bindings {
+			if !seen[t] {
+				seen[t] = true
+				topics = append(topics, t)
+			}
+		}
+	}
+	sort.Strings(topics)
+	for _, t := range topics {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic = t
+		rt.NumPartitions = int32(r.opts.Partitions)
+		rt.ReplicationFactor = -1
+		// Records as large as the protocol allows (4 MiB emits), above Kafka's 1 MiB default.
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = "max.message.bytes", kmsg.StringPtr(strconv.Itoa(topicMaxMessageBytes))
+		rt.Configs = append(rt.Configs, c)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err != nil {
+		return fmt.Errorf("local: creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerrOf(t.ErrorCode); err != nil && t.ErrorCode != kerr.TopicAlreadyExists.Code {
+			return fmt.Errorf("local: creating topic %s: %w", t.Topic, err)
+		}
+	}
+	return nil
+}
+
+// partitions returns the partitions of each topic, from the broker's metadata.
+func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, mt)
+	}
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err != nil {
+		return nil, fmt.Errorf("local: topic metadata: %w", err)
+	}
+	out := map[string][]int32{}
+	for _, t := range resp.Topics {
+		if err := kerrOf(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("local: topic %s: %w", deref(t.Topic), err)
+		}
+		for _, p := range t.Partitions {
+			out[deref(t.Topic)] = append(out[deref(t.Topic)], p.Partition)
+		}
+	}
+	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// endOffsets returns the end offset of every partition of topics.
+func (r *runner) endOffsets(ctx context.Context, topics []string) (map[string]map[int32]int64, error) {
+	parts, err := r.partitions(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	for t, ps := range parts {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = t
+		for _, p := range ps {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.Timestamp = -1 // the end
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err != nil {
+		return nil, fmt.Errorf("local: end offsets: %w", err)
+	}
+	out := map[string]map[int32]int64{}
+	for _, t := range resp.Topics {
+		out[t.Topic] = map[int32]int64{}
+		for _, p := range t.Partitions {
+			if err := kerrOf(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("local: end offset of %s/%d: %w", t.Topic, p.Partition, err)
+			}
+			out[t.Topic][p.Partition] = p.Offset
+		}
+	}
+	return out, nil
+}
+
+// committed returns the offsets a streamlet's consumer group committed on its inlets.
+func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = st.group // no topics: every offset the group committed
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err != nil {
+		return nil, fmt.Errorf("local: committed offsets of %s: %w", st.group, err)
+	}
+	if resp.ErrorCode == kerr.GroupIDNotFound.Code {
+		return nil, nil // the group has not joined yet: nothing committed
+	}
+	if err := kerrOf(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("local: committed offsets of %s: %w", st.group, err)
+	}
+	out := map[string]map[int32]int64{}
+	add := func(topic string, p int32, off int64) {
+		if out[topic] == nil {
+			out[topic] = map[int32]int64{}
+		}
+		out[topic][p] = off
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			add(t.Topic, p.Partition, p.Offset)
+		}
+	}
+	for _, g := range resp.Groups {
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				add(t.Topic, p.Partition, p.Offset)
+			}
+		}
+	}
+	return out, nil
+}
+
+// caughtUp reports whether every streamlet committed everything on its inlets and the printer
+// read everything on the outlets. Commits are read before end offsets: a commit comes after
+// its emits were written, so every emit of a commit seen here is under the end offsets read
+// after it.
+func (r *runner) caughtUp(ctx context.Context) (bool, error) {
+	commits := map[*running]map[string]map[int32]int64{}
+	for _, st := range r.streamlets {
+		c, err := r.committed(ctx, st)
+		if err != nil {
+			return false, err
+		}
+		commits[st] = c
+	}
+	var topics []string
+	for _, st := range r.streamlets {
+		topics = append(topics, st.s.Inlets()...)
+	}
+	for t := range r.outlets {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	ends, err := r.endOffsets(ctx, slices.Compact(topics))
+	if err != nil {
+		return false, err
+	}
+	for _, st := range r.streamlets {
+		for _, t := range st.s.Inlets() {
+			for p, end := range ends[t] {
+				c, ok := commits[st][t][p]
+				if !ok || c < 0 {
+					c = 0
+				}
+				if c < end {
+					return false, nil
+				}
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t := range r.outlets {
+		for p, end := range ends[t] {
+			if r.pos[t][p] < end {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+func kerrOf(code int16) error {
+	return kerr.ErrorForCode(code)
+}

@@ -1,0 +1,97 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/sidecar"
+)
+
+// running is one streamlet's bridge and sidecar.
+type running struct {
+	s       *Streamlet
+	sc      *sidecar.Sidecar
+	metrics *bridge.Metrics
+	group   string
+	errs    *lastError
+	sidecar *task
+	bridge  *task
+}
+
+// task is a goroutine running fn until its context is cancelled.
+type task struct {
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+func startTask(ctx context.Context, fn func(context.Context) error) *task {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &task{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(t.done)
+		t.err = fn(ctx)
+	}()
+	return t
+}
+
+// stop cancels the task and waits for it. It may be called more than once.
+func (t *task) stop() error {
+	t.cancel()
+	<-t.done
+	return t.err
+}
+
+// ended reports whether the task returned, and its error.
+func (t *task) ended() (bool, error) {
+	select {
+	case <-t.done:
+		return true, t.err
+	default:
+		return false, nil
+	}
+}
+
+// startStreamlet starts a streamlet's bridge on a free loopback port and its sidecar.
+func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []string) (*running, error) {
+	name := s.Action.Name
+	st := &running{s: s, metrics: bridge.NewMetrics(0), errs: &lastError{}, group: r.p.Name + "." + name}
+	blog := slog.New(&teeHandler{h: r.log.Handler(), last: st.errs}).With("part", "bridge") // the bridge names the streamlet
+	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("local: a loopback port for the bridge of %s: %w", name, err)
+	}
+	st.bridge = startTask(ctx, func(ctx context.Context) error { return srv.Serve(ctx, lis) })
+
+	cfg := &sidecar.Config{
+		Brokers: brokers, Pipeline: r.p.Name, Streamlet: name, Deployed: s.Action.Spec(r.opts.Version),
+		ConfigValues: s.Values, ProcessPort: lis.Addr().(*net.TCPAddr).Port, SidecarVersion: r.opts.Version,
+		ConsumerGroup:     st.group,
+		StallWarningAfter: r.opts.StallAfter,
+		DiscoveryBackoff:  sidecar.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+		FailureBackoff:    sidecar.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
+	}
+	for _, p := range s.Action.Inlets {
+		cfg.Inlets = append(cfg.Inlets, sidecar.Inlet{Port: p.Name, Topic: s.Bindings[p.Name], MaxRecords: sidecar.DefaultBatchMaxRecords, MaxBytes: sidecar.DefaultBatchMaxBytes})
+	}
+	for _, p := range s.Action.Outlets {
+		cfg.Outlets = append(cfg.Outlets, sidecar.Outlet{Port: p.Name, Topic: s.Bindings[p.Name]})
+	}
+	slogger := slog.New(&teeHandler{h: r.log.Handler(), last: st.errs}).With("streamlet", name, "part", "sidecar")
+	sc, err := sidecar.New(cfg, slogger)
+	if err != nil {
+		_ = st.bridge.stop()
+		return nil, fmt.Errorf("local: the sidecar of %s: %w", name, err)
+	}
+	st.sc = sc
+	st.sidecar = startTask(ctx, sc.Run)
+	return st, nil
+}

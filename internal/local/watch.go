@@ -1,0 +1,89 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ankka-flow/millrace/sidecar"
+)
+
+// watch waits for the end of the run: done, a fault, or ctx.
+func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastDraw, lastCommitted := time.Now(), int64(0)
+	defer r.clearProgress()
+	for {
+		select {
+		case <-ctx.Done():
+			if r.opts.Follow {
+				return nil
+			}
+			return fmt.Errorf("%w before every output was committed", ErrInterrupted)
+		case <-tick.C:
+		}
+		for _, st := range r.streamlets {
+			if ended, err := st.sidecar.ended(); ended {
+				if errors.Is(err, sidecar.ErrRefused) {
+					return &refusedError{streamlet: st.s.Action.Name, err: err}
+				}
+				return fmt.Errorf("local: the sidecar of %s stopped: %w", st.s.Action.Name, orStopped(err))
+			}
+			if ended, err := st.bridge.ended(); ended {
+				return fmt.Errorf("local: the bridge of %s stopped: %w", st.s.Action.Name, orStopped(err))
+			}
+			if st.sc.StallWarnings() > 0 {
+				return fmt.Errorf("%w: streamlet %s: a batch kept failing for %s and no record after it is processed; the last error: %s", errStalled, st.s.Action.Name, r.opts.StallAfter, st.errs.get())
+			}
+		}
+		r.mu.Lock()
+		inErr, eof := r.inputErr, r.inputEOF
+		r.mu.Unlock()
+		if inErr != nil {
+			return inErr
+		}
+		if since := time.Since(lastDraw); since >= 500*time.Millisecond {
+			lastCommitted = r.drawProgress(since, lastCommitted)
+			lastDraw = time.Now()
+		}
+		if !eof || r.opts.Follow {
+			continue
+		}
+		done, err := r.caughtUp(ctx)
+		if err != nil {
+			r.log.Warn("checking progress", "error", err)
+			continue
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// refusedError is a refused discovery: the sidecar's error, which lists the problems, and a
+// hint for config values. It matches errRefused.
+type refusedError struct {
+	streamlet string
+	err       error
+}
+
+func (e *refusedError) Error() string {
+	hint := ""
+	if strings.Contains(e.err.Error(), "config.") {
+		hint = "\n  (give config values with --set KEY=VALUE; in a pipeline file, on the streamlet's line)"
+	}
+	return fmt.Sprintf("streamlet %s: %v%s", e.streamlet, e.err, hint)
+}
+
+func (e *refusedError) Is(target error) bool { return target == errRefused }
+func (e *refusedError) Unwrap() error        { return e.err }
+
+func orStopped(err error) error {
+	if err == nil {
+		return errors.New("it returned without error")
+	}
+	return err
+}

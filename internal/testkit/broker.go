@@ -1,0 +1,393 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// EnvBrokers names a real Kafka cluster (host:port,…) the Kafka tests use instead of kfake;
+// scripts/kafka start prints it and scripts/test sets it for its real-broker stage.
+const EnvBrokers = "MILLRACE_KAFKA_BROKERS"
+
+// RealBrokers returns the brokers EnvBrokers names, or nil when it is unset.
+func RealBrokers() []string {
+	if seeds := os.Getenv(EnvBrokers); seeds != "" {
+		return strings.Split(seeds, ",")
+	}
+	return nil
+}
+
+// BrokerOptions shape a test's broker. The zero value is one kfake broker (or the real
+// cluster) with a plain admin client.
+type BrokerOptions struct {
+	Kfake     []kfake.Opt // kfake's options after NumBrokers(1)
+	Client    []kgo.Opt   // the admin client's options after its seed brokers
+	KfakeOnly bool        // kfake whatever EnvBrokers says: the test injects kfake's faults
+	// Restartable gives kfake a fixed free port and a data directory, so Restart can bring it
+	// back with its data.
+	Restartable bool
+}
+
+// Broker is the Kafka of one test, with an admin client; everything is closed when the test
+// ends.
+type Broker struct {
+	Addrs   []string
+	Cluster *kfake.Cluster // nil on a real cluster
+	Admin   *kgo.Client
+
+	kfakeOpts []kfake.Opt
+}
+
+// NewBroker returns the test's broker: the real cluster EnvBrokers names, else kfake on
+// 127.0.0.1.
+func NewBroker(t testing.TB, o BrokerOptions) *Broker {
+	t.Helper()
+	b := &Broker{}
+	if real := RealBrokers(); real != nil && !o.KfakeOnly {
+		b.Addrs = real
+	} else {
+		b.kfakeOpts = append([]kfake.Opt{kfake.NumBrokers(1)}, o.Kfake...)
+		if o.Restartable {
+			b.kfakeOpts = append(b.kfakeOpts, kfake.Ports(FreePort(t)), kfake.DataDir(t.TempDir()))
+		}
+		b.startKfake(t)
+		t.Cleanup(func() {
+			if b.Cluster != nil {
+				b.Cluster.Close()
+			}
+		})
+	}
+	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Addrs...)}, o.Client...)...)
+	if err != nil {
+		t.Fatalf("testkit: the admin client of %s: %v", strings.Join(b.Addrs, ","), err)
+	}
+	t.Cleanup(admin.Close)
+	b.Admin = admin
+	return b
+}
+
+func (b *Broker) startKfake(t testing.TB) {
+	t.Helper()
+	c, err := kfake.NewCluster(b.kfakeOpts...)
+	if err != nil {
+		t.Fatalf("kfake.NewCluster: %v", err)
+	}
+	b.Cluster = c
+	b.Addrs = c.ListenAddrs()
+}
+
+// Real reports whether the broker is a real cluster.
+func (b *Broker) Real() bool { return b.Cluster == nil && b.kfakeOpts == nil }
+
+// Name is "kafka" for a real cluster, "kfake" otherwise.
+func (b *Broker) Name() string {
+	if b.Real() {
+		return "kafka"
+	}
+	return "kfake"
+}
+
+// RestartKfake closes a Restartable kfake and opens it again on its port with its data after
+// down (the fault's length, not a wait for a state).
+func (b *Broker) RestartKfake(t testing.TB, down time.Duration) {
+	t.Helper()
+	if b.Cluster == nil {
+		t.Fatal("testkit: RestartKfake on a real cluster")
+	}
+	b.Cluster.Close()
+	b.Cluster = nil
+	time.Sleep(down)
+	b.startKfake(t)
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
+
+// TopicName returns a topic name unique to the test: prefix, the test's name, what and a random
+// number (at most 200 characters).
+func TopicName(t testing.TB, prefix, what string) string {
+	name := fmt.Sprintf("%s%s-%s-%d", prefix, strings.ToLower(unsafeChars.ReplaceAllString(t.Name(), "-")), what, rand.IntN(1e9))
+	if len(name) > 200 {
+		name = name[len(name)-200:]
+	}
+	return name
+}
+
+// Topic creates a topic named for the test (TopicName without prefix) with partitions and the
+// topic configs given as name, value pairs, and returns its name.
+func (b *Broker) Topic(t testing.TB, what string, partitions int32, configs ...string) string {
+	t.Helper()
+	name := TopicName(t, "", what)
+	if err := b.CreateTopic(context.Background(), name, partitions, configs...); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// CreateTopic creates a topic and waits until every partition has a leader (metadata may lag
+// the creation on a real cluster). configs are name, value pairs.
+func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32, configs ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+	for i := 0; i+1 < len(configs); i += 2 {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = configs[i], kmsg.StringPtr(configs[i+1])
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, b.Admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	for len(b.Partitions(ctx, name)) != int(partitions) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topic %s: not every partition has a leader after 30 s", name)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// DeleteTopic deletes a topic.
+func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(name)
+	req.Topics = append(req.Topics, rt)
+	req.TopicNames = append(req.TopicNames, name)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, b.Admin)
+	if err == nil && len(resp.Topics) > 0 {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("delete topic %s: %w", name, err)
+	}
+	return nil
+}
+
+// Partitions returns the partitions of topic that have a leader (none when the broker cannot
+// say).
+func (b *Broker) Partitions(ctx context.Context, topic string) []int32 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	md.Topics = append(md.Topics, mt)
+	resp, err := md.RequestWith(ctx, b.Admin)
+	if err != nil || len(resp.Topics) == 0 || resp.Topics[0].ErrorCode != 0 {
+		return nil
+	}
+	var ps []int32
+	for _, p := range resp.Topics[0].Partitions {
+		if p.ErrorCode == 0 && p.Leader >= 0 {
+			ps = append(ps, p.Partition)
+		}
+	}
+	return ps
+}
+
+// EndOffsets returns the high watermark of every partition of topic.
+func (b *Broker) EndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	ps := b.Partitions(ctx, topic)
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("topic %s has no partition with a leader", topic)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for _, p := range ps {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, b.Admin)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	for _, tt := range resp.Topics {
+		for _, p := range tt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("list offsets %s/%d: %w", topic, p.Partition, err)
+			}
+			out[p.Partition] = p.Offset
+		}
+	}
+	return out, nil
+}
+
+// Count returns how many records topic holds now (the sum of its end offsets).
+func (b *Broker) Count(t testing.TB, topic string) int64 {
+	t.Helper()
+	ends, err := b.EndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, o := range ends {
+		n += o
+	}
+	return n
+}
+
+// Committed returns the group's committed offsets of topic, by partition (absent: none; an
+// unknown group has none). A retriable error of the group (its coordinator still loading on a
+// fresh cluster) is asked again, within 10 s.
+func (b *Broker) Committed(ctx context.Context, group, topic string) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		out, err := b.committed(ctx, group, topic)
+		if !kerr.IsRetriable(err) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (b *Broker) committed(ctx context.Context, group, topic string) (map[int32]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	rg := kmsg.NewOffsetFetchRequestGroup()
+	rg.Group = group
+	req.Groups = append(req.Groups, rg)
+	resp, err := req.RequestWith(ctx, b.Admin)
+	if err != nil {
+		return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
+	}
+	out := map[int32]int64{}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err == kerr.GroupIDNotFound {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
+		}
+		for _, tt := range g.Topics {
+			if tt.Topic != topic {
+				continue
+			}
+			for _, p := range tt.Partitions {
+				if p.Offset >= 0 {
+					out[p.Partition] = p.Offset
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// Produce writes records (to the topic and partition each names, as the admin client's
+// options partition) and waits for all.
+func (b *Broker) Produce(t testing.TB, rs ...*kgo.Record) {
+	t.Helper()
+	if err := b.Admin.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// ReadN reads topic from the start until n records are read, within limit.
+func (b *Broker) ReadN(t testing.TB, topic string, n int, limit time.Duration) []*kgo.Record {
+	t.Helper()
+	cl := b.reader(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: got %d records, want %d", topic, len(out), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// ReadAll reads every record of topic from the start up to the end offsets it has now.
+func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	end, err := b.EndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatalf("read %s: %v", topic, err)
+	}
+	want := map[int32]int64{}
+	for p, o := range end {
+		if o > 0 {
+			want[p] = o
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	cl := b.reader(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: still missing partitions up to %v after 5 minutes; read %d records", topic, want, len(out))
+		}
+		fs.EachError(func(topic string, p int32, err error) { t.Logf("read %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := want[r.Partition]; ok && r.Offset < end {
+				out = append(out, r)
+				if r.Offset == end-1 {
+					delete(want, r.Partition)
+				}
+			}
+		})
+	}
+	return out
+}
+
+// reader is a consumer of topic from its start, closed when the test ends.
+func (b *Broker) reader(t testing.TB, topic string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(32<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// FreePort returns a TCP port free on 127.0.0.1 now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

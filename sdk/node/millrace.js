@@ -1,0 +1,581 @@
+'use strict';
+/**
+ * millrace: write a Millstream action in Node.js (standard library only, one file, CommonJS).
+ *
+ * An action reads items on stdin and answers on stdout, one JSON line each (docs/protocol.md).
+ * This module speaks that protocol for you, so an action is one call:
+ *
+ *   const millrace = require('millrace');
+ *   millrace.map((payload, item) => {
+ *     if (!payload.surface) throw new millrace.Abstain('no surface area');
+ *     item.metric('rooms', payload.rooms, { city: payload.city || '?' });
+ *     return { id: payload.id, score: 3 * payload.rooms };
+ *   });
+ *
+ * - map(fn): fn(payload, item) returns (or resolves to) one output, which keeps the item's key.
+ * - mapKeyed(fn): fn(payload, item) returns an array of outputs: plain values (the item's key)
+ *   or millrace.output(value, { key, outlet, headers }).
+ * - batch(fn, { size: 64, linger: 5 }): fn(items) gets an array of Item (what the engine wrote
+ *   ahead: up to size, or what arrived within linger ms) and returns one result per item, in
+ *   order: a value (one output; with keyed: true an array of outputs) or an Error, which fails
+ *   that item alone.
+ * - throw new Abstain(reason): hand the item to the step's fallback. throw new Retryable(msg):
+ *   fail the attempt, to be retried with backoff. Any other exception (or rejected promise)
+ *   fails the item for good, its stack logged to stderr; the process keeps serving.
+ * - item.metric(name, value, labels), item.log / millrace.log (JSON lines on stderr),
+ *   item.config (the config of hello, checked against options.config: a schema such as
+ *   { minRooms: 'integer', greeting: { type: 'string', default: 'hi' } }, or a function that
+ *   validates the raw object), millrace.workdir() (MILLSTREAM_WORKDIR).
+ *
+ * Handlers may be async; items are still answered one after another, in order. The SDK
+ * declares a window of 64 deliveries in ready, reads stdin in chunks and writes its answers
+ * once per run of them. console.log and anything else written to process.stdout go to stderr:
+ * stdout carries protocol lines only. shutdown or the end of stdin exits with status 0.
+ */
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const WINDOW = 64;
+const FLUSH_AFTER_MS = 50; // answers of a slow run still go out this often
+
+class Abstain extends Error {
+  constructor(reason = '') {
+    super(String(reason));
+    this.name = 'Abstain';
+    this.reason = String(reason);
+  }
+}
+
+class Retryable extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'Retryable';
+  }
+}
+
+class ConfigError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** One output of mapKeyed or a keyed batch. */
+class Output {
+  constructor(value, { key, outlet, headers } = {}) {
+    this.value = value;
+    this.key = key; // undefined keeps the item's key; a string or Buffer sets it
+    this.outlet = outlet;
+    this.headers = headers; // [[key, value]] or { key: value }; value string, Buffer or null
+  }
+}
+
+function output(value, opts) {
+  return new Output(value, opts);
+}
+
+/** Structured logging to stderr: one JSON object per line (level and msg read by the engine). */
+class Log {
+  constructor(fields) {
+    this.fields = fields || {};
+  }
+  bind(fields) {
+    return new Log({ ...this.fields, ...fields });
+  }
+  write(level, msg, fields) {
+    let line;
+    try {
+      line = JSON.stringify({ level, msg: String(msg), ...this.fields, ...fields });
+    } catch (e) {
+      line = JSON.stringify({ level, msg: String(msg), fields: String(e) });
+    }
+    fs.writeSync(2, line + '\n');
+  }
+  debug(msg, fields) { this.write('DEBUG', msg, fields); }
+  info(msg, fields) { this.write('INFO', msg, fields); }
+  warn(msg, fields) { this.write('WARN', msg, fields); }
+  error(msg, fields) { this.write('ERROR', msg, fields); }
+}
+
+const log = new Log();
+
+let tmpWorkdir = null;
+
+/** MILLSTREAM_WORKDIR (removed by the engine after the process exits); outside the engine, a
+ * temporary folder removed at exit. */
+function workdir() {
+  const wd = process.env.MILLSTREAM_WORKDIR;
+  if (wd) return wd;
+  if (!tmpWorkdir) {
+    tmpWorkdir = fs.mkdtempSync(path.join(os.tmpdir(), 'millrace-workdir-'));
+    process.on('exit', () => fs.rmSync(tmpWorkdir, { recursive: true, force: true }));
+  }
+  return tmpWorkdir;
+}
+
+function bytesOrText(text, b64) {
+  if (text !== undefined && text !== null) return text;
+  if (b64) return Buffer.from(b64, 'base64');
+  return null;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** The JSON member for a key or header value: name, or nameBase64 for bytes not UTF-8. */
+function textField(name, v) {
+  if (Buffer.isBuffer(v) || v instanceof Uint8Array) {
+    try {
+      v = utf8.decode(v);
+    } catch (e) {
+      return `"${name}Base64":"${Buffer.from(v).toString('base64')}"`;
+    }
+  }
+  return `"${name}":${JSON.stringify(String(v))}`;
+}
+
+function headersJSON(headers) {
+  const pairs = Array.isArray(headers) ? headers : Object.entries(headers);
+  const parts = pairs.map(([k, v]) => {
+    let h = '{"key":' + JSON.stringify(String(k));
+    if (v !== null && v !== undefined) h += ',' + textField('value', v);
+    return h + '}';
+  });
+  return ',"headers":[' + parts.join(',') + ']';
+}
+
+/** One delivery. raw is the item line as decoded, unknown keys included. */
+class Item {
+  constructor(session, raw) {
+    this._s = session;
+    this.raw = raw;
+    this.payload = raw.payload === undefined ? null : raw.payload;
+    this.delivery = raw.delivery || '';
+    this._log = null;
+  }
+  /** string, Buffer when it is not UTF-8, null when absent */
+  get key() { return bytesOrText(this.raw.key, this.raw.keyBase64); }
+  /** [[key, value]], value string, Buffer or null */
+  get headers() {
+    return (this.raw.headers || []).map((h) => [h.key || '', bytesOrText(h.value, h.valueBase64)]);
+  }
+  get id() { return this.raw.id || ''; }
+  get attempt() { return this.raw.attempt || 1; }
+  get idempotencyKey() { return this.raw.idempotencyKey || ''; }
+  get topic() { return this.raw.topic || ''; }
+  get partition() { return this.raw.partition || 0; }
+  get offset() { return this.raw.offset || 0; }
+  get timestamp() { return this.raw.timestamp || 0; }
+  get inlet() { return this.raw.inlet || ''; }
+  get run() { return this.raw.run || ''; }
+  get config() { return this._s.config; }
+  get vars() { return this._s.vars; }
+  get workdir() { return workdir(); }
+  get log() {
+    if (!this._log) this._log = log.bind({ delivery: this.delivery, item: this.id, attempt: this.attempt });
+    return this._log;
+  }
+  /** Records a custom measurement with this attempt: a finite number, labels of strings. */
+  metric(name, value, labels) {
+    const v = Number(value);
+    if (!Number.isFinite(v)) throw new TypeError(`metric ${JSON.stringify(name)}: the value must be a finite number, not ${value}`);
+    const m = { type: 'metric', delivery: this.delivery, name: String(name), value: v };
+    if (labels && Object.keys(labels).length) {
+      m.labels = {};
+      for (const [k, x] of Object.entries(labels)) m.labels[k] = String(x);
+    }
+    this._s.out.push(JSON.stringify(m) + '\n');
+  }
+}
+
+const norm = (s) => s.replace(/[-_]/g, '').toLowerCase();
+
+const TYPES = {
+  string: (v) => typeof v === 'string',
+  integer: (v) => Number.isInteger(v),
+  'memory-size': (v) => Number.isInteger(v),
+  number: (v) => typeof v === 'number' && Number.isFinite(v),
+  double: (v) => typeof v === 'number' && Number.isFinite(v),
+  boolean: (v) => typeof v === 'boolean',
+  duration: (v) => typeof v === 'string',
+  object: (v) => v !== null && typeof v === 'object' && !Array.isArray(v),
+  array: (v) => Array.isArray(v),
+  any: () => true,
+};
+
+/** Checks the raw config of hello against spec: a schema object or a function. */
+function checkConfig(spec, raw) {
+  if (spec === undefined || spec === null) return raw;
+  if (typeof spec === 'function') return spec(raw);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`the config is ${JSON.stringify(raw)}, not an object`);
+  const given = new Map(Object.entries(raw).map(([k, v]) => [norm(k), [k, v]]));
+  const out = {};
+  const problems = [];
+  for (const [field, entry] of Object.entries(spec)) {
+    const { type, default: def } = typeof entry === 'string' ? { type: entry } : entry;
+    const test = TYPES[type];
+    if (!test) throw new TypeError(`config field ${field}: unknown type ${JSON.stringify(type)} (want one of ${Object.keys(TYPES).join(', ')})`);
+    const g = given.get(norm(field));
+    if (!g) {
+      if (def === undefined) problems.push(`${field}: missing (declare it with --param, or give it a default)`);
+      else out[field] = def;
+      continue;
+    }
+    const [key, v] = g;
+    if (!test(v)) problems.push(`${key}: ${JSON.stringify(v)} is not ${type === 'integer' ? 'an' : 'a'} ${type}`);
+    out[field] = v;
+  }
+  if (problems.length) throw new ConfigError('the config does not fit: ' + problems.join('; '));
+  return out;
+}
+
+function where(err) {
+  const line = String((err && err.stack) || '').split('\n').find((l) => /^\s+at /.test(l));
+  return line ? ` (${line.trim().replace(/^at /, '')})` : '';
+}
+
+const isThenable = (v) => v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function';
+
+/** One conversation with the engine. */
+class Session {
+  constructor(kind, fn, opts, write) {
+    this.kind = kind;
+    this.fn = fn;
+    this.spec = opts.config;
+    this.size = opts.size || 0;
+    this.linger = opts.linger === undefined ? 5 : opts.linger;
+    this.keyed = kind === 'mapKeyed' || !!opts.keyed;
+    this.window = Math.max(opts.window || WINDOW, this.size);
+    this.write = write;
+    this.config = null;
+    this.vars = {};
+    this.configError = null;
+    this.out = [];
+    this.lastFlush = Date.now();
+    this.queue = []; // decoded messages not yet handled
+    this.qhead = 0;
+    this.pending = []; // batch mode: items waiting for a full batch or the linger
+    this.timer = null;
+    this.busy = false; // awaiting a handler's promise
+    this.hello = false;
+    this.rest = []; // pieces of a line longer than one chunk
+    this.ended = false;
+    this.eofSeen = false;
+  }
+
+  flush(done) {
+    this.lastFlush = Date.now();
+    if (!this.out.length) {
+      if (done) done();
+      return;
+    }
+    const data = this.out.join('');
+    this.out = [];
+    this.write(data, done);
+  }
+
+  answer(typ, d, extra = '') {
+    this.out.push(`{"type":"${typ}","delivery":${JSON.stringify(d)}${extra}}\n`);
+  }
+
+  error(d, message, retryable) {
+    this.answer('error', d, `,"message":${JSON.stringify(message)},"retryable":${retryable ? 'true' : 'false'}`);
+  }
+
+  fail(item, err, logIt = true) {
+    if (err instanceof Abstain) {
+      this.answer('abstain', item.delivery, ',"reason":' + JSON.stringify(err.reason));
+      return;
+    }
+    const name = (err && err.name) || 'Error';
+    const msg = `${name}: ${err && err.message !== undefined ? err.message : String(err)}${where(err)}`;
+    if (logIt) item.log.error('the handler threw: the item fails', { error: msg, stack: String((err && err.stack) || err) });
+    this.error(item.delivery, msg, err instanceof Retryable);
+  }
+
+  emit(item, o) {
+    let value = o, key, outlet, headers;
+    if (o instanceof Output) ({ value, key, outlet, headers } = o);
+    if (value === undefined) value = null;
+    const payload = JSON.stringify(value);
+    if (payload === undefined) throw new TypeError(`an output of type ${typeof value} cannot be written as JSON`);
+    let kp = '';
+    if (key === undefined || key === null) {
+      if (item.raw.key !== undefined && item.raw.key !== null) kp = ',"key":' + JSON.stringify(item.raw.key);
+      else if (item.raw.keyBase64) kp = ',"keyBase64":' + JSON.stringify(item.raw.keyBase64);
+    } else {
+      kp = ',' + textField('key', key);
+    }
+    let tail = '';
+    if (outlet) tail += ',"outlet":' + JSON.stringify(String(outlet));
+    if (headers) tail += headersJSON(headers);
+    // this shape (type, delivery, key, payload) is the one the engine reads fastest
+    return `{"type":"emit","delivery":${JSON.stringify(item.delivery)}${kp},"payload":${payload}${tail}}\n`;
+  }
+
+  outputs(item, result, keyed) {
+    if (!keyed) return [this.emit(item, result)];
+    if (result === null || result === undefined) return [];
+    if (!Array.isArray(result)) throw new TypeError(`a keyed handler returned ${result instanceof Output ? 'an Output' : typeof result}, not an array of outputs`);
+    return result.map((o) => this.emit(item, o));
+  }
+
+  succeed(item, result, keyed) {
+    let lines;
+    try {
+      lines = this.outputs(item, result, keyed);
+    } catch (err) {
+      this.fail(item, err);
+      return;
+    }
+    for (const l of lines) this.out.push(l);
+    this.answer('done', item.delivery);
+  }
+
+  /** Handles one item; returns a promise when the handler went async. */
+  one(raw) {
+    const item = new Item(this, raw);
+    if (this.configError !== null) {
+      this.error(item.delivery, this.configError, false);
+      return null;
+    }
+    let result;
+    try {
+      result = this.fn(item.payload, item);
+    } catch (err) {
+      this.fail(item, err, !(err instanceof Abstain));
+      return null;
+    }
+    if (isThenable(result)) {
+      return Promise.resolve(result).then((r) => this.succeed(item, r, this.keyed), (err) => this.fail(item, err, !(err instanceof Abstain)));
+    }
+    this.succeed(item, result, this.keyed);
+    return null;
+  }
+
+  runBatch() {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const items = this.pending.map((r) => new Item(this, r));
+    this.pending = [];
+    if (this.configError !== null) {
+      for (const it of items) this.error(it.delivery, this.configError, false);
+      return null;
+    }
+    const failAll = (err) => {
+      if (!(err instanceof Abstain)) log.error('the batch handler threw: every item of the batch fails', { items: items.length, error: String(err), stack: String((err && err.stack) || err) });
+      for (const it of items) this.fail(it, err, false);
+    };
+    const finish = (results) => {
+      if (!Array.isArray(results) || results.length !== items.length) {
+        failAll(new TypeError(`the batch handler returned ${Array.isArray(results) ? results.length + ' results' : typeof results} for ${items.length} items: return an array with one result per item, in order`));
+        return;
+      }
+      items.forEach((it, i) => {
+        const r = results[i];
+        if (r instanceof Error) this.fail(it, r, !(r instanceof Abstain || r instanceof Retryable));
+        else this.succeed(it, r, this.keyed);
+      });
+    };
+    let results;
+    try {
+      results = this.fn(items);
+    } catch (err) {
+      failAll(err);
+      return null;
+    }
+    if (isThenable(results)) return Promise.resolve(results).then(finish, failAll);
+    finish(results);
+    return null;
+  }
+
+  onHello(msg) {
+    this.hello = true;
+    this.vars = msg.vars || {};
+    const raw = msg.config === undefined || msg.config === null ? {} : msg.config;
+    try {
+      this.config = checkConfig(this.spec, raw);
+    } catch (err) {
+      const text = err instanceof ConfigError ? err.message : `${err.name || 'Error'}: ${err.message}`;
+      this.configError = `${text} (fix the config; every item fails until then)`;
+      log.error('bad config', { error: this.configError });
+    }
+    this.out.push(`{"type":"ready","window":${this.window}}\n`);
+    this.flush();
+  }
+
+  feed(chunk) {
+    let start = 0;
+    let nl = chunk.indexOf(10);
+    if (nl < 0) {
+      this.rest.push(chunk);
+      return;
+    }
+    if (this.rest.length) {
+      this.rest.push(chunk.subarray(0, nl));
+      this.decode(Buffer.concat(this.rest));
+      this.rest = [];
+      start = nl + 1;
+      nl = chunk.indexOf(10, start);
+    }
+    while (nl >= 0) {
+      if (nl > start) this.decode(chunk.subarray(start, nl));
+      start = nl + 1;
+      nl = chunk.indexOf(10, start);
+    }
+    if (start < chunk.length) this.rest.push(chunk.subarray(start));
+  }
+
+  decode(line) {
+    const text = line.toString('utf8');
+    if (!text.trim()) return;
+    let msg;
+    try {
+      msg = JSON.parse(text);
+    } catch (err) {
+      log.error('a line from the engine is not JSON; ignored', { error: err.message, line: text.slice(0, 100) });
+      return;
+    }
+    if (msg !== null && typeof msg === 'object') this.queue.push(msg);
+  }
+
+  /** Handles queued messages until the queue is empty or a handler goes async. */
+  pump() {
+    while (!this.busy && !this.ended && this.qhead < this.queue.length) {
+      const msg = this.queue[this.qhead++];
+      let wait = null;
+      switch (msg.type) {
+        case 'item':
+          if (!this.hello) {
+            log.error('an item before hello; answering error', { delivery: msg.delivery });
+            this.error(msg.delivery || '', 'an item before hello', false);
+          } else if (this.size) {
+            this.pending.push(msg);
+            if (this.pending.length >= this.size) wait = this.runBatch();
+          } else {
+            wait = this.one(msg);
+          }
+          break;
+        case 'hello':
+          this.onHello(msg);
+          break;
+        case 'shutdown':
+          if (this.pending.length) {
+            this.qhead--; // come back to it once the batch is answered
+            wait = this.runBatch();
+            if (!wait) continue;
+            break;
+          }
+          this.end();
+          return;
+        default: // unknown types are ignored, as unknown keys are
+      }
+      if (wait) {
+        this.busy = true;
+        this.flush();
+        wait.then(() => {
+          this.busy = false;
+          this.pump();
+        });
+        return;
+      }
+      if (Date.now() - this.lastFlush > FLUSH_AFTER_MS) this.flush();
+    }
+    if (this.qhead === this.queue.length) {
+      this.queue = [];
+      this.qhead = 0;
+    }
+    if (this.eofSeen && !this.busy && !this.ended) {
+      // nothing more will come: run what is pending now, then end
+      if (this.pending.length) {
+        const wait = this.runBatch();
+        if (wait) {
+          this.busy = true;
+          this.flush();
+          wait.then(() => {
+            this.busy = false;
+            this.pump();
+          });
+          return;
+        }
+      }
+      this.end();
+      return;
+    }
+    if (!this.busy && !this.ended && this.pending.length && !this.timer && this.linger >= 0) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        if (this.busy || this.ended || !this.pending.length) return;
+        const wait = this.runBatch();
+        if (wait) {
+          this.busy = true;
+          this.flush();
+          wait.then(() => {
+            this.busy = false;
+            this.pump();
+          });
+        } else {
+          this.flush();
+        }
+      }, this.linger);
+    }
+    this.flush();
+  }
+
+  end() {
+    if (this.ended) return;
+    this.ended = true;
+    this.flush(() => process.exit(0));
+  }
+
+  /** The end of stdin: answer what is queued and pending, then exit 0. */
+  eof() {
+    this.eofSeen = true;
+    this.pump();
+  }
+}
+
+function serve(kind, fn, opts = {}) {
+  if (typeof fn !== 'function') throw new TypeError(`millrace.${kind} takes a function, not ${typeof fn}`);
+  // stdout is the protocol's: console.log and other writes to process.stdout go to stderr
+  const stdout = process.stdout;
+  const protoWrite = stdout.write.bind(stdout);
+  stdout.write = (chunk, encoding, cb) => process.stderr.write(chunk, encoding, cb);
+  stdout.on('error', (err) => {
+    if (err.code === 'EPIPE') process.exit(0); // the engine is gone
+    throw err;
+  });
+  const s = new Session(kind, fn, opts, (data, done) => {
+    protoWrite(data, done);
+  });
+  process.stdin.on('data', (chunk) => {
+    s.feed(chunk);
+    s.pump();
+  });
+  process.stdin.on('end', () => s.eof());
+  return s;
+}
+
+/** Serves fn(payload, item) -> value: one output per item, with the item's key. */
+function map(fn, opts) {
+  serve('map', fn, opts);
+}
+
+/** Serves fn(payload, item) -> [value | Output, ...]: zero or more outputs per item. */
+function mapKeyed(fn, opts) {
+  serve('mapKeyed', fn, opts);
+}
+
+/** Serves fn(items) -> [result, ...], one result per item: up to opts.size items (64) or those
+ * that arrived within opts.linger ms (5) of the first. A result is one output (keyed: an array
+ * of outputs) or an Error, which answers that item alone. If fn throws, every item fails. */
+function batch(fn, opts = {}) {
+  const size = opts.size === undefined ? WINDOW : opts.size;
+  if (!(size >= 1)) throw new RangeError('batch size must be at least 1');
+  serve('batch', fn, { ...opts, size });
+}
+
+module.exports = { map, mapKeyed, batch, output, Output, Item, Abstain, Retryable, ConfigError, log, workdir, WINDOW, checkConfig };

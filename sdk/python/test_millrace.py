@@ -1,0 +1,360 @@
+"""Tests of the Python SDK over real pipes: each test starts testdata/action.py as a child and
+speaks the action protocol to it. Run: python3 -m unittest (in sdk/python)."""
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ACTION = os.path.join(HERE, "testdata", "action.py")
+WAIT = 10  # seconds for any one line: a bound on a hang, not a speed target
+
+
+class Child:
+    """One action process and its conversation."""
+
+    def __init__(self, *args, env=None):
+        e = dict(os.environ)
+        e.pop("MILLSTREAM_WORKDIR", None)
+        e.update(env or {})
+        self.p = subprocess.Popen([sys.executable, ACTION, *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
+        self.lines = queue.Queue()
+        self.stderr = []
+        threading.Thread(target=self._read, args=(self.p.stdout, self.lines.put, True), daemon=True).start()
+        self.err_thread = threading.Thread(target=self._read, args=(self.p.stderr, self.stderr.append, False), daemon=True)
+        self.err_thread.start()
+        self.seq = 0
+
+    @staticmethod
+    def _read(f, put, mark_end):
+        for line in f:
+            put(line)
+        if mark_end:
+            put(None)
+
+    def send(self, *msgs):
+        self.p.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in msgs))
+        self.p.stdin.flush()
+
+    def read(self):
+        line = self.lines.get(timeout=WAIT)
+        if line is None:
+            raise AssertionError("stdout ended; stderr: %s" % b"".join(self.stderr).decode())
+        if not line.endswith(b"\n"):
+            raise AssertionError("a line without newline: %r" % line)
+        return json.loads(line)
+
+    def hello(self, config=None, **extra):
+        self.send({"type": "hello", "protocol": 1, "action": "t", "config": config or {}, "vars": {"v": 1}, **extra})
+        return self.read()
+
+    def item(self, payload, key="k", **fields):
+        self.seq += 1
+        it = {"type": "item", "delivery": "dl-%d" % self.seq, "id": "t/0/%d" % self.seq, "payload": payload,
+              "partition": 0, "offset": self.seq, "timestamp": 0, "attempt": 1, "idempotencyKey": "ik%d" % self.seq}
+        if key is not None:
+            it["key"] = key
+        it.update(fields)
+        return it
+
+    def answer(self):
+        """The lines of one delivery, up to its answer: (emits and metrics, answer)."""
+        got = []
+        while True:
+            m = self.read()
+            if m["type"] in ("done", "error", "abstain"):
+                return got, m
+            got.append(m)
+
+    def ask(self, payload, **kw):
+        it = self.item(payload, **kw)
+        self.send(it)
+        got, ans = self.answer()
+        assert ans["delivery"] == it["delivery"], (ans, it)
+        for m in got:
+            assert m["delivery"] == it["delivery"], m
+        return got, ans
+
+    def shutdown(self):
+        self.send({"type": "shutdown"})
+        code = self.p.wait(timeout=WAIT)
+        self.err_thread.join(WAIT)
+        rest = []
+        while True:
+            line = self.lines.get(timeout=WAIT)
+            if line is None:
+                break
+            rest.append(line)
+        return code, rest
+
+    def stderr_text(self):
+        return b"".join(self.stderr).decode()
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            f.close()
+
+
+class SDKTest(unittest.TestCase):
+    def child(self, *args, **kw):
+        c = Child(*args, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def test_ready_declares_the_window_and_shutdown_exits_0(self):
+        c = self.child("map")
+        self.assertEqual(c.hello(), {"type": "ready", "window": 64})
+        code, rest = c.shutdown()
+        self.assertEqual(code, 0)
+        self.assertEqual(rest, [])
+
+    def test_end_of_stdin_exits_0(self):
+        c = self.child("map")
+        c.hello()
+        c.p.stdin.close()
+        self.assertEqual(c.p.wait(timeout=WAIT), 0)
+
+    def test_map_keeps_key_and_writes_the_fast_shape(self):
+        c = self.child("map")
+        c.hello()
+        it = c.item({"a": 1, "t": "é"}, key="k1")
+        c.send(it)
+        emit = c.lines.get(timeout=WAIT)
+        self.assertEqual(emit, ('{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}\n').encode())
+        self.assertEqual(c.read(), {"type": "done", "delivery": "dl-1"})
+        got, ans = c.ask({"a": 2}, key=None)
+        self.assertNotIn("key", got[0])
+        self.assertEqual(got[0]["payload"], {"a": 2})
+
+    def test_key_base64_is_decoded_and_kept(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "key"}, key=None, keyBase64="/wA=",
+                         headers=[{"key": "b", "valueBase64": "/g=="}, {"key": "t", "value": "v"}, {"key": "n"}])
+        self.assertEqual(ans["type"], "done")
+        self.assertEqual(got[0]["keyBase64"], "/wA=")
+        self.assertNotIn("key", got[0])
+        p = got[0]["payload"]
+        self.assertEqual(p["key"], "ff00")
+        self.assertEqual(p["headers"], [["b", "fe"], ["t", "v"], ["n", None]])
+        self.assertEqual((p["id"], p["attempt"], p["idempotencyKey"]), ("t/0/1", 1, "ik1"))
+
+    def test_map_keyed_keys_outlets_headers(self):
+        c = self.child("keyed")
+        c.hello()
+        got, ans = c.ask({"x": 1}, key="item-key")
+        self.assertEqual(ans, {"type": "done", "delivery": "dl-1"})
+        self.assertEqual(len(got), 3)
+        self.assertEqual(got[0]["key"], "a")
+        self.assertNotIn("outlet", got[0])
+        self.assertEqual(got[1]["keyBase64"], "/wA=")
+        self.assertEqual(got[1]["outlet"], "other")
+        self.assertEqual(got[1]["headers"], [{"key": "h", "valueBase64": "/g=="}, {"key": "t", "value": "v"}, {"key": "n"}])
+        self.assertEqual(got[2]["key"], "item-key")
+        got, ans = c.ask({"do": "none"})
+        self.assertEqual((got, ans["type"]), ([], "done"))
+
+    def test_abstain_retryable_and_exceptions_fail_the_item_not_the_process(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "abstain"})
+        self.assertEqual(ans, {"type": "abstain", "delivery": "dl-1", "reason": "unsure"})
+        got, ans = c.ask({"do": "retry"})
+        self.assertEqual((ans["type"], ans["retryable"]), ("error", True))
+        self.assertIn("try again", ans["message"])
+        got, ans = c.ask({"do": "raise"})
+        self.assertEqual((ans["type"], ans["retryable"]), ("error", False))
+        self.assertIn("ValueError: boom", ans["message"])
+        self.assertIn("action.py", ans["message"])
+        got, ans = c.ask({"do": "nan"})
+        self.assertEqual(ans["type"], "error")
+        self.assertEqual(got, [])
+        got, ans = c.ask({"still": "alive"})
+        self.assertEqual((ans["type"], got[0]["payload"]), ("done", {"still": "alive"}))
+        self.assertEqual(c.shutdown()[0], 0)
+        err = c.stderr_text()
+        self.assertIn("Traceback (most recent call last)", err)
+        self.assertIn('raise ValueError(\\"boom\\")', err)
+        for line in err.splitlines():
+            json.loads(line)  # every stderr line is a JSON log line
+
+    def test_metric_with_labels_before_the_answer(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "metric"})
+        self.assertEqual(got[0], {"type": "metric", "delivery": "dl-1", "name": "m", "value": 2.5, "labels": {"l": "v"}})
+        self.assertEqual(got[1]["type"], "emit")
+
+    def test_log_and_stray_print_go_to_stderr(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "log"})
+        got, ans = c.ask({"do": "print"})
+        self.assertEqual([m["type"] for m in got], ["emit"])
+        code, rest = c.shutdown()
+        self.assertEqual((code, rest), (0, []))
+        lines = c.stderr_text().splitlines()
+        rec = json.loads(lines[0])
+        self.assertEqual((rec["level"], rec["msg"], rec["n"], rec["delivery"], rec["item"], rec["attempt"]),
+                         ("INFO", "hello log", 1, "dl-1", "t/0/1", 1))
+        self.assertIn("stray print", lines)
+
+    def test_workdir(self):
+        with tempfile.TemporaryDirectory() as wd:
+            c = self.child("map", env={"MILLSTREAM_WORKDIR": wd})
+            c.hello()
+            got, ans = c.ask({"do": "workdir"})
+            self.assertEqual(got[0]["payload"], {"workdir": wd, "exists": True})
+
+    def test_workdir_outside_the_engine_is_removed_at_exit(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "workdir"})
+        wd = got[0]["payload"]["workdir"]
+        self.assertTrue(got[0]["payload"]["exists"])
+        self.assertEqual(c.shutdown()[0], 0)
+        self.assertFalse(os.path.exists(wd), wd)
+
+    def test_config_typed(self):
+        c = self.child("map")
+        c.hello(config={"min-rooms": 3, "greeting": "hey", "ratio": 1})
+        got, ans = c.ask({"do": "config"})
+        self.assertEqual(got[0]["payload"], {"min_rooms": 3, "greeting": "hey", "ratio": 1.0})
+        c = self.child("map")
+        c.hello(config={})
+        got, ans = c.ask({"do": "config"})
+        self.assertEqual(got[0]["payload"], {"min_rooms": 2, "greeting": "hi", "ratio": 0.5})
+
+    def test_bad_config_fails_each_item(self):
+        c = self.child("map")
+        self.assertEqual(c.hello(config={"min-rooms": "not-a-number", "greeting": 12345})["type"], "ready")
+        for _ in range(2):
+            got, ans = c.ask({"do": "config"})
+            self.assertEqual((got, ans["type"], ans["retryable"]), ([], "error", False))
+            self.assertIn("min-rooms", ans["message"])
+            self.assertIn("greeting", ans["message"])
+        self.assertEqual(c.shutdown()[0], 0)
+        self.assertIn("bad config", c.stderr_text())
+
+    def test_unknown_keys_and_types_are_ignored(self):
+        c = self.child("map")
+        self.assertEqual(c.hello(lessons=[{"x": 1}])["type"], "ready")
+        c.send({"type": "future-thing", "x": 1})
+        got, ans = c.ask({"a": 1}, artifacts=[], extra={"n": [1]})
+        self.assertEqual((ans["type"], got[0]["payload"]), ("done", {"a": 1}))
+
+    def test_window_written_ahead_answered_in_order(self):
+        c = self.child("map")
+        c.hello()
+        items = [c.item({"i": i, "pad": "x" * 5000}) for i in range(64)]
+        c.send(*items)
+        for it in items:
+            got, ans = c.answer()
+            self.assertEqual(ans["delivery"], it["delivery"])
+            self.assertEqual(got[0]["payload"]["i"], it["payload"]["i"])
+
+    def test_answers_go_out_while_a_later_item_still_works(self):
+        c = self.child("map")
+        c.hello()
+        with tempfile.TemporaryDirectory() as d:
+            gate = os.path.join(d, "gate")
+            slow, blocked = c.item({"do": "slow"}), c.item({"do": "gate", "path": gate})
+            c.send(slow, blocked)
+            got, ans = c.answer()  # would hang if answers waited for the whole run
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", slow["delivery"]))
+            open(gate, "w").close()
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", blocked["delivery"]))
+
+    def test_large_line_across_reads(self):
+        c = self.child("map")
+        c.hello()
+        big = "é" * (3 << 20)
+        got, ans = c.ask({"big": big})
+        self.assertEqual(got[0]["payload"]["big"], big)
+
+    def test_batch_gets_what_was_written_ahead(self):
+        c = self.child("batch", "8", "0.2")
+        self.assertEqual(c.hello(), {"type": "ready", "window": 64})
+        items = [c.item({"i": i}) for i in range(10)]
+        items[2]["payload"] = {"do": "raise"}
+        items[3]["payload"] = {"do": "abstain"}
+        c.send(*items)
+        sizes = []
+        for n, it in enumerate(items):
+            got, ans = c.answer()
+            self.assertEqual(ans["delivery"], it["delivery"])
+            if n == 2:
+                self.assertEqual((ans["type"], ans["retryable"]), ("error", False))
+                self.assertIn("ValueError: bad item", ans["message"])
+            elif n == 3:
+                self.assertEqual(ans, {"type": "abstain", "delivery": it["delivery"], "reason": "not this one"})
+            else:
+                self.assertEqual(ans["type"], "done")
+                emits = [m for m in got if m["type"] == "emit"]
+                self.assertEqual(len(emits), 1)
+                sizes.append(emits[0]["payload"]["n"])
+        # 8 in the first batch, the 2 left after the linger
+        self.assertEqual(sizes, [8] * 6 + [2, 2])
+
+    def test_batch_linger_runs_a_partial_batch(self):
+        c = self.child("batch", "64", "0.05")
+        c.hello()
+        c.send(c.item({"i": 0}), c.item({"i": 1}))
+        got, ans = c.answer()
+        self.assertEqual([m["type"] for m in got], ["metric", "metric", "emit"])
+        self.assertEqual((ans["type"], got[2]["payload"]), ("done", {"n": 2, "i": 0}))
+        self.assertEqual(got[1]["delivery"], "dl-2")
+
+    def test_batch_handler_raising_fails_every_item(self):
+        c = self.child("batch", "4", "0.05")
+        c.hello()
+        items = [c.item({"i": 0}), c.item({"do": "boom-all"})]
+        c.send(*items)
+        for it in items:
+            got, ans = c.answer()
+            self.assertEqual((got, ans["type"], ans["delivery"]), ([], "error", it["delivery"]))
+            self.assertIn("RuntimeError: the whole batch", ans["message"])
+        self.assertEqual(c.shutdown()[0], 0)
+        self.assertIn("Traceback", c.stderr_text())
+
+    def test_batch_wrong_result_count_fails_the_batch(self):
+        c = self.child("batch-short")
+        c.hello()
+        items = [c.item({"i": i}) for i in range(4)]
+        c.send(*items)
+        for it in items:
+            got, ans = c.answer()
+            self.assertEqual(ans["type"], "error")
+            self.assertIn("returned 3 results for 4 items", ans["message"])
+
+    def test_shutdown_answers_a_pending_batch_first(self):
+        c = self.child("batch", "64", "5")
+        c.hello()
+        it = c.item({"i": 0})
+        c.send(it, {"type": "shutdown"})
+        got, ans = c.answer()
+        self.assertEqual(ans["type"], "done")
+        self.assertEqual(c.p.wait(timeout=WAIT), 0)
+
+    def test_end_of_stdin_answers_a_pending_batch_first(self):
+        c = self.child("batch", "64", "5")
+        c.hello()
+        c.send(c.item({"i": 0}))
+        c.p.stdin.close()
+        got, ans = c.answer()
+        self.assertEqual(ans["type"], "done")
+        self.assertEqual(c.p.wait(timeout=WAIT), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

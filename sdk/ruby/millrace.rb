@@ -1,0 +1,498 @@
+# frozen_string_literal: true
+
+# millrace: write a Millstream action in Ruby (standard library only, one file).
+#
+# An action reads items on stdin and answers on stdout, one JSON line each (docs/protocol.md).
+# This module speaks that protocol for you, so an action is one call:
+#
+#   require 'millrace'
+#   Millrace.map do |payload, item|
+#     raise Millrace::Abstain, 'no surface area' unless payload['surface']
+#     item.metric('rooms', payload['rooms'], { 'city' => payload['city'] || '?' })
+#     { 'id' => payload['id'], 'score' => 3 * payload['rooms'] }
+#   end
+#
+# - Millrace.map { |payload, item| value }: one output per item, with the item's key.
+# - Millrace.map_keyed { |payload, item| [value or Millrace::Output, ...] }: zero or more
+#   outputs, each a plain value (the item's key) or Output.new(value, key:, outlet:, headers:).
+# - Millrace.batch(size: 64, linger: 0.005) { |items| [result, ...] }: the items the engine
+#   wrote ahead (up to size, or what arrived within linger seconds), one result per item, in
+#   order: a value (one output; keyed: true, an array of outputs) or an exception instance,
+#   which fails that item alone.
+# - raise Millrace::Abstain, reason: hand the item to the step's fallback. raise
+#   Millrace::Retryable, msg: fail the attempt, to be retried with backoff. Any other exception
+#   fails the item for good, its backtrace logged to stderr; the process keeps serving.
+# - item.metric(name, value, labels), item.log / Millrace.log (JSON lines on stderr),
+#   item.config (the config of hello, checked against config:, a schema such as
+#   { min_rooms: Integer, greeting: [String, 'hi'] } giving a Struct, or a callable that
+#   validates the raw Hash), Millrace.workdir (MILLSTREAM_WORKDIR).
+#
+# The SDK declares a window of 64 deliveries in ready, reads stdin in chunks and writes its
+# answers once per run of them. puts and anything else written to $stdout go to stderr: stdout
+# carries protocol lines only. shutdown or the end of stdin exits with status 0.
+
+require 'json'
+require 'base64'
+require 'tmpdir'
+require 'fileutils'
+
+module Millrace
+  VERSION = '0.1.0'
+  # Deliveries the SDK accepts written ahead, declared in its ready line.
+  WINDOW = 64
+  READ_SIZE = 1 << 16
+  FLUSH_AFTER = 0.05 # seconds: answers of a slow run still go out this often
+
+  # Raise to answer the delivery with abstain: the engine routes the item to the fallback.
+  class Abstain < StandardError
+    def reason
+      message
+    end
+  end
+
+  # Raise to fail this attempt with a retryable error: the engine retries with backoff.
+  class Retryable < StandardError; end
+
+  # The config of hello does not fit the declared schema; every item fails with it.
+  class ConfigError < StandardError; end
+
+  # The boolean type of a config schema.
+  Boolean = :boolean
+
+  # One output of map_keyed or a keyed batch. key nil keeps the item's key; a String sets it
+  # (one that is not valid UTF-8 travels as keyBase64). headers: [[key, value]] or a Hash.
+  Output = Struct.new(:value, :key, :outlet, :headers) do
+    def initialize(value, key: nil, outlet: nil, headers: nil)
+      super(value, key, outlet, headers)
+    end
+  end
+
+  # Structured logging to stderr: one JSON object per line (level and msg read by the engine).
+  class Log
+    def initialize(fields = {})
+      @fields = fields
+    end
+
+    def bind(**fields)
+      Log.new(@fields.merge(fields))
+    end
+
+    %w[debug info warn error].each do |name|
+      level = name.upcase
+      define_method(name) { |msg, **fields| write(level, msg, fields) }
+    end
+
+    private
+
+    def write(level, msg, fields)
+      rec = { 'level' => level, 'msg' => msg.to_s }.merge(@fields).merge(fields)
+      line = begin
+        JSON.generate(rec)
+      rescue StandardError => e
+        JSON.generate('level' => level, 'msg' => msg.to_s, 'fields' => e.message)
+      end
+      $stderr.write(line + "\n")
+      $stderr.flush
+    end
+  end
+
+  @log = Log.new
+  @workdir = nil
+
+  class << self
+    # The action's logger; item.log adds the delivery, item and attempt.
+    attr_reader :log
+
+    # MILLSTREAM_WORKDIR (removed by the engine after the process exits); outside the engine, a
+    # temporary folder removed at exit.
+    def workdir
+      wd = ENV['MILLSTREAM_WORKDIR']
+      return wd if wd && !wd.empty?
+
+      unless @workdir
+        @workdir = Dir.mktmpdir('millrace-workdir-')
+        dir = @workdir
+        at_exit { FileUtils.rm_rf(dir) }
+      end
+      @workdir
+    end
+
+    # Serves the block: one output per item, with the item's key. Never returns.
+    def map(config: nil, window: WINDOW, &fn)
+      serve(:map, fn, config: config, window: window)
+    end
+
+    # Serves the block: an array of outputs per item.
+    def map_keyed(config: nil, window: WINDOW, &fn)
+      serve(:map_keyed, fn, config: config, window: window, keyed: true)
+    end
+
+    # Serves the block over batches: up to size items, or those that arrived within linger
+    # seconds of the first; it returns one result per item. If it raises, every item fails.
+    def batch(size: WINDOW, linger: 0.005, keyed: false, config: nil, window: WINDOW, &fn)
+      raise ArgumentError, 'batch size must be at least 1' unless size >= 1
+
+      serve(:batch, fn, config: config, window: window, size: size, linger: linger, keyed: keyed)
+    end
+
+    # Checks the raw config of hello against spec (nil, a callable or a schema Hash).
+    def check_config(spec, raw)
+      return raw if spec.nil?
+      return spec.call(raw) if spec.respond_to?(:call)
+      raise ConfigError, "the config is #{JSON.generate(raw)}, not an object" unless raw.is_a?(Hash)
+
+      given = raw.to_h { |k, v| [norm(k), [k, v]] }
+      values = {}
+      problems = []
+      spec.each do |field, entry|
+        type, default = entry.is_a?(Array) ? entry : [entry, nil]
+        k, v = given[norm(field)]
+        if k.nil?
+          if entry.is_a?(Array)
+            values[field.to_sym] = default
+          else
+            problems << "#{field}: missing (declare it with --param, or give it a default: [Type, default])"
+          end
+          next
+        end
+        ok, v = fit(type, v)
+        problems << "#{k}: #{JSON.generate(v)} is not #{type_name(type)}" unless ok
+        values[field.to_sym] = v
+      end
+      raise ConfigError, "the config does not fit: #{problems.join('; ')}" unless problems.empty?
+
+      Struct.new(*values.keys, keyword_init: true).new(**values)
+    end
+
+    private
+
+    def norm(name)
+      name.to_s.delete('-_').downcase
+    end
+
+    def fit(type, v)
+      if type == Boolean then [[true, false].include?(v), v]
+      elsif type == Integer then [v.is_a?(Integer), v]
+      elsif type == Float then [v.is_a?(Numeric), v.is_a?(Numeric) ? v.to_f : v]
+      elsif type.is_a?(Class) then [v.is_a?(type), v]
+      else [true, v]
+      end
+    end
+
+    def type_name(type)
+      type == Boolean ? 'a boolean' : "a #{type}"
+    end
+
+    def serve(kind, fn, **opts)
+      raise ArgumentError, "Millrace.#{kind} takes a block" unless fn
+
+      # stdout is the protocol's: puts and other writes to $stdout go to stderr
+      out = STDOUT.dup
+      out.binmode
+      $stdout.flush
+      STDOUT.reopen(STDERR)
+      STDOUT.sync = true
+      code = Session.new(kind, fn, **opts).serve($stdin, out)
+      $stderr.flush
+      exit(code) # at_exit handlers run: the temporary workdir outside the engine is removed
+    end
+  end
+
+  # One delivery. raw is the item line as decoded, unknown keys included.
+  class Item
+    attr_reader :raw, :payload, :delivery
+
+    def initialize(session, raw)
+      @s = session
+      @raw = raw
+      @payload = raw['payload']
+      @delivery = raw['delivery'] || ''
+    end
+
+    # A String (binary-encoded when the key is not UTF-8), or nil when absent.
+    def key
+      Item.text_or_bytes(@raw['key'], @raw['keyBase64'])
+    end
+
+    # [[key, value]], value a String or nil.
+    def headers
+      (@raw['headers'] || []).map { |h| [h['key'] || '', Item.text_or_bytes(h['value'], h['valueBase64'])] }
+    end
+
+    def self.text_or_bytes(text, b64)
+      return text unless text.nil?
+      return Base64.strict_decode64(b64) if b64 && !b64.empty?
+
+      nil
+    end
+
+    def id = @raw['id'] || ''
+    def attempt = @raw['attempt'] || 1
+    def idempotency_key = @raw['idempotencyKey'] || ''
+    def topic = @raw['topic'] || ''
+    def partition = @raw['partition'] || 0
+    def offset = @raw['offset'] || 0
+    def timestamp = @raw['timestamp'] || 0
+    def inlet = @raw['inlet'] || ''
+    def run = @raw['run'] || ''
+    def config = @s.config
+    def vars = @s.vars
+    def workdir = Millrace.workdir
+
+    def log
+      @log ||= Millrace.log.bind(delivery: @delivery, item: id, attempt: attempt)
+    end
+
+    # Records a custom measurement with this attempt: a finite number, labels of strings.
+    def metric(name, value, labels = nil)
+      v = Float(value)
+      raise ArgumentError, "metric #{name.inspect}: the value must be a finite number, not #{value.inspect}" unless v.finite?
+
+      m = { 'type' => 'metric', 'delivery' => @delivery, 'name' => name.to_s, 'value' => v }
+      m['labels'] = labels.to_h { |k, x| [k.to_s, x.to_s] } if labels && !labels.empty?
+      @s.out << JSON.generate(m) << "\n"
+    end
+  end
+
+  # One conversation with the engine.
+  class Session
+    attr_reader :config, :vars, :out
+
+    def initialize(kind, fn, config: nil, window: WINDOW, size: 0, linger: 0.0, keyed: false)
+      raise ArgumentError, 'window must be at least 1' unless window >= 1
+
+      @kind = kind
+      @fn = fn
+      @spec = config
+      @size = size
+      @linger = linger
+      @keyed = keyed
+      @window = [window, size].max
+      @config = nil
+      @vars = {}
+      @config_error = nil
+      @out = +''
+      @pending = []
+      @pending_since = 0.0
+      @hello = false
+      @last_flush = now
+    end
+
+    def serve(input, output)
+      @io = output
+      rest = +''
+      rest.force_encoding(Encoding::BINARY)
+      loop do
+        if @pending.any?
+          wait = @pending_since + @linger - now
+          if wait <= 0 || IO.select([input], nil, nil, wait).nil?
+            run_batch # nothing more within the linger: run what is here
+            flush
+            next
+          end
+        end
+        chunk = begin
+          input.readpartial(READ_SIZE)
+        rescue EOFError
+          nil
+        end
+        if chunk.nil?
+          run_batch if @pending.any?
+          flush
+          return 0
+        end
+        rest << chunk
+        next unless chunk.include?("\n")
+
+        lines = rest.split("\n", -1)
+        rest = lines.pop
+        lines.each do |line|
+          next if line.strip.empty?
+          next if on_line(line.force_encoding(Encoding::UTF_8))
+
+          flush
+          return 0
+        end
+        flush
+      end
+    rescue Errno::EPIPE
+      0 # the engine is gone
+    rescue Interrupt
+      130
+    end
+
+    private
+
+    def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+    def flush
+      @last_flush = now
+      return if @out.empty?
+
+      @io.write(@out)
+      @io.flush
+      @out = +''
+    end
+
+    def answer(typ, d, extra = '')
+      @out << '{"type":"' << typ << '","delivery":' << JSON.generate(d) << extra << "}\n"
+    end
+
+    def error(d, message, retryable)
+      answer('error', d, ",\"message\":#{JSON.generate(message.to_s.scrub)},\"retryable\":#{retryable ? 'true' : 'false'}")
+    end
+
+    def fail_item(item, exc, log_it = true)
+      if exc.is_a?(Abstain)
+        answer('abstain', item.delivery, ",\"reason\":#{JSON.generate(exc.reason.to_s.scrub)}")
+        return
+      end
+      loc = exc.backtrace&.first
+      msg = "#{exc.class}: #{exc.message}#{loc ? " (#{File.basename(loc)})" : ''}"
+      if log_it
+        item.log.error('the handler raised: the item fails', error: msg.scrub,
+                                                              backtrace: (exc.backtrace || []).join("\n").scrub)
+      end
+      error(item.delivery, msg, exc.is_a?(Retryable))
+    end
+
+    def text_field(name, v)
+      v = v.to_s
+      utf = v.dup.force_encoding(Encoding::UTF_8)
+      return "\"#{name}\":#{JSON.generate(utf)}" if utf.valid_encoding?
+
+      "\"#{name}Base64\":\"#{Base64.strict_encode64(v)}\""
+    end
+
+    def headers_json(headers)
+      parts = headers.to_a.map do |k, v|
+        h = +'{"key":' << JSON.generate(k.to_s)
+        h << ',' << text_field('value', v) unless v.nil?
+        h << '}'
+      end
+      ",\"headers\":[#{parts.join(',')}]"
+    end
+
+    def emit(item, o)
+      value, key, outlet, headers = o.is_a?(Output) ? o.to_a : [o, nil, nil, nil]
+      payload = JSON.generate(value)
+      kp = if !key.nil? then ",#{text_field('key', key)}"
+           elsif !item.raw['key'].nil? then ",\"key\":#{JSON.generate(item.raw['key'])}"
+           elsif item.raw['keyBase64'] && !item.raw['keyBase64'].empty? then ",\"keyBase64\":#{JSON.generate(item.raw['keyBase64'])}"
+           else ''
+           end
+      tail = +''
+      tail << ',"outlet":' << JSON.generate(outlet.to_s) if outlet
+      tail << headers_json(headers) if headers
+      # this shape (type, delivery, key, payload) is the one the engine reads fastest
+      "{\"type\":\"emit\",\"delivery\":#{JSON.generate(item.delivery)}#{kp},\"payload\":#{payload}#{tail}}\n"
+    end
+
+    def outputs(item, result, keyed)
+      return [emit(item, result)] unless keyed
+      return [] if result.nil?
+      raise TypeError, "a keyed handler returned #{result.class}, not an Array of outputs" unless result.is_a?(Array)
+
+      result.map { |o| emit(item, o) }
+    end
+
+    def succeed(item, result, keyed)
+      lines = begin
+        outputs(item, result, keyed)
+      rescue StandardError => e
+        fail_item(item, e)
+        return
+      end
+      lines.each { |l| @out << l }
+      answer('done', item.delivery)
+    end
+
+    def one(raw)
+      item = Item.new(self, raw)
+      return error(item.delivery, @config_error, false) if @config_error
+
+      result = begin
+        @fn.call(item.payload, item)
+      rescue StandardError, ScriptError => e # an exception fails the item, not the process
+        fail_item(item, e, !e.is_a?(Abstain))
+        return
+      end
+      succeed(item, result, @keyed)
+    end
+
+    def run_batch
+      items = @pending.map { |r| Item.new(self, r) }
+      @pending = []
+      return items.each { |it| error(it.delivery, @config_error, false) } if @config_error
+
+      begin
+        results = @fn.call(items)
+        results = results.nil? ? [] : results.to_a
+        if results.length != items.length
+          raise ArgumentError, "the batch handler returned #{results.length} results for #{items.length} items: return one per item, in order"
+        end
+      rescue StandardError, ScriptError => e
+        unless e.is_a?(Abstain)
+          Millrace.log.error('the batch handler raised: every item of the batch fails', items: items.length,
+                                                                                         error: "#{e.class}: #{e.message}".scrub, backtrace: (e.backtrace || []).join("\n").scrub)
+        end
+        items.each { |it| fail_item(it, e, false) }
+        return
+      end
+      items.zip(results).each do |it, res|
+        if res.is_a?(Exception)
+          fail_item(it, res, !(res.is_a?(Abstain) || res.is_a?(Retryable)))
+        else
+          succeed(it, res, @keyed)
+        end
+      end
+    end
+
+    def on_hello(msg)
+      @hello = true
+      @vars = msg['vars'] || {}
+      raw = msg['config'].nil? ? {} : msg['config']
+      begin
+        @config = Millrace.check_config(@spec, raw)
+      rescue StandardError => e
+        text = e.is_a?(ConfigError) ? e.message : "#{e.class}: #{e.message}"
+        @config_error = "#{text} (fix the config; every item fails until then)"
+        Millrace.log.error('bad config', error: @config_error)
+      end
+      @out << "{\"type\":\"ready\",\"window\":#{@window}}\n"
+      flush
+    end
+
+    # Handles one line; false on shutdown.
+    def on_line(line)
+      msg = begin
+        JSON.parse(line)
+      rescue JSON::ParserError => e
+        Millrace.log.error('a line from the engine is not JSON; ignored', error: e.message[0, 200].scrub, line: line[0, 100].scrub)
+        return true
+      end
+      return true unless msg.is_a?(Hash)
+
+      case msg['type']
+      when 'item'
+        if !@hello
+          Millrace.log.error('an item before hello; answering error', delivery: msg['delivery'])
+          error(msg['delivery'] || '', 'an item before hello', false)
+        elsif @size.positive?
+          @pending_since = now if @pending.empty?
+          @pending << msg
+          run_batch if @pending.length >= @size
+        else
+          one(msg)
+        end
+        flush if now - @last_flush > FLUSH_AFTER
+      when 'hello'
+        on_hello(msg)
+      when 'shutdown'
+        run_batch if @pending.any?
+        return false
+      end
+      true # unknown types are ignored, as unknown keys are
+    end
+  end
+end

@@ -1,0 +1,62 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# The action test/test_millrace.rb drives: ARGV[0] picks the handler, payload "do" what it does.
+require_relative '../millrace'
+
+def hexed(v)
+  v.is_a?(String) && !v.dup.force_encoding(Encoding::UTF_8).valid_encoding? ? v.unpack1('H*') : v
+end
+
+def handle(payload, item)
+  case payload.is_a?(Hash) && payload['do']
+  when 'abstain' then raise Millrace::Abstain, 'unsure'
+  when 'retry' then raise Millrace::Retryable, 'try again'
+  when 'raise' then raise ArgumentError, 'boom'
+  when 'metric' then item.metric('m', 2.5, { 'l' => 'v' })
+  when 'log' then item.log.info('hello log', n: 1)
+  when 'print' then puts 'stray print'
+  when 'workdir'
+    File.write(File.join(item.workdir, 'f.txt'), 'x')
+    return { 'workdir' => item.workdir, 'exists' => File.exist?(File.join(Millrace.workdir, 'f.txt')) }
+  when 'config'
+    c = item.config
+    return { 'min_rooms' => c.min_rooms, 'greeting' => c.greeting, 'ratio' => c.ratio }
+  when 'key'
+    return { 'key' => hexed(item.key), 'headers' => item.headers.map { |k, v| [k, hexed(v)] },
+             'id' => item.id, 'attempt' => item.attempt, 'idempotencyKey' => item.idempotency_key }
+  when 'slow' then sleep 0.06
+  when 'gate' then sleep 0.01 until File.exist?(payload['path']) # a handler still at work
+  when 'nan' then return Float::NAN
+  end
+  payload
+end
+
+case ARGV[0]
+when 'map'
+  Millrace.map(config: { min_rooms: [Integer, 2], greeting: [String, 'hi'], ratio: [Float, 0.5] }) { |p, i| handle(p, i) }
+when 'keyed'
+  Millrace.map_keyed do |payload, _item|
+    next [] if payload['do'] == 'none'
+
+    [Millrace::Output.new(payload, key: 'a'),
+     Millrace::Output.new(payload, key: "\xff\x00".b, outlet: 'other', headers: [['h', "\xfe".b], %w[t v], ['n', nil]]),
+     payload]
+  end
+when 'batch'
+  Millrace.batch(size: Integer(ARGV[1]), linger: Float(ARGV[2])) do |items|
+    raise 'the whole batch' if items.any? { |i| i.payload.is_a?(Hash) && i.payload['do'] == 'boom-all' }
+
+    items.each_with_index.map do |it, n|
+      case it.payload['do']
+      when 'raise' then ArgumentError.new('bad item')
+      when 'abstain' then Millrace::Abstain.new('not this one')
+      else
+        it.metric('batch_size', items.length)
+        { 'n' => items.length, 'i' => n }
+      end
+    end
+  end
+when 'batch-short'
+  Millrace.batch(size: 4) { |items| items.drop(1) }
+end

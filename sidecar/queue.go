@@ -1,0 +1,142 @@
+package sidecar
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+// Fetch buffering per partition: fetching pauses when a partition holds this many batches'
+// worth of uncommitted records (by bytes or by count) and resumes when it is back under the
+// low water mark, early enough that the next fetch arrives before the queue runs dry.
+const (
+	highWaterBatches = 4
+	lowWaterBatches  = 2
+)
+
+// tp is a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+func (t tp) String() string { return fmt.Sprintf("%s/%d", t.topic, t.partition) }
+
+// record is one fetched input record, ready to go into a Batch.
+type record struct {
+	in          *flowv1.InputRecord
+	leaderEpoch int32
+	size        int // proto size of in, with its framing inside a Batch
+}
+
+// partition is the sidecar's state of one inlet partition. It survives revocation and
+// reassignment, so a batch still with the process keeps its partition busy. Guarded by
+// Sidecar.mu; owned and epoch are changed only holding commitMu too.
+type partition struct {
+	tp
+	inlet *Inlet
+	owned bool
+	// epoch changes at every assignment and revocation; a batch remembers the epoch it was
+	// sent in, and is committed only if it still matches.
+	epoch uint64
+	// queue holds the fetched records not yet committed, in offset order; queue[:sent] went to
+	// the process in the current conversation (acknowledged or in flight).
+	queue      []record
+	queueBytes int64
+	sent       int
+	inflight   *batch // the batch with the process, nil if none
+	paused     bool
+
+	// stall tracking: since when the partition's head batch has been failing, and how often.
+	stallSince time.Time
+	attempts   int
+	warned     bool
+
+	commits int // offset commits made for this partition, for tests
+}
+
+// fetched is what one fetch brought for one partition, copied out of the fetch.
+type fetched struct {
+	topic     string
+	partition int32
+	records   []record
+}
+
+// newRecord copies a fetched record out of the fetch buffer: a record slicing into it would
+// pin the whole fetch response for as long as the record waits, and the buffer bound would
+// be a fiction.
+func newRecord(r *kgo.Record) record {
+	in := &flowv1.InputRecord{
+		Offset:      r.Offset,
+		TimestampMs: r.Timestamp.UnixMilli(),
+		Record:      &flowv1.Record{Key: cloneKey(r.Key), Value: bytes.Clone(r.Value)},
+	}
+	if in.Record.Value == nil {
+		in.Record.Value = []byte{}
+	}
+	for _, h := range r.Headers {
+		in.Record.Headers = append(in.Record.Headers, &flowv1.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+	}
+	return record{in: in, leaderEpoch: r.LeaderEpoch, size: proto.Size(in) + 8} // + field tag and length inside the Batch
+}
+
+// enqueue appends a fetched record to its partition's queue. Called with mu held.
+func (s *Sidecar) enqueue(p *partition, r record) {
+	if n := len(p.queue); n > 0 && r.in.Offset <= p.queue[n-1].in.Offset {
+		return // already queued: a refetch after a pause
+	}
+	p.queue = append(p.queue, r)
+	p.queueBytes += int64(r.size)
+	s.stats.BufferedRecords++
+	s.stats.BufferedBytes += int64(r.size)
+	if s.stats.BufferedBytes > s.stats.PeakBufferedBytes {
+		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
+	}
+}
+
+// cloneKey copies a key, keeping an absent key absent and an empty key empty.
+func cloneKey(k []byte) []byte {
+	if k == nil {
+		return nil
+	}
+	return append([]byte{}, k...)
+}
+
+func (p *partition) aboveHighWater() bool {
+	return len(p.queue) >= highWaterBatches*p.inlet.MaxRecords || p.queueBytes >= int64(highWaterBatches*p.inlet.MaxBytes)
+}
+
+func (p *partition) belowLowWater() bool {
+	return len(p.queue) <= lowWaterBatches*p.inlet.MaxRecords && p.queueBytes <= int64(lowWaterBatches*p.inlet.MaxBytes)
+}
+
+// dropHead removes the first n records of the queue (committed, or discarded). Called with mu
+// held; returns whether the partition should resume fetching.
+func (s *Sidecar) dropHead(p *partition, n int) (resume bool) {
+	var bytes int64
+	for _, r := range p.queue[:n] {
+		bytes += int64(r.size)
+	}
+	clear(p.queue[:n])
+	p.queue = p.queue[n:]
+	if len(p.queue) == 0 {
+		p.queue = nil
+	}
+	p.queueBytes -= bytes
+	p.sent -= n
+	if p.sent < 0 {
+		p.sent = 0
+	}
+	s.stats.BufferedRecords -= n
+	s.stats.BufferedBytes -= bytes
+	if p.paused && p.belowLowWater() {
+		p.paused = false
+		return true
+	}
+	return false
+}

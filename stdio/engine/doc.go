@@ -1,0 +1,17 @@
+// Package engine runs a Millstream action: it supervises the action's processes, pools them,
+// hands them items over the wire of package stdio, writes deliveries ahead in a window, retries
+// failed attempts with backoff and reports every item's final Result. Only the bridge needs
+// it; an action (and its Go SDK, stdio/action) needs the wire alone.
+//
+// A [Pool] is started from a [Config] whose values the action config has already settled:
+// concurrency, the ready and item timeouts, retries and the window are taken as given (an
+// ItemTimeout of 0 is no timeout; a ReadyTimeout of 0 is the spec's 10 s). Only the engine's
+// own knobs (backoffs, shutdown grace, queue size, staged bytes, the crash-loop threshold)
+// have defaults here.
+//
+// Every child runs under a [Child]: its own process group, its pipes read to their end, and
+// no signal to its group once its leader is reaped. The conformance kit uses the same one.
+//
+// Errors wrap the sentinels of errors.go (or stdio.ErrProtocol), so callers test with
+// errors.Is; their text names the action, the delivery and the last stderr lines.
+package engine

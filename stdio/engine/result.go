@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"github.com/ankka-flow/millrace/stdio"
+
+	"fmt"
+	"time"
+)
+
+// AttemptInfo describes one finished attempt, for Hooks.AttemptFinished.
+type AttemptInfo struct {
+	Item    *stdio.Item   // the item as delivered (Delivery and Attempt set); read only, valid during the call
+	Outcome Outcome       // Done, Failed (this attempt), Abstained or Abandoned
+	Latency time.Duration // from the item's write to its answer
+	Err     error         // why the attempt failed
+	Retry   bool          // whether the item will be retried
+}
+
+// Outcome is how an item ended.
+type Outcome int
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Done:
+		return "done"
+	case Failed:
+		return "failed"
+	case Abstained:
+		return "abstained"
+	case Abandoned:
+		return "abandoned"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Result is the final answer for one submitted item, after any retries.
+type Result struct {
+	Outcome  Outcome
+	Emits    []stdio.Emit   // Done: the staged emits of the successful attempt, in order
+	Metrics  []stdio.Metric // the metrics of every attempt, in order
+	Err      error          // Failed/Abandoned: the cause (wraps a sentinel; names exit status and stderr where relevant)
+	Reason   string         // Abstained: the action's reason
+	Attempts int            // attempts made (0 when abandoned before the first)
+}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"github.com/ankka-flow/millrace/stdio"
+
+	"fmt"
+)
+
+// worker owns one process slot: it keeps a process running (replacing one that dies, with the
+// crash-loop breaker's backoff) and feeds it items until the pool quits.
+func (p *Pool) worker(pr *process) {
+	defer p.wg.Done()
+	bo := p.restartBackOff()
+	for {
+		if pr == nil {
+			if pr = p.respawn(bo); pr == nil {
+				return
+			}
+		}
+		if !p.serve(pr) {
+			pr.shutdown(p.stopCtx)
+			p.forget(pr)
+			return
+		}
+		if p.cfg.PerItem {
+			pr.shutdown(p.lifeCtx)
+		}
+		<-pr.dead
+		p.forget(pr)
+		pr = nil
+	}
+}
+
+func (p *Pool) forget(pr *process) {
+	p.mu.Lock()
+	delete(p.procs, pr)
+	p.mu.Unlock()
+}
+
+// serve feeds pr items until it dies (true), has served its one item in per-item mode (true),
+// or the pool quits (false).
+func (p *Pool) serve(pr *process) bool {
+	var batch []byte
+	for {
+		if alive, quit := pr.awaitRoom(p.quit); !alive || quit {
+			return !quit
+		}
+		var t *task
+		select {
+		case t = <-p.ready:
+		case <-pr.dead:
+			return true
+		case <-p.quit:
+			return false
+		}
+		if !pr.register(t) {
+			p.requeue(t)
+			if p.abandoning.Load() || !pr.isEnded() {
+				continue
+			}
+			select {
+			case <-pr.dead:
+				return true
+			case <-p.quit:
+				return false
+			}
+		}
+		// With a window, every ready item that fits goes out in the same write.
+		batch = stdio.AppendItem(batch[:0], &t.item)
+	fill:
+		for len(batch) < writeBatch && pr.hasRoom() {
+			select {
+			case t = <-p.ready:
+			default:
+				break fill
+			}
+			if !pr.register(t) {
+				p.requeue(t)
+				break
+			}
+			batch = stdio.AppendItem(batch, &t.item)
+		}
+		pr.write(batch)
+		if cap(batch) > 1<<20 {
+			batch = nil
+		}
+		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process
+			_, quit := pr.awaitRoom(p.quit)
+			return !quit
+		}
+	}
+}
+
+// requeue puts back an item that was taken but not delivered.
+func (p *Pool) requeue(t *task) {
+	p.mu.Lock()
+	if !p.abandoning.Load() {
+		p.ready <- t
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.final(t, Result{Outcome: Abandoned, Err: fmt.Errorf("%w: item %s abandoned before delivery", ErrClosed, t.item.ID), Metrics: t.metrics, Attempts: t.attempts})
+}
