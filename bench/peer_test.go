@@ -35,7 +35,7 @@ func BenchmarkPeer(b *testing.B) {
 		b.Run(fmt.Sprintf("p%d", parts), func(b *testing.B) {
 			br := newBroker(b)
 			in, out := br.topic(b, "in", parts), br.topic(b, "out", parts)
-			p := startProc(b, "loop", []string{python, loop, strings.Join(br.addrs, ","), in, out, br.name("group")}, nil)
+			p := startProc(b, "loop", []string{python, loop, strings.Join(br.Addrs, ","), in, out, br.name("group")}, nil)
 			alive := func() error {
 				select {
 				case <-p.done:
