@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/codec"
 )
 
 // batch is one Batch sent in a conversation.
@@ -93,7 +94,7 @@ func (s *Sidecar) kickSenderLocked() {
 func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStream()
-	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx)
+	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx, codec.CallOption())
 	if err != nil {
 		return streamFailed("cannot open Run on the process: %w", err)
 	}

@@ -14,8 +14,9 @@ import (
 // receive reads the process's messages until the stream ends, keeping the rules: emits only
 // for batches in flight and declared outlets, exactly one Ack or Fail per batch, nothing empty.
 func (s *Sidecar) receive(c *conversation) {
+	msg := new(flowv1.FromProcess) // decoded into again and again: handle keeps only its fields' values
 	for {
-		msg, err := c.stream.Recv()
+		err := c.stream.RecvMsg(msg)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				s.mu.Lock()

@@ -1,0 +1,145 @@
+// Package codec is the gRPC codec of the Run stream: the messages of ankka.flow.v1 encoded and
+// decoded by their vtprotobuf-generated methods (MarshalVT, UnmarshalVT: no reflection), any
+// other message by the protobuf runtime, as gRPC's own codec does. The bytes on the wire are
+// the same; it is still the "proto" content subtype.
+package codec
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+// vtMessage is a message with vtprotobuf's generated methods.
+type vtMessage interface {
+	SizeVT() int
+	MarshalToSizedBufferVT([]byte) (int, error)
+	UnmarshalVT([]byte) error
+	Reset()
+}
+
+// Codec encodes with vtprotobuf's methods when a message has them.
+type Codec struct{}
+
+var _ encoding.CodecV2 = Codec{}
+
+// CallOption makes a client stream use Codec.
+func CallOption() grpc.CallOption { return grpc.ForceCodecV2(Codec{}) }
+
+// ServerOption makes a server use Codec.
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec{}) }
+
+// Name is gRPC's name of the protobuf codec: the content subtype does not change.
+func (Codec) Name() string { return "proto" }
+
+// Marshal encodes v into one buffer, from gRPC's pool when it is large enough to be pooled.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(vtMessage)
+	if !ok {
+		return encoding.GetCodecV2("proto").Marshal(v)
+	}
+	size := m.SizeVT()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Unmarshal resets v and decodes data into it, accepting and refusing what the protobuf
+// runtime does. The two messages of the Run stream go through vtprotobuf's decoder when they
+// are plain: every field known and of its wire type, every string UTF-8 (which vtprotobuf
+// does not check). Anything else (a Start too, once a conversation) is left to the runtime,
+// which decides. Bytes fields are copied out of data.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	var m vtMessage
+	switch v := v.(type) {
+	case *flowv1.ToProcess:
+		m = v
+	case *flowv1.FromProcess:
+		m = v
+	default:
+		return encoding.GetCodecV2("proto").Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	m.Reset()
+	if err := m.UnmarshalVT(buf.ReadOnlyData()); err == nil && plain(v) {
+		return nil
+	}
+	return proto.Unmarshal(buf.ReadOnlyData(), v.(proto.Message))
+}
+
+// plain reports whether a decoded Run stream message is one the runtime would decode the
+// same: no Start, no unknown field anywhere, every string UTF-8.
+func plain(v any) bool {
+	switch v := v.(type) {
+	case *flowv1.ToProcess:
+		if known(v) {
+			switch m := v.GetMessage().(type) {
+			case *flowv1.ToProcess_Batch:
+				if !known(m.Batch) || !utf8.ValidString(m.Batch.GetInlet()) {
+					return false
+				}
+				for _, r := range m.Batch.GetRecords() {
+					if !known(r) || !plainRecord(r.GetRecord()) {
+						return false
+					}
+				}
+				return true
+			case *flowv1.ToProcess_Stop:
+				return known(m.Stop) && utf8.ValidString(m.Stop.GetReason())
+			case nil:
+				return true
+			}
+		}
+	case *flowv1.FromProcess:
+		if known(v) {
+			switch m := v.GetMessage().(type) {
+			case *flowv1.FromProcess_Emit:
+				return known(m.Emit) && utf8.ValidString(m.Emit.GetOutlet()) && plainRecord(m.Emit.GetRecord())
+			case *flowv1.FromProcess_Ack:
+				return known(m.Ack)
+			case *flowv1.FromProcess_Fail:
+				return known(m.Fail) && known(m.Fail.GetError()) && utf8.ValidString(m.Fail.GetError().GetMessage())
+			case nil:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// known reports whether m (nil is fine) holds no unknown field.
+func known(m proto.Message) bool {
+	return m == nil || !m.ProtoReflect().IsValid() || len(m.ProtoReflect().GetUnknown()) == 0
+}
+
+func plainRecord(r *flowv1.Record) bool {
+	if r == nil {
+		return true
+	}
+	if !known(r) {
+		return false
+	}
+	for _, h := range r.GetHeaders() {
+		if !known(h) || !utf8.ValidString(h.GetKey()) {
+			return false
+		}
+	}
+	return true
+}
