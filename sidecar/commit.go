@@ -63,22 +63,24 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		firstErr error
 		emits    int64
 	)
+	// One callback for every record of the round; the batch of a failed record is looked up.
+	done := func(r *kgo.Record, err error) {
+		defer wg.Done()
+		if err == nil {
+			return
+		}
+		errMu.Lock()
+		defer errMu.Unlock()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
+				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, err)
+		}
+	}
 	for _, b := range round {
+		wg.Add(len(b.emits))
+		emits += int64(len(b.emits))
 		for _, r := range b.emits {
-			wg.Add(1)
-			emits++
-			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if err == nil {
-					return
-				}
-				errMu.Lock()
-				defer errMu.Unlock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-						errStreamFailed, errProduce, b.id, len(r.Value), r.Topic, err)
-				}
-			})
+			prod.Produce(ctx, r, done)
 		}
 	}
 	wg.Wait()
@@ -162,3 +164,15 @@ func (ps commitProblems) Error() string {
 }
 
 func (ps commitProblems) Unwrap() []error { return ps }
+
+// batchOf returns the id of the batch of round that emitted r.
+func batchOf(round []*batch, r *kgo.Record) uint64 {
+	for _, b := range round {
+		for _, e := range b.emits {
+			if e == r {
+				return b.id
+			}
+		}
+	}
+	return 0
+}

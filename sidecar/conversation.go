@@ -31,7 +31,8 @@ type conversation struct {
 	outlets map[string]string // port → topic
 	batches map[uint64]*batch // sent, not yet answered with Ack or Fail
 	lastID  uint64
-	acked   []*batch // acknowledged, waiting to be produced and committed
+	acked   []*batch     // acknowledged, waiting to be produced and committed
+	slab    []kgo.Record // where the next emits' records are allocated (newRecord)
 	// produceCtx is the context of every write and commit of the conversation; it is
 	// canceled when the conversation's end has waited FLOW_SHUTDOWN_TIMEOUT, so a write that
 	// cannot finish (an outlet gone) does not hold the end, nor a shutdown, for longer.
@@ -272,7 +273,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 			bytes += r.size
 		}
 		c.lastID++
-		b := &batch{id: c.lastID, p: p, epoch: p.epoch, n: n, last: recs[n-1]}
+		b := &batch{id: c.lastID, p: p, epoch: p.epoch, n: n, last: recs[n-1], emits: make([]*kgo.Record, 0, n)}
 		msg := &flowv1.Batch{BatchId: b.id, Inlet: p.inlet.Port, Partition: p.partition, Records: make([]*flowv1.InputRecord, n)}
 		for i := range n {
 			msg.Records[i] = recs[i].in

@@ -60,7 +60,8 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		if e.GetRecord() == nil {
 			return streamFailed("an Emit for batch %d to outlet %q carries no record", e.GetBatchId(), e.GetOutlet())
 		}
-		r := &kgo.Record{Topic: topic, Key: e.GetRecord().Key, Value: e.GetRecord().GetValue()}
+		r := c.newRecord()
+		r.Topic, r.Key, r.Value = topic, e.GetRecord().Key, e.GetRecord().GetValue()
 		if r.Value == nil {
 			r.Value = []byte{}
 		}
@@ -111,6 +112,20 @@ func (s *Sidecar) answered(c *conversation, b *batch) {
 	case c.kick <- struct{}{}:
 	default:
 	}
+}
+
+// emitSlab is how many emitted records are allocated at once.
+const emitSlab = 128
+
+// newRecord returns a zero record for an emit, from a slab shared with the emits around it
+// (which stays while one of them waits to be produced). Called with mu held.
+func (c *conversation) newRecord() *kgo.Record {
+	if len(c.slab) == 0 {
+		c.slab = make([]kgo.Record, emitSlab)
+	}
+	r := &c.slab[0]
+	c.slab = c.slab[1:]
+	return r
 }
 
 // lookup returns the batch in flight with id, or the error naming why it is not.
