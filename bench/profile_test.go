@@ -46,6 +46,12 @@ func runRole(role string) int {
 			return 1
 		}
 		defer f.Close()
+		if hz := envInt("BENCH_PROFILE_HZ", 0); hz > 0 {
+			// More samples than pprof's 100 a second. pprof then warns that the rate is set
+			// already and writes 100 Hz in the profile: its seconds are off by hz/100, its
+			// shares are right.
+			runtime.SetCPUProfileRate(hz)
+		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
