@@ -16,6 +16,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/codec"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -223,8 +224,15 @@ func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
 	if c.voided.Load() {
 		return
 	}
-	for _, m := range msgs {
-		if err := c.stream.Send(m); err != nil {
+	// The whole answer encoded into one buffer, then sent message by message (the server's
+	// codec, GRPCOptions, sends codec.Encoded as it is).
+	enc, err := codec.Encode(msgs)
+	if err != nil {
+		c.log.Error("cannot encode the answer of a batch", "batch", id, "error", err)
+		return
+	}
+	for i := range enc {
+		if err := c.stream.SendMsg(&enc[i]); err != nil {
 			c.log.Warn("cannot answer a batch: the stream is gone", "batch", id, "error", err)
 			return
 		}
