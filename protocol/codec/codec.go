@@ -20,8 +20,6 @@ import (
 type vtMessage interface {
 	SizeVT() int
 	MarshalToSizedBufferVT([]byte) (int, error)
-	UnmarshalVT([]byte) error
-	Reset()
 }
 
 // Codec encodes with vtprotobuf's methods when a message has them.
@@ -88,72 +86,36 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// Unmarshal resets v and decodes data into it, accepting and refusing what the protobuf
-// runtime does. The two messages of the Run stream go through vtprotobuf's decoder when they
-// are plain: every field known and of its wire type, every string UTF-8 (which vtprotobuf
-// does not check). Anything else (a Start too, once a conversation) is left to the runtime,
-// which decides. Bytes fields are copied out of data.
+// Unmarshal decodes data into v, accepting and refusing exactly what the protobuf runtime
+// does. The hot messages of the Run stream, a Batch and an Emit or Ack written as the runtime
+// writes them (every field known and of its wire type, every string UTF-8), are decoded by
+// hand with the runtime's own wire parser (protowire), in a few allocations; anything else is
+// left to the runtime, which decides. Bytes fields are copied out of data.
+//
+// Decoding an Emit into a FromProcess that holds one already reuses its Emit and Record
+// messages: a caller that decodes into the same message again must keep only their fields'
+// values (strings, byte slices), never the messages.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	var m vtMessage
-	switch v := v.(type) {
-	case *flowv1.ToProcess:
-		m = v
-	case *flowv1.FromProcess:
-		m = v
+	switch v.(type) {
+	case *flowv1.ToProcess, *flowv1.FromProcess:
 	default:
 		return encoding.GetCodecV2("proto").Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	m.Reset()
-	if tp, ok := v.(*flowv1.ToProcess); ok && decodeBatch(buf.ReadOnlyData(), tp) && plain(v) {
-		return nil
-	}
-	m.Reset()
-	if err := m.UnmarshalVT(buf.ReadOnlyData()); err == nil && plain(v) {
-		return nil
-	}
-	return proto.Unmarshal(buf.ReadOnlyData(), v.(proto.Message))
-}
-
-// plain reports whether a decoded Run stream message is one the runtime would decode the
-// same: no Start, no unknown field anywhere, every string UTF-8.
-func plain(v any) bool {
+	b := buf.ReadOnlyData()
 	switch v := v.(type) {
 	case *flowv1.ToProcess:
-		if known(v) {
-			switch m := v.GetMessage().(type) {
-			case *flowv1.ToProcess_Batch:
-				if !known(m.Batch) || !utf8.ValidString(m.Batch.GetInlet()) {
-					return false
-				}
-				for _, r := range m.Batch.GetRecords() {
-					if !known(r) || !plainRecord(r.GetRecord()) {
-						return false
-					}
-				}
-				return true
-			case *flowv1.ToProcess_Stop:
-				return known(m.Stop) && utf8.ValidString(m.Stop.GetReason())
-			case nil:
-				return true
-			}
+		v.Reset()
+		if decodeBatch(b, v) {
+			return nil
 		}
 	case *flowv1.FromProcess:
-		if known(v) {
-			switch m := v.GetMessage().(type) {
-			case *flowv1.FromProcess_Emit:
-				return known(m.Emit) && utf8.ValidString(m.Emit.GetOutlet()) && plainRecord(m.Emit.GetRecord())
-			case *flowv1.FromProcess_Ack:
-				return known(m.Ack)
-			case *flowv1.FromProcess_Fail:
-				return known(m.Fail) && known(m.Fail.GetError()) && utf8.ValidString(m.Fail.GetError().GetMessage())
-			case nil:
-				return true
-			}
+		if decodeFromProcess(b, v) {
+			return nil
 		}
 	}
-	return false
+	return proto.Unmarshal(b, v.(proto.Message))
 }
 
 // known reports whether m (nil is fine) holds no unknown field.
@@ -161,25 +123,10 @@ func known(m proto.Message) bool {
 	return m == nil || !m.ProtoReflect().IsValid() || len(m.ProtoReflect().GetUnknown()) == 0
 }
 
-func plainRecord(r *flowv1.Record) bool {
-	if r == nil {
-		return true
-	}
-	if !known(r) {
-		return false
-	}
-	for _, h := range r.GetHeaders() {
-		if !known(h) || !utf8.ValidString(h.GetKey()) {
-			return false
-		}
-	}
-	return true
-}
-
-// decodeBatch decodes a ToProcess that is one Batch written as the protobuf runtime writes it
-// (every field known and of its wire type) into tp, its records and their values in a few
-// allocations for the whole batch instead of three a record. It returns false, tp then
-// undefined, for anything else.
+// decodeBatch decodes a ToProcess that is one plain Batch (every field known and of its wire
+// type, every string UTF-8) into tp, its records and their keys and values in a few
+// allocations for the whole batch instead of three or four a record. It returns false, tp
+// then undefined, for anything else.
 func decodeBatch(data []byte, tp *flowv1.ToProcess) bool {
 	num, typ, n := protowire.ConsumeTag(data)
 	if n < 0 || num != 2 || typ != protowire.BytesType {
@@ -215,6 +162,9 @@ func decodeBatch(data []byte, tp *flowv1.ToProcess) bool {
 				return false
 			}
 			if num == 2 {
+				if !utf8.Valid(v) {
+					return false
+				}
 				b.Inlet = string(v)
 			} else {
 				count++
@@ -227,7 +177,7 @@ func decodeBatch(data []byte, tp *flowv1.ToProcess) bool {
 	if count > 0 {
 		ins := make([]flowv1.InputRecord, count)
 		recs := make([]flowv1.Record, count)
-		values := make([]byte, 0, len(body)) // every value fits: each is shorter than its record
+		values := make([]byte, 0, len(body)) // every key and value fits: they are shorter than the batch
 		b.Records = make([]*flowv1.InputRecord, count)
 		i := 0
 		for rest := body; len(rest) > 0; {
@@ -242,11 +192,9 @@ func decodeBatch(data []byte, tp *flowv1.ToProcess) bool {
 			field, _ = protowire.ConsumeBytes(field)
 			in := &ins[i]
 			b.Records[i] = in
-			if !decodeInputRecord(field, in, &recs[i], values[len(values):]) {
+			var ok bool
+			if values, ok = decodeInputRecord(field, in, &recs[i], values); !ok {
 				return false
-			}
-			if in.Record != nil {
-				values = values[:len(values)+len(in.Record.Value)]
 			}
 			i++
 		}
@@ -255,20 +203,21 @@ func decodeBatch(data []byte, tp *flowv1.ToProcess) bool {
 	return true
 }
 
-// decodeInputRecord decodes one InputRecord into in, its record (if any) into rec, with the
-// value appended to values (which has room for it).
-func decodeInputRecord(data []byte, in *flowv1.InputRecord, rec *flowv1.Record, values []byte) bool {
+// decodeInputRecord decodes one InputRecord into in, its record (if any) into rec, with its
+// key and value appended to values, which it returns extended.
+func decodeInputRecord(data []byte, in *flowv1.InputRecord, rec *flowv1.Record, values []byte) ([]byte, bool) {
+	var ok bool
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
-			return false
+			return values, false
 		}
 		data = data[n:]
 		switch {
 		case typ == protowire.VarintType && (num == 1 || num == 2):
 			v, n := protowire.ConsumeVarint(data)
 			if n < 0 {
-				return false
+				return values, false
 			}
 			if num == 1 {
 				in.Offset = int64(v)
@@ -279,16 +228,172 @@ func decodeInputRecord(data []byte, in *flowv1.InputRecord, rec *flowv1.Record, 
 		case typ == protowire.BytesType && num == 3:
 			v, n := protowire.ConsumeBytes(data)
 			if n < 0 {
-				return false
+				return values, false
 			}
 			if in.Record == nil {
 				in.Record = rec
-				rec.Value = values // the value is appended here, without an allocation
 			}
-			if err := rec.UnmarshalVT(v); err != nil {
-				return false
+			if values, ok = decodeRecord(v, rec, values); !ok {
+				return values, false
 			}
 			data = data[n:]
+		default:
+			return values, false
+		}
+	}
+	return values, true
+}
+
+// decodeRecord merges one encoded Record into rec (a message field seen twice merges, as
+// the runtime does), its key and value appended to values, which it returns extended.
+func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || typ != protowire.BytesType || num < 1 || num > 3 {
+			return values, false
+		}
+		data = data[n:]
+		v, n := protowire.ConsumeBytes(data)
+		if n < 0 {
+			return values, false
+		}
+		data = data[n:]
+		switch num {
+		case 1, 3: // key (present even when empty), value
+			values = append(values, v...)
+			b := values[len(values)-len(v) : len(values) : len(values)]
+			if num == 1 {
+				rec.Key = b
+			} else {
+				rec.Value = b
+			}
+		case 2:
+			h := &flowv1.Header{}
+			var ok bool
+			if values, ok = decodeHeader(v, h, values); !ok {
+				return values, false
+			}
+			rec.Headers = append(rec.Headers, h)
+		}
+	}
+	return values, true
+}
+
+// decodeHeader decodes one encoded Header into h, its value appended to values.
+func decodeHeader(data []byte, h *flowv1.Header, values []byte) ([]byte, bool) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || typ != protowire.BytesType || num < 1 || num > 2 {
+			return values, false
+		}
+		data = data[n:]
+		v, n := protowire.ConsumeBytes(data)
+		if n < 0 {
+			return values, false
+		}
+		data = data[n:]
+		if num == 1 {
+			if !utf8.Valid(v) {
+				return values, false
+			}
+			h.Key = string(v)
+			continue
+		}
+		values = append(values, v...)
+		h.Value = values[len(values)-len(v) : len(values) : len(values)]
+	}
+	return values, true
+}
+
+// decodeFromProcess decodes a FromProcess that is one plain Emit or Ack into m, reusing the
+// Emit and Record m holds. It returns false, m then undefined, for anything else.
+func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
+		return false
+	}
+	body, l := protowire.ConsumeBytes(data[n:])
+	if l < 0 || n+l != len(data) {
+		return false
+	}
+	if num == 2 {
+		ack := &flowv1.Ack{}
+		for len(body) > 0 {
+			num, typ, n := protowire.ConsumeTag(body)
+			if n < 0 || num != 1 || typ != protowire.VarintType {
+				return false
+			}
+			v, l := protowire.ConsumeVarint(body[n:])
+			if l < 0 {
+				return false
+			}
+			ack.BatchId, body = v, body[n+l:]
+		}
+		m.Reset()
+		m.Message = &flowv1.FromProcess_Ack{Ack: ack}
+		return true
+	}
+	// Reuse what m holds, and its outlet's string when the name is the same.
+	oneof, _ := m.Message.(*flowv1.FromProcess_Emit)
+	var e *flowv1.Emit
+	var rec *flowv1.Record
+	outlet := ""
+	if oneof != nil && oneof.Emit != nil {
+		e, rec, outlet = oneof.Emit, oneof.Emit.Record, oneof.Emit.Outlet
+	}
+	m.Reset()
+	if oneof == nil {
+		oneof = &flowv1.FromProcess_Emit{}
+	}
+	if e == nil {
+		e = &flowv1.Emit{}
+	}
+	e.Reset()
+	m.Message, oneof.Emit = oneof, e
+	var values []byte // the record's key, value and header values, in one allocation
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 {
+			return false
+		}
+		body = body[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(body)
+			if l < 0 {
+				return false
+			}
+			e.BatchId, body = v, body[l:]
+		case (num == 2 || num == 3) && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(body)
+			if l < 0 {
+				return false
+			}
+			body = body[l:]
+			if num == 2 {
+				if !utf8.Valid(v) {
+					return false
+				}
+				if string(v) != outlet {
+					outlet = string(v)
+				}
+				e.Outlet = outlet
+				continue
+			}
+			if e.Record == nil {
+				if rec == nil {
+					rec = &flowv1.Record{}
+				}
+				rec.Reset()
+				e.Record = rec
+			}
+			if values == nil {
+				values = make([]byte, 0, len(v))
+			}
+			var ok bool
+			if values, ok = decodeRecord(v, e.Record, values); !ok {
+				return false
+			}
 		default:
 			return false
 		}

@@ -100,5 +100,14 @@ func FuzzUnmarshal(f *testing.F) {
 				t.Fatalf("%T from %x: the runtime decodes %v, Codec %v", want, b, want, got)
 			}
 		}
+		// Decoding into a message that holds an Emit already (as the sidecar does) changes
+		// nothing either.
+		want, got := new(flowv1.FromProcess), samples()[4].(*flowv1.FromProcess)
+		got = proto.Clone(got).(*flowv1.FromProcess)
+		werr := proto.Unmarshal(b, want)
+		gerr := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), b...))}, got)
+		if (werr == nil) != (gerr == nil) || werr == nil && !proto.Equal(want, got) {
+			t.Fatalf("FromProcess from %x into a held Emit: the runtime says %v, %v; Codec %v, %v", b, werr, want, gerr, got)
+		}
 	})
 }
