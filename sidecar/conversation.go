@@ -44,6 +44,7 @@ type conversation struct {
 	failing map[*partition]bool
 
 	kick       chan struct{} // wakes the sender
+	sendMu     sync.Mutex    // held by whoever sends on the stream: the sender or the receiver
 	commitKick chan struct{} // wakes the committer
 	failed     chan struct{} // closed at the first failure
 	err        error         // the first failure
@@ -195,22 +196,16 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 }
 
 // send builds and sends batches whenever a partition has records and no batch in flight,
-// until ctx ends (then Stop and half-close) or the stream fails.
+// until ctx ends (then Stop and half-close) or the stream fails. The receiver sends too, the
+// moment an Ack frees a partition (sendReady); sendMu keeps one of them at a time on the
+// stream.
 func (s *Sidecar) send(ctx context.Context, c *conversation) {
 	for {
-		for {
-			msg, err := s.nextBatch(c)
-			if err != nil {
-				s.failConv(c, err)
-				return
-			}
-			if msg == nil {
-				break
-			}
-			if err := c.stream.Send(msg); err != nil {
-				s.failConv(c, streamFailed("the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
-				return
-			}
+		c.sendMu.Lock()
+		ok := s.sendReadyLocked(c)
+		c.sendMu.Unlock()
+		if !ok {
+			return
 		}
 		select {
 		case <-c.failed:
@@ -219,6 +214,8 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			s.mu.Lock()
 			c.stopping = true
 			s.mu.Unlock()
+			c.sendMu.Lock()
+			defer c.sendMu.Unlock()
 			select {
 			case <-c.failed:
 				return
@@ -233,6 +230,37 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			}
 			return
 		case <-c.kick:
+		}
+	}
+}
+
+// sendReady sends the batches that are ready, if no one else is sending: the receiver calls
+// it on an Ack, so a partition's next batch leaves without waiting for the sender to wake.
+// When the sender is busy, it is kicked instead.
+func (s *Sidecar) sendReady(c *conversation) {
+	if !c.sendMu.TryLock() {
+		s.kickSender()
+		return
+	}
+	s.sendReadyLocked(c)
+	c.sendMu.Unlock()
+}
+
+// sendReadyLocked sends every batch that is ready, with sendMu held. It returns false when
+// the stream failed.
+func (s *Sidecar) sendReadyLocked(c *conversation) bool {
+	for {
+		msg, err := s.nextBatch(c)
+		if err != nil {
+			s.failConv(c, err)
+			return false
+		}
+		if msg == nil {
+			return true
+		}
+		if err := c.stream.Send(msg); err != nil {
+			s.failConv(c, streamFailed("the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
+			return false
 		}
 	}
 }

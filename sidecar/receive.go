@@ -38,6 +38,9 @@ func (s *Sidecar) receive(c *conversation) {
 		if err != nil {
 			return
 		}
+		if msg.GetEmit() == nil { // an Ack, or a Fail dropped: a partition is free
+			s.sendReady(c) // its next batch, at once
+		}
 	}
 }
 
@@ -101,16 +104,13 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 	return nil
 }
 
-// answered removes b from the batches in flight and frees its partition for the next batch.
-// Called with mu held.
+// answered removes b from the batches in flight and frees its partition for the next batch,
+// which the receiver sends next (sendReady). Called with mu held.
+
 func (s *Sidecar) answered(c *conversation, b *batch) {
 	delete(c.batches, b.id)
 	if b.p.inflight == b {
 		b.p.inflight = nil
-	}
-	select {
-	case c.kick <- struct{}{}:
-	default:
 	}
 }
 
