@@ -106,7 +106,6 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 
 // answered removes b from the batches in flight and frees its partition for the next batch,
 // which the receiver sends next (sendReady). Called with mu held.
-
 func (s *Sidecar) answered(c *conversation, b *batch) {
 	delete(c.batches, b.id)
 	if b.p.inflight == b {
