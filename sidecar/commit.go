@@ -33,11 +33,16 @@ func (s *Sidecar) commitLoop(c *conversation) {
 		}
 		round := c.acked
 		c.acked = nil
+		c.round = round
 		s.mu.Unlock()
 		if len(round) == 0 {
 			return
 		}
-		if err := s.commitRound(c.produceCtx, round); err != nil {
+		err := s.commitRound(c.produceCtx, round)
+		s.mu.Lock()
+		c.round = nil
+		s.mu.Unlock()
+		if err != nil {
 			s.mu.Lock()
 			c.fail(err)
 			c.acked = nil
@@ -63,10 +68,14 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		firstErr error
 		emits    int64
 	)
-	// One callback for every record of the round; the batch of a failed record is looked up.
+	// One callback for every record of the round (they are all produced now); the batch of a
+	// failed record is looked up.
+	began := s.now()
 	done := func(r *kgo.Record, err error) {
 		defer wg.Done()
 		if err == nil {
+			s.metrics.outlet(r.Topic).produced.Inc()
+			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
 		}
 		errMu.Lock()
@@ -113,6 +122,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var problems commitProblems
+	began = s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			problems = append(problems, err)
@@ -126,6 +136,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			}
 		}
 	})
+	s.metrics.commit.Observe(s.now().Sub(began).Seconds())
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %w for group %s: %w: the records are delivered again from the last commit",
 			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
@@ -141,8 +152,10 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		b.p.committed = b.last.in.GetOffset() + 1
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
+		s.metrics.inlet(b.p.topic).committed.Add(float64(b.n))
 	}
 	s.mu.Unlock()
 	if len(resume) > 0 {
