@@ -16,6 +16,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/codec"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -175,25 +176,31 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 }
 
 // process runs every record of b through the pool, waits for them all, and answers the batch.
+// The records go to the pool together (one queueing, one callback), so that a process's
+// worker writes them to the child in runs.
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
+	items := make([]stdio.Item, len(recs))
+	for i, r := range recs {
+		items[i] = c.item(b, topic, r)
+	}
 	results := make([]engine.Result, len(recs))
 	var wg sync.WaitGroup
-	for i, r := range recs {
-		wg.Add(1)
-		err := c.pool.Submit(c.ctx, c.item(b, topic, r), func(res engine.Result) {
-			results[i] = res
-			wg.Done()
-		})
+	wg.Add(len(recs))
+	errs := c.pool.SubmitBatch(c.ctx, items, func(i int, res engine.Result) {
+		results[i] = res
+		wg.Done()
+	})
+	for i, err := range errs {
 		switch {
 		case err == nil:
+			continue
 		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line
-			wg.Done()
 			results[i] = engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}
 		default: // the pool is closed or the conversation over
-			wg.Done()
 			results[i] = engine.Result{Outcome: engine.Abandoned, Err: err}
 		}
+		wg.Done()
 	}
 	wg.Wait()
 	msgs := c.answerFor(b, topic, results)
@@ -217,8 +224,15 @@ func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
 	if c.voided.Load() {
 		return
 	}
-	for _, m := range msgs {
-		if err := c.stream.Send(m); err != nil {
+	// The whole answer encoded into one buffer, then sent message by message (the server's
+	// codec, GRPCOptions, sends codec.Encoded as it is).
+	enc, err := codec.Encode(msgs)
+	if err != nil {
+		c.log.Error("cannot encode the answer of a batch", "batch", id, "error", err)
+		return
+	}
+	for i := range enc {
+		if err := c.stream.SendMsg(&enc[i]); err != nil {
 			c.log.Warn("cannot answer a batch: the stream is gone", "batch", id, "error", err)
 			return
 		}

@@ -38,7 +38,13 @@ var nullJSON = json.RawMessage("null")
 // SHA-256 over the pipeline, streamlet, topic, partition and offset. It is the same on every
 // attempt and in every conversation, so a redelivered record keeps its key.
 func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset int64) string {
-	var stack [256]byte // on the stack for the usual name lengths: one allocation per key
+	var key [32]byte
+	return string(appendIdempotencyKey(key[:0], pipeline, streamlet, topic, partition, offset))
+}
+
+// appendIdempotencyKey appends a record's IdempotencyKey to dst.
+func appendIdempotencyKey(dst []byte, pipeline, streamlet, topic string, partition int32, offset int64) []byte {
+	var stack [256]byte // on the stack for the usual name lengths
 	buf := stack[:0]
 	for _, s := range [...]string{pipeline, streamlet, topic} {
 		buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
@@ -47,35 +53,41 @@ func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset i
 	buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
 	buf = binary.BigEndian.AppendUint64(buf, uint64(offset))
 	sum := sha256.Sum256(buf)
-	var key [32]byte
-	hex.Encode(key[:], sum[:16])
-	return string(key[:])
+	return hex.AppendEncode(dst, sum[:16])
 }
 
 // recordID is the item id of a record: "topic/partition/offset".
 func recordID(topic string, partition int32, offset int64) string {
 	var stack [128]byte // one allocation, the string, for the usual topic lengths
-	id := append(stack[:0], topic...)
-	id = append(id, '/')
-	id = strconv.AppendInt(id, int64(partition), 10)
-	id = append(id, '/')
-	id = strconv.AppendInt(id, offset, 10)
-	return string(id)
+	return string(appendRecordID(stack[:0], topic, partition, offset))
+}
+
+func appendRecordID(dst []byte, topic string, partition int32, offset int64) []byte {
+	dst = append(dst, topic...)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, int64(partition), 10)
+	dst = append(dst, '/')
+	return strconv.AppendInt(dst, offset, 10)
 }
 
 // item maps one input record to an action item.
 func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) stdio.Item {
 	r := in.GetRecord()
-	id := recordID(topic, b.GetPartition(), in.GetOffset())
+	// The id and the idempotency key in one string: one allocation for the two.
+	var stack [192]byte
+	buf := appendRecordID(stack[:0], topic, b.GetPartition(), in.GetOffset())
+	n := len(buf)
+	buf = appendIdempotencyKey(buf, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
+	both := string(buf)
 	it := stdio.Item{
-		ID:             id,
+		ID:             both[:n],
 		Run:            c.id,
 		Inlet:          b.GetInlet(),
 		Topic:          topic,
 		Partition:      b.GetPartition(),
 		Offset:         in.GetOffset(),
 		Timestamp:      in.GetTimestampMs(),
-		IdempotencyKey: IdempotencyKey(c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
+		IdempotencyKey: both[n:],
 	}
 	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.
@@ -127,21 +139,24 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine
 	a := c.s.opts.Action
 	m := c.s.opts.Metrics
 	id := b.GetBatchId()
-	var msgs []*flowv1.FromProcess
+	staged := 0
 	for i, res := range results {
 		if res.Outcome == engine.Abandoned {
 			m.items("abandoned", len(results)-i)
 			return nil
 		}
+		staged += len(res.Emits)
 	}
+	// Every Emit of the batch in one allocation, and the answer's slice with room for all.
+	msgs := make([]*flowv1.FromProcess, 0, staged+1)
+	slab := make([]emitMessage, staged)
 	for i, res := range results {
 		in := b.GetRecords()[i]
 		var cause error
 		switch res.Outcome {
 		case engine.Done:
-			emits, err := c.emits(id, res.Emits)
-			if err == nil {
-				msgs = append(msgs, emits...)
+			var err error
+			if msgs, slab, err = c.emits(id, res.Emits, msgs, slab); err == nil {
 				m.items("done", 1)
 				continue
 			}
@@ -200,32 +215,38 @@ type emitMessage struct {
 	rec   flowv1.Record
 }
 
-// emits maps a record's staged emits to Emit messages, checking each: a declared outlet
-// bound by Start (the only outlet when the emit names none), a key and header values that
-// decode, and a message under max_message_bytes.
-func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProcess, error) {
+// emits appends a record's staged emits to out as Emit messages built in slab (which has
+// room for them), checking each: a declared outlet bound by Start (the only outlet when the
+// emit names none), a key and header values that decode, and a message under
+// max_message_bytes. On an error out and slab come back as they were.
+func (c *conversation) emits(id uint64, staged []stdio.Emit, out []*flowv1.FromProcess, slab []emitMessage) ([]*flowv1.FromProcess, []emitMessage, error) {
 	a := c.s.opts.Action
-	out := make([]*flowv1.FromProcess, 0, len(staged))
+	out0, slab0 := out, slab
+	fail := func(err error) ([]*flowv1.FromProcess, []emitMessage, error) {
+		clear(slab0[:len(slab0)-len(slab)]) // built for nothing: the next record's emits take them
+		return out0, slab0, err
+	}
 	for i, e := range staged {
 		outlet := e.Outlet
 		if outlet == "" {
 			if len(a.Outlets) != 1 {
-				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets (%s): name one with \"outlet\"", i+1, len(a.Outlets), portList(a.Outlets))
+				return fail(fmt.Errorf("emit %d names no outlet, and the action has %d outlets (%s): name one with \"outlet\"", i+1, len(a.Outlets), portList(a.Outlets)))
 			}
 			outlet = a.Outlets[0].Name
 		}
 		if !c.s.outlets[outlet] {
-			return nil, fmt.Errorf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets))
+			return fail(fmt.Errorf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets)))
 		}
 		if _, ok := c.outlets[outlet]; !ok {
-			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
+			return fail(fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet))
 		}
-		m := new(emitMessage)
+		m := &slab[0]
+		slab = slab[1:]
 		rec := &m.rec
 		rec.Value = e.Payload
 		key, err := bytesOf(e.Key, e.KeyBase64, "key")
 		if err != nil {
-			return nil, fmt.Errorf("emit %d: %w", i+1, err)
+			return fail(fmt.Errorf("emit %d: %w", i+1, err))
 		}
 		if e.Key != nil || e.KeyBase64 != "" {
 			if key == nil {
@@ -236,7 +257,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		for _, h := range e.Headers {
 			v, err := bytesOf(h.Value, h.ValueBase64, "header "+strconv.Quote(h.Key)+" value")
 			if err != nil {
-				return nil, fmt.Errorf("emit %d: %w", i+1, err)
+				return fail(fmt.Errorf("emit %d: %w", i+1, err))
 			}
 			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
 		}
@@ -246,12 +267,12 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 		msg := &m.msg
 		if sizeBound(outlet, rec) >= c.maxBytes { // the exact size only when it may matter
 			if n := proto.Size(msg); n >= c.maxBytes {
-				return nil, fmt.Errorf("emit %d to outlet %q is %d bytes, over the %d bytes of max_message_bytes; emit smaller records", i+1, outlet, n, c.maxBytes)
+				return fail(fmt.Errorf("emit %d to outlet %q is %d bytes, over the %d bytes of max_message_bytes; emit smaller records", i+1, outlet, n, c.maxBytes))
 			}
 		}
 		out = append(out, msg)
 	}
-	return out, nil
+	return out, slab, nil
 }
 
 // sizeBound is at least the encoded size of an Emit of rec to outlet: every field's bytes plus
