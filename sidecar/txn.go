@@ -94,7 +94,7 @@ func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
 		if err := sess.Begin(); err != nil {
 			return s.txnFailure("cannot begin a transaction", err)
 		}
-		emits, perr := s.produceTxn(c.produceCtx, sess, round, attempt > 1)
+		emits, perr := s.produceTxn(c.produceCtx, sess, round)
 
 		// Offsets only with the writes, and only for partitions still owned: what a rebalance
 		// took aborts the whole transaction (its emits are in it).
@@ -164,37 +164,35 @@ func (s *Sidecar) owned(round []*batch) []*batch {
 	return kept
 }
 
-// produceTxn produces the emits of round in the open transaction and waits for every one;
-// again produces copies (a record is not produced twice). It returns the number of emits
-// and the first failure.
-func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession, round []*batch, again bool) (int64, error) {
+// produceTxn produces the emits of round in the open transaction and waits for every one (a
+// record of an aborted attempt is produced again only after its promise ran). It returns the
+// number of emits and the first failure. One callback serves the round, as in commitRound.
+func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession, round []*batch) (int64, error) {
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
 		firstErr error
 		emits    int64
 	)
+	began := s.now()
+	done := func(r *kgo.Record, err error) {
+		defer wg.Done()
+		if err == nil {
+			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
+			return
+		}
+		errMu.Lock()
+		defer errMu.Unlock()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: the transaction is aborted, nothing of its batches was committed; check the outlet topic exists, is writable and accepts records this large",
+				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, err)
+		}
+	}
 	for _, b := range round {
+		wg.Add(len(b.emits))
+		emits += int64(len(b.emits))
 		for _, r := range b.emits {
-			if again {
-				r = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
-			}
-			wg.Add(1)
-			emits++
-			began := s.now()
-			sess.Produce(ctx, r, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if err == nil {
-					s.metrics.produce.Observe(s.now().Sub(began).Seconds())
-					return
-				}
-				errMu.Lock()
-				defer errMu.Unlock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: the transaction is aborted, nothing of its batches was committed; check the outlet topic exists, is writable and accepts records this large",
-						errStreamFailed, errProduce, b.id, len(r.Value), r.Topic, err)
-				}
-			})
+			sess.Produce(ctx, r, done)
 		}
 	}
 	wg.Wait()
