@@ -144,7 +144,7 @@ func (s *Sidecar) producerOpts() []kgo.Opt {
 		// An emit may be as large as the protocol allows (Start.max_message_bytes), more than
 		// franz-go's default batch cap of about 1 MB; the outlet topic's max.message.bytes
 		// decides, and a refusal is a produce failure that names the topic.
-		kgo.ProducerBatchMaxBytes(int32(s.cfg.MaxMessageBytes+batchOverhead)),
+		kgo.ProducerBatchMaxBytes(int32(s.cfg.MaxMessageBytes + batchOverhead)),
 		// Learn soon that an outlet topic is gone or back (refreshes happen on errors only).
 		kgo.MetadataMinAge(time.Second),
 	}

@@ -62,9 +62,7 @@ type runner struct {
 	in       int
 	out      map[string]int
 	pos      map[string]map[int32]int64 // printer: next offset per outlet partition
-	// data is the offset after the last record the printer read per outlet partition, control
-	// records (transaction markers) left out: where a downstream group's commit stops.
-	data map[string]map[int32]int64
+	data     map[string]map[int32]int64 // printer: after its last record, markers left out
 	inputErr error
 	inputEOF bool
 
