@@ -126,6 +126,7 @@ func main() {
 	peer(w, res)
 	throughput(w, res)
 	latency(w, res)
+	delivery(w, res)
 	memory(w, res)
 	deployed(w, res)
 	gap(w, res)
