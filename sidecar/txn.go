@@ -107,6 +107,9 @@ func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
 		if perr != nil || failed || len(kept) < len(round) {
 			_, err := sess.End(ctx, kgo.TryAbort)
 			cancel()
+			if err != nil {
+				s.abortUnconfirmed(sess)
+			}
 			switch {
 			case perr != nil:
 				return s.txnFailure("", perr)
@@ -124,6 +127,7 @@ func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
 		cancel()
 		s.metrics.commit.Observe(s.now().Sub(began).Seconds())
 		if err != nil {
+			s.abortUnconfirmed(sess)
 			return s.txnFailure("cannot commit the transaction", err)
 		}
 		if ok {
@@ -197,6 +201,18 @@ func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession
 	}
 	wg.Wait()
 	return emits, firstErr
+}
+
+// abortUnconfirmed ends a transaction whose End failed with an abort, as franz-go asks: the
+// client keeps the transaction open when the broker's answer did not come (a broker restart),
+// and the abort reloads the producer id, which bumps its epoch and aborts whatever the broker
+// still holds; the next round can then begin.
+func (s *Sidecar) abortUnconfirmed(sess *kgo.GroupTransactSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		s.log.Warn("cannot abort the transaction after a failed end; the next round retries", "transactional_id", s.cfg.TransactionalID, "error", err)
+	}
 }
 
 // commitOnly rewrites the transaction's offset commit to the offsets of round: the session
