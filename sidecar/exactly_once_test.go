@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -261,4 +262,36 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 			t.Errorf("read_committed: %q written by %s; want only B's", rec.Value, header(rec.Headers, "by"))
 		}
 	}
+}
+
+// TestExactlyOnceOutletRefuses: an outlet that refuses every write (max.message.bytes below
+// any batch of emits) aborts each transaction, stalls the partition with a warning and
+// commits nothing; once the outlet accepts the records again, every record comes out once.
+// The limit leaves room for a transaction's marker (about 80 bytes): Kafka fails a marker
+// over it as fatal and the transaction stays open for good.
+func TestExactlyOnceOutletRefuses(t *testing.T) {
+	b := newBroker(t)
+	const n = 6
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1, "max.message.bytes", "150")
+	f := newProcess(t, func(c *call) error {
+		for _, r := range c.batch.Records {
+			pad := &flowv1.Header{Key: "pad", Value: []byte(strings.Repeat("x", 200))}
+			if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: append(r.Record.Value, '!'), Headers: []*flowv1.Header{pad}}); err != nil {
+				return err
+			}
+		}
+		return c.ack()
+	})
+	e := eosEnv(t, b, f, in, out, "pod-0")
+	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
+	b.Produce(t, records(in, 1, n)...)
+	r := start(t, e.config(t))
+	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), `msg="partition stalled"`) })
+	if c := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); c[0] != 0 {
+		t.Errorf("committed offset %d while the outlet refused every write; want nothing", c[0])
+	}
+	setTopicConfig(t, b, out, "max.message.bytes", "1048576")
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, map[int32]int64{0: n}) })
+	r.stop(t)
+	exactlyOnce(t, b, out, n)
 }
