@@ -57,6 +57,7 @@ func (pr *process) readStdout(stdout io.Reader) {
 	lr := stdio.NewLineReader(stdout, stdio.MaxLineBytes)
 	var m stdio.Message
 	line, err := lr.ReadLine()
+	err = noNewline(err, line)
 	if err == nil {
 		err = stdio.DecodeMessage(line, &m)
 		if err == nil && m.Type != stdio.TypeReady {
@@ -81,14 +82,24 @@ func (pr *process) readStdout(stdout io.Reader) {
 			}
 		}
 		if err != nil {
-			pr.fail(readError(err))
+			pr.fail(readError(noNewline(err, line)))
 			return
 		}
 	}
 }
 
+// noNewline makes a last line without a newline the protocol violation it is, quoting it.
+func noNewline(err error, line []byte) error {
+	if errors.Is(err, stdio.ErrNoNewline) {
+		return fmt.Errorf("%w: %w (stdout ended in %s): end every message with \\n", stdio.ErrProtocol, stdio.ErrNoNewline, errtext.Quote(line))
+	}
+	return err
+}
+
 func readError(err error) error {
 	switch {
+	case errors.Is(err, stdio.ErrProtocol):
+		return err
 	case errors.Is(err, io.EOF):
 		return errStdoutClosed
 	case errors.Is(err, io.ErrUnexpectedEOF):
