@@ -201,7 +201,7 @@ type emitMessage struct {
 }
 
 // emits maps a record's staged emits to Emit messages, checking each: a declared outlet
-// bound by Start (the only outlet when the emit names none), a key and header values that
+// bound by Start (when the emit names none, the one outlet that is neither --dead-letter nor --fallback), a key and header values that
 // decode, and a message under max_message_bytes.
 func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProcess, error) {
 	a := c.s.opts.Action
@@ -209,10 +209,11 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 	for i, e := range staged {
 		outlet := e.Outlet
 		if outlet == "" {
-			if len(a.Outlets) != 1 {
-				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets (%s): name one with \"outlet\"", i+1, len(a.Outlets), portList(a.Outlets))
+			name, n, ok := a.DefaultOutlet()
+			if !ok {
+				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets besides its --dead-letter and --fallback ports (%s): name one with \"outlet\" (an emit may leave it out only when exactly one outlet is neither of those two)", i+1, n, portList(a.programOutlets()))
 			}
-			outlet = a.Outlets[0].Name
+			outlet = name
 		}
 		if !c.s.outlets[outlet] {
 			return nil, fmt.Errorf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets))

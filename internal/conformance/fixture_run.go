@@ -196,8 +196,8 @@ func toAnswer(a *Action, d *delivery) *answer {
 	case stdio.TypeDone:
 		for _, e := range d.emits {
 			outlet := e.Outlet
-			if outlet == "" && len(a.Outlets) == 1 {
-				outlet = a.Outlets[0].Name
+			if name, _, ok := a.DefaultOutlet(); outlet == "" && ok {
+				outlet = name
 			}
 			ans.Emits = append(ans.Emits, emitOut{Outlet: outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
 		}
