@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,7 @@ func child() int {
 		switch m.Type {
 		case "hello":
 			hello = line
+			gate(m.Config)
 			send(map[string]any{"type": "ready"})
 			continue
 		case "shutdown":
@@ -174,4 +176,22 @@ func child() int {
 		send(map[string]any{"type": "done", "delivery": d})
 	}
 	return 0
+}
+
+// gate holds the ready line back when hello's config names a gate: it writes GATE/NAME.hello,
+// then waits for the test to create GATE/NAME.go (a slow-starting action whose start the test
+// orders).
+func gate(config json.RawMessage) {
+	var g struct{ Gate, Name string }
+	if json.Unmarshal(config, &g) != nil || g.Gate == "" {
+		return
+	}
+	base := filepath.Join(g.Gate, g.Name)
+	os.WriteFile(base+".hello", nil, 0o644)
+	for {
+		if _, err := os.Stat(base + ".go"); err == nil {
+			return
+		}
+		time.Sleep(2 * time.Millisecond) // polling a file: the test's only way to signal a child
+	}
 }
