@@ -152,6 +152,11 @@ func child() int {
 		case "sleep":
 			time.Sleep(time.Duration(o.Ms) * time.Millisecond)
 			emit("", map[string]any{"slept": o.Ms})
+		case "fanout": // n emits of ms KiB each
+			chunk := strings.Repeat("x", o.Ms<<10)
+			for i := range o.N {
+				emit("", fmt.Sprintf("%d-%s", i, chunk))
+			}
 		case "big":
 			emit("", strings.Repeat("x", o.N))
 		case "to":

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // grpcMessageLimit is what the server accepts and sends: a message of the protocol's limit plus
@@ -35,6 +36,10 @@ type Options struct {
 	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
 	// (default: the stdio pool's).
 	ShutdownGrace time.Duration
+	// Budget bounds the output the bridge holds, staged by the action and not yet sent, across
+	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
+	// full the bridge writes no item to its processes.
+	Budget *engine.Budget
 	// RetryBackoff is the first delay before a retry, doubling with jitter (default: the stdio
 	// pool's). Tests shorten it.
 	RetryBackoff time.Duration
@@ -49,6 +54,7 @@ type Server struct {
 
 	opts    Options
 	log     *slog.Logger
+	budget  *engine.Budget
 	spec    *flowv1.Spec
 	outlets map[string]bool // declared outlets
 
@@ -56,7 +62,7 @@ type Server struct {
 	current     *conversation
 	starts      uint64             // Starts taken: the latest one is the live conversation
 	cancelStart context.CancelFunc // ends the wait of the Start whose processes are starting
-	terminating chan struct{} // closed by shutdown
+	terminating chan struct{}      // closed by shutdown
 	terminated  bool
 	wg          sync.WaitGroup // receive goroutines of Run
 }
@@ -78,8 +84,12 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = protocol.StopTimeout
 	}
+	if opts.Budget == nil {
+		opts.Budget = engine.NewBudget(DefaultMaxHeldBytes)
+	}
 	s := &Server{
 		opts:        opts,
+		budget:      opts.Budget,
 		log:         opts.Logger.With("streamlet", opts.Action.Name),
 		spec:        opts.Action.Spec(opts.Version),
 		outlets:     map[string]bool{},

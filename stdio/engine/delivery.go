@@ -187,6 +187,7 @@ func notInFlight(typ, delivery string, line []byte) error {
 // stagedLocked counts line against the delivery's MaxStagedBytes. pr.mu is held.
 func (pr *process) stagedLocked(t *task, line []byte) error {
 	t.staged += len(line)
+	pr.pool.cfg.Budget.add(len(line))
 	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
 		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", stdio.ErrProtocol, t.item.Delivery, errtext.Size(limit))
 	}
@@ -220,7 +221,7 @@ func (pr *process) answeredLocked(t *task) {
 // alone writes (the reader never blocks on a write); next only wakes it when the window is
 // down to half, so a busy window costs one wake-up per half window, not one per item.
 func (pr *process) next() {
-	if pr.window == 1 && !pr.pool.cfg.PerItem {
+	if pr.window == 1 && !pr.pool.cfg.PerItem && !pr.pool.cfg.Budget.isFull() {
 		select {
 		case t := <-pr.pool.ready:
 			if pr.deliver(t) {
@@ -331,6 +332,7 @@ func (pr *process) register(t *task) bool {
 	}
 	pr.inflight[t.item.Delivery] = t
 	pr.last = lastDelivery{t.item.Delivery, t.item.ID, t.attempts}
+	p.cfg.Budget.begin()
 	return true
 }
 
