@@ -86,3 +86,24 @@ func TestREADMEBridgeEnv(t *testing.T) {
 		t.Errorf("BudgetFromEnv(lots) = %v; want an error naming %s", err, bridge.EnvMaxHeldMiB)
 	}
 }
+
+// TestReplayGenerationKeys: the bridge's replay generation is part of each item's
+// idempotencyKey; the same record gets a new key under a bumped generation.
+func TestReplayGenerationKeys(t *testing.T) {
+	for _, gen := range []uint64{0, 4} {
+		r := startBridge(t, oneOutlet, func(o *bridge.Options) { o.ReplayGeneration = gen })
+		s := dial(t, r.addr)
+		s.start(r, "c", 0)
+		s.batch(1, 0, rec(3, nil, `{"op":"flaky","n":0}`))
+		a := s.wait(1)
+		if !a.ack || len(a.emits) != 1 {
+			t.Fatalf("generation %d: answer = %v; want Ack after 1 emit", gen, a)
+		}
+		want := bridge.IdempotencyKeyAt(gen, "pipe", "t", "in-topic", 0, 3)
+		if got := emitted(t, a.emits[0])["idempotencyKey"]; got != want || (gen != 0) == (want == bridge.IdempotencyKey("pipe", "t", "in-topic", 0, 3)) {
+			t.Errorf("generation %d: idempotencyKey = %v; want %s (new keys only for a bumped generation)", gen, got, want)
+		}
+		expectEOF(t, s.stop())
+		s.check()
+	}
+}

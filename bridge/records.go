@@ -34,10 +34,18 @@ const maxHeaderError = 4 << 10
 
 var nullJSON = json.RawMessage("null")
 
-// IdempotencyKey returns the idempotencyKey of a record: hex of the first 16 bytes of
-// SHA-256 over the pipeline, streamlet, topic, partition and offset. It is the same on every
-// attempt and in every conversation, so a redelivered record keeps its key.
+// IdempotencyKey returns the idempotencyKey of a record in replay generation 0: hex of the
+// first 16 bytes of SHA-256 over the pipeline, streamlet, topic, partition and offset. It is
+// the same on every attempt and in every conversation, so a redelivered record keeps its key.
 func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset int64) string {
+	return IdempotencyKeyAt(0, pipeline, streamlet, topic, partition, offset)
+}
+
+// IdempotencyKeyAt returns the idempotencyKey of a record in replay generation gen (the
+// operator's FLOW_REPLAY_GENERATION): generation 0 is IdempotencyKey's, unchanged; any other
+// generation is hashed after the offset, so a deliberate replay under a bumped generation
+// gets new keys while redeliveries within one generation keep theirs.
+func IdempotencyKeyAt(gen uint64, pipeline, streamlet, topic string, partition int32, offset int64) string {
 	var stack [256]byte // on the stack for the usual name lengths: one allocation per key
 	buf := stack[:0]
 	for _, s := range [...]string{pipeline, streamlet, topic} {
@@ -46,6 +54,9 @@ func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset i
 	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
 	buf = binary.BigEndian.AppendUint64(buf, uint64(offset))
+	if gen != 0 {
+		buf = binary.BigEndian.AppendUint64(buf, gen)
+	}
 	sum := sha256.Sum256(buf)
 	var key [32]byte
 	hex.Encode(key[:], sum[:16])
@@ -75,7 +86,7 @@ func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecor
 		Partition:      b.GetPartition(),
 		Offset:         in.GetOffset(),
 		Timestamp:      in.GetTimestampMs(),
-		IdempotencyKey: IdempotencyKey(c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
+		IdempotencyKey: IdempotencyKeyAt(c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
 	}
 	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.

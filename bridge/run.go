@@ -98,3 +98,21 @@ func BudgetFromEnv(getenv func(string) string) (*engine.Budget, error) {
 	}
 	return engine.NewBudget(int64(mib) << 20), nil
 }
+
+// EnvReplayGeneration is the environment variable of the replay generation, a whole number
+// the operator bumps before a deliberate replay (`millrace replay`); see [IdempotencyKeyAt].
+const EnvReplayGeneration = "FLOW_REPLAY_GENERATION"
+
+// ReplayGenerationFromEnv returns the replay generation in EnvReplayGeneration, read through
+// getenv (0 when it is unset), for [Options].ReplayGeneration.
+func ReplayGenerationFromEnv(getenv func(string) string) (uint64, error) {
+	s := getenv(EnvReplayGeneration)
+	if s == "" {
+		return 0, nil
+	}
+	gen, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bridge: %s=%q is not a whole number from 0 (the default: the keys of no replay) up; bump it by one for each deliberate replay", EnvReplayGeneration, s)
+	}
+	return gen, nil
+}
