@@ -144,8 +144,13 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 			from = strconv.FormatInt(m.From, 10)
 		}
 		line := fmt.Sprintf("  %s/%d: %s → %d", m.Topic, m.Partition, from, m.To)
-		if m.From >= 0 {
-			line += fmt.Sprintf(" (%+d records)", m.From-m.To)
+		switch {
+		case m.From > m.To:
+			line += fmt.Sprintf(" (%d records read again)", m.From-m.To)
+		case m.From >= 0 && m.From < m.To:
+			line += fmt.Sprintf(" (%d records skipped)", m.To-m.From)
+		case m.From == m.To:
+			line += " (unchanged)"
 		}
 		if m.Note != "" {
 			line += "; " + m.Note
