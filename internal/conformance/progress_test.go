@@ -71,7 +71,9 @@ func TestAnswerWait(t *testing.T) {
 			"  … waiting for an answer to delivery dl-answers-2 (item from fixtures/0/1) (",
 		},
 		{
-			"mute", func(a *conformance.Action, o *conformance.Options) { a.ReadyTimeout, o.AnswerWait = 300*time.Millisecond, time.Second },
+			"mute", func(a *conformance.Action, o *conformance.Options) {
+				a.ReadyTimeout, o.AnswerWait = 300*time.Millisecond, time.Second
+			},
 			conformance.CheckReady,
 			[]string{"no ready within 1.3s of hello (the ready timeout is 300ms)", "flush stdout after each line", "read stdin line by line as it comes, not in blocks (mawk: -W interactive"},
 			"  … waiting for ready from the main conversation (hello sent ",
