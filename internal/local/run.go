@@ -71,9 +71,13 @@ type runner struct {
 // every record its streamlets produce to opts.Out. It returns when the input is done and every
 // input record was processed and committed (never with Follow), when ctx ends (wrapping
 // ErrInterrupted unless Follow), or on the first fault that would keep it from finishing: a
-// bad input line, a refused discovery, a stalled partition. The summary is returned in every
-// case but a failed start.
+// bad input line, a refused discovery, a stalled partition, a fault that can only repeat (a
+// command that cannot run, a program that never readies: one line with the fix, at once). The
+// summary is returned in every case but a failed start and such a fault.
 func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
+	if err := preflight(p); err != nil {
+		return nil, err
+	}
 	if opts.Partitions <= 0 {
 		opts.Partitions = 1
 	}
@@ -160,6 +164,9 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	select {
 	case <-inputDone:
 	case <-time.After(time.Second): // a read of an interactive stdin cannot be interrupted
+	}
+	if errors.Is(err, errRepeats) {
+		return nil, err
 	}
 	return r.summary(err == nil), err
 }
