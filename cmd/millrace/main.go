@@ -180,7 +180,7 @@ func (fs *flagSet) usageErr(msg string) error {
 // help prints the usage of millrace, or of the command named in args.
 func help(e *env, args []string) int {
 	switch {
-	case len(args) == 0:
+	case len(args) == 0, len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
 		printUsage(e.stdout)
 		return 0
 	case len(args) > 1:

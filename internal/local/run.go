@@ -34,7 +34,7 @@ var (
 type Options struct {
 	Brokers    []string      // a real Kafka cluster; none: an in-process broker (kfake)
 	DataDir    string        // the in-process broker keeps its data here (none: in memory)
-	Partitions int           // of each topic Run creates (default 1: outputs in input order)
+	Partitions int           // of each topic Run creates (default 1: outputs in input order); given, an existing topic must have as many
 	Input      io.Reader     // input lines, produced as records (nil: none)
 	Bare       bool          // each input line is a payload, not an envelope
 	Follow     bool          // keep running when the input is done, until ctx ends
@@ -78,7 +78,8 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	if err := preflight(p); err != nil {
 		return nil, err
 	}
-	if opts.Partitions <= 0 {
+	partitionsGiven := opts.Partitions > 0
+	if !partitionsGiven {
 		opts.Partitions = 1
 	}
 	if opts.StallAfter <= 0 {
@@ -116,7 +117,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
-	if err := r.createTopics(ctx); err != nil {
+	if err := r.createTopics(ctx, partitionsGiven); err != nil {
 		return nil, err
 	}
 	// print only what this run produces: from the outlets' end offsets now
