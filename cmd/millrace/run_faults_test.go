@@ -15,7 +15,7 @@ func TestRunFailsFast(t *testing.T) {
 	const shebang = "#!/usr/bin/env python3\n"
 	tests := []struct {
 		name    string
-		command string // after -- on the config line
+		command string // the end of the config line: the command after --, or flags, -- and the command
 		main    string // main.py
 		mode    os.FileMode
 		input   string
@@ -26,14 +26,18 @@ func TestRunFailsFast(t *testing.T) {
 		{"no-shebang", "./main.py", "import sys\n", 0o755, `{"payload":{}}`, []string{"./main.py has no #! line, so it cannot be executed (exec format error): add #!/usr/bin/env python3 as its first line"}},
 		{"bare-name", "main.py", shebang, 0o755, `{"payload":{}}`, []string{`command "main.py" is not found on PATH, but main.py is in the action's folder: write ./main.py after --`}},
 		{"exits-at-start", "python3 main.py", "import sys\nsys.stderr.write('boom: no model file\\n')\nsys.exit(3)\n", 0o644, `{"payload":{}}`, []string{"the program exits before answering ready, every time", "exit status 3", "boom: no model file"}},
-		{"never-ready", "python3 main.py", "import time\ntime.sleep(60)\n", 0o644, `{"payload":{}}`, []string{"the program never answered hello with ready within its ready timeout", "within 1s (the ready timeout)", "flush stdout"}},
+		{"never-ready", "--ready-timeout 1s -- python3 main.py", "import time\ntime.sleep(60)\n", 0o644, `{"payload":{}}`, []string{"the program never answered hello with ready within its ready timeout", "within 1s (the ready timeout)", "flush stdout"}},
 		{"refused", "python3 main.py", refuser, 0o644, `{"payload":{"id":4}}`, []string{`the action refuses record t.in/0/0 on every delivery ("payload has no name")`, "--dead-letter PORT"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir := filepath.Join(t.TempDir(), "t")
-			conf := "t --in in=t-in.v1 --out out=t-out.v1 --ready-timeout 1s -- " + tt.command + "\n"
+			command := tt.command
+			if !strings.Contains(command, "-- ") {
+				command = "-- " + command
+			}
+			conf := "t --in in=t-in.v1 --out out=t-out.v1 " + command + "\n"
 			files := map[string]string{"action.conf": conf, "in.jsonl": tt.input + "\n"}
 			if tt.main != "" {
 				files["main.py"] = tt.main
