@@ -89,7 +89,10 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 			return err
 		}
 	}
-	data := struct{ Name, Lang, LangName, Program string }{Name: name, Lang: lang, Program: program}
+	data := struct{ Name, Lang, LangName, Program, SDK string }{Name: name, Lang: lang, Program: program}
+	if f, ok := sdk.For(lang); ok {
+		data.SDK = f.Name
+	}
 	for _, l := range Langs {
 		if l.Name == lang {
 			data.LangName = l.Title
