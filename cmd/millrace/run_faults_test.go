@@ -55,7 +55,12 @@ func TestRunFailsFast(t *testing.T) {
 				}
 			}
 			code, _, errOut := runCmd(t, "run", dir, "--input", filepath.Join(dir, "in.jsonl"))
-			if tt.name == "refused" { // the action's own error is logged for each delivery first
+			if tt.name == "refused" {
+				// once a conversation started, the bridge's warnings are not held back: the
+				// action's own error is logged for each delivery before the one line
+				if !strings.Contains(errOut, `msg="record failed for good"`) {
+					t.Errorf("run (refused) logged no warning of the failed record:\n%s", errOut)
+				}
 				errOut = errOut[strings.LastIndex(strings.TrimSuffix(errOut, "\n"), "\n")+1:]
 			}
 			if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "millrace run: streamlet t: ") {
