@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,31 +44,14 @@ func slowGreet(t *testing.T) string {
 	return dir
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// millraceBinary builds this command once per test run.
+// millraceBinary builds this command into the test's temporary folder.
 func millraceBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "millrace-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "millrace")
-		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v", buildErr)
+	bin := filepath.Join(t.TempDir(), "millrace")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	return binary
+	return bin
 }
 
 // interrupted is one run of the binary in its own process group, with a TMPDIR of its own.
@@ -85,10 +66,10 @@ type interrupted struct {
 	exited chan struct{}
 }
 
-func startInterrupted(t *testing.T, env []string, args ...string) *interrupted {
+func startInterrupted(t *testing.T, bin string, env []string, args ...string) *interrupted {
 	t.Helper()
 	r := &interrupted{t: t, tmp: t.TempDir(), pids: t.TempDir(), stdout: &testkit.SyncBuffer{}, stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
-	r.cmd = exec.Command(millraceBinary(t), args...)
+	r.cmd = exec.Command(bin, args...)
 	r.cmd.Env = append(append(os.Environ(), "TMPDIR="+r.tmp, "GREET_PIDS="+r.pids), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.stdout, r.stderr
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -179,9 +160,10 @@ func (r *interrupted) exit(wantCode int) {
 // last words agree with its summary.
 func TestInterruptLeavesNothing(t *testing.T) {
 	dir := slowGreet(t)
+	bin := millraceBinary(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run("run/"+sig.String(), func(t *testing.T) {
-			r := startInterrupted(t, nil, "run", dir, "--bare", "--input", "-")
+			r := startInterrupted(t, bin, nil, "run", dir, "--bare", "--input", "-")
 			io.WriteString(r.stdin, "{\"name\":\"Ada\"}\n{\"name\":\"Grace\"}\n") // stdin stays open
 			r.waitFor("both greetings", func() bool { return strings.Count(r.stdout.String(), "Hello, ") == 2 })
 			r.signal(sig)
@@ -193,7 +175,7 @@ func TestInterruptLeavesNothing(t *testing.T) {
 		})
 	}
 	t.Run("run/second Ctrl-C", func(t *testing.T) {
-		r := startInterrupted(t, nil, "run", dir, "--bare", "--input", "-")
+		r := startInterrupted(t, bin, nil, "run", dir, "--bare", "--input", "-")
 		io.WriteString(r.stdin, "{\"name\":\"Ada\"}\n")
 		r.waitFor("the first greeting", func() bool { return strings.Contains(r.stdout.String(), "Hello, Ada!") })
 		io.WriteString(r.stdin, "{\"name\":\"slow\"}\n") // a minute in the action: the clean stop waits for it
@@ -215,7 +197,7 @@ func TestInterruptLeavesNothing(t *testing.T) {
 		{"second Ctrl-C", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}},
 	} {
 		t.Run("test action/"+tt.name, func(t *testing.T) {
-			r := startInterrupted(t, []string{"GREET_SLOW=1"}, "test", "action", dir)
+			r := startInterrupted(t, bin, []string{"GREET_SLOW=1"}, "test", "action", dir)
 			r.waitFor("an item in the action", func() bool { _, err := os.Stat(filepath.Join(r.pids, "slow")); return err == nil })
 			for _, sig := range tt.sigs { // the test stops in moments: the second signal may find it gone
 				_ = r.cmd.Process.Signal(sig)
