@@ -11,19 +11,21 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // results maps a benchmark's name (without Benchmark and the -GOMAXPROCS suffix) to its
-// metrics by unit.
+// metrics by unit. A benchmark run more than once (scripts/bench's interleaved rounds) has the
+// median of its runs' figures.
 type results map[string]map[string]float64
 
 // line matches a result line: name, iterations, then value-unit pairs.
 var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 func parse(r io.Reader) (results, error) {
-	res := results{}
+	all := map[string]map[string][]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -32,17 +34,35 @@ func parse(r io.Reader) (results, error) {
 			continue
 		}
 		f := strings.Fields(m[2])
-		metrics := map[string]float64{}
+		if all[m[1]] == nil {
+			all[m[1]] = map[string][]float64{}
+		}
 		for i := 0; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				continue
 			}
-			metrics[f[i+1]] = v
+			all[m[1]][f[i+1]] = append(all[m[1]][f[i+1]], v)
 		}
-		res[m[1]] = metrics
+	}
+	res := results{}
+	for name, units := range all {
+		res[name] = map[string]float64{}
+		for unit, vs := range units {
+			res[name][unit] = median(vs)
+		}
 	}
 	return res, sc.Err()
+}
+
+// median returns the median of vs (not empty).
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // get returns a metric and whether it was measured.

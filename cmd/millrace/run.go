@@ -7,10 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/local"
@@ -19,13 +17,13 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--exactly-once]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [-v] [--exactly-once]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
 	brokers := fs.String("brokers", "", "a Kafka cluster to use instead of the in-process broker, comma-separated")
 	data := fs.String("data", "", "keep the in-process broker's data in DIR, across runs")
-	partitions := fs.Int("partitions", 1, "partitions of each topic created")
+	partitions := fs.Int("partitions", 0, "partitions of each topic created (default 1); an existing topic (--data, --brokers) must have as many")
 	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
 	exactlyOnce := fs.Bool("exactly-once", false, "run the sidecars with FLOW_DELIVERY=exactly-once: each commit round one Kafka transaction")
@@ -78,32 +76,17 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	case !isTerminal(e.stdin):
 		opts.Input = e.stdin
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() { // the first Ctrl-C stops cleanly; a second one quits at once
-		select {
-		case <-ctx.Done():
-		case <-done:
-			return
-		}
-		fmt.Fprintln(out, "millrace run: stopping: finishing the batches in flight and committing them (Ctrl-C again to quit at once)")
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(again)
-		select {
-		case <-again:
-			fmt.Fprintln(out, "millrace run: quit before the batches in flight were committed (with --data or --brokers the next run processes them again)")
-			os.Exit(130)
-		case <-done:
-		}
-	}()
+	// The first Ctrl-C stops cleanly; a second one quits at once, leaving nothing behind.
+	defer quitOnSecondSignal(ctx, out,
+		"millrace run: stopping: finishing the batches in flight and committing them (Ctrl-C again to quit at once)",
+		"millrace run: quit before the batches in flight were committed; the action's processes were killed and their work folders removed (with --data or --brokers the next run processes them again)")()
 	sum, err := local.Run(ctx, p, opts)
 	if sum != nil {
 		fmt.Fprintf(e.stderr, "millrace run: %s: %s\n", p.Name, sum)
 	}
 	switch {
 	case errors.Is(err, local.ErrInterrupted):
-		return &exitError{code: 130, msg: err.Error()}
+		return &exitError{code: exitInterrupted, msg: err.Error()}
 	case err != nil:
 		return err
 	}

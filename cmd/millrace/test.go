@@ -12,12 +12,12 @@ import (
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
 // protocol checks.
-func runTest(ctx context.Context, e *env, args []string) error {
+func runTest(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D] [--set KEY=VALUE]…")
 	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
 	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
 	asJSON := fs.Bool("json", false, "print a machine-readable report on stdout")
-	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout)")
+	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout; with --conformance the kit waits at most 10s, or this)")
 	set := keyValues{}
 	fs.Var(set, "set", "KEY=VALUE: a config value for hello instead of the parameter's default (repeatable); fixtures with NAME.config.json still use theirs")
 	pos, err := parseInterleaved(fs, args)
@@ -44,19 +44,31 @@ func runTest(ctx context.Context, e *env, args []string) error {
 	if a.ConfigErr != nil && (*conf || a.Config == nil) {
 		return a.ConfigErr
 	}
+	defer quitOnSecondSignal(ctx, e.stderr,
+		"millrace test: stopping the action (Ctrl-C again to quit at once)",
+		"millrace test: quit; the action's processes were killed and their work folders removed")()
+	defer func() {
+		if ctx.Err() != nil && err != nil {
+			err = &exitError{code: exitInterrupted, msg: "interrupted: the action's processes were stopped and their work folders removed"}
+		}
+	}()
 	ca := a.Conformance(Version())
 	if *timeout > 0 {
 		ca.Timeout = *timeout
 	}
 	if *conf {
-		rep, err := conformance.Run(ctx, ca, conformance.Options{})
+		opts := conformance.Options{AnswerWait: *timeout}
+		if !*asJSON {
+			opts.Progress = e.stdout // each check's line as it completes
+		}
+		rep, err := conformance.Run(ctx, ca, opts)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
 			err = writeJSON(e, rep)
 		} else {
-			err = rep.WriteText(e.stdout)
+			err = rep.WriteVerdict(e.stdout)
 		}
 		if err == nil && !rep.Conformant {
 			return &exitError{code: 1}

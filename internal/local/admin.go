@@ -17,7 +17,7 @@ import (
 const topicMaxMessageBytes = 8 << 20
 
 // createTopics creates every bound topic; one that exists is left as it is.
-func (r *runner) createTopics(ctx context.Context) error {
+func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.TimeoutMillis = 10000
 	seen := map[string]bool{r.p.Input: true}
@@ -46,9 +46,30 @@ func (r *runner) createTopics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("local: creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
 	}
+	var existing []string
 	for _, t := range resp.Topics {
 		if err := kerrOf(t.ErrorCode); err != nil && t.ErrorCode != kerr.TopicAlreadyExists.Code {
 			return fmt.Errorf("local: creating topic %s: %w", t.Topic, err)
+		}
+		if t.ErrorCode == kerr.TopicAlreadyExists.Code {
+			existing = append(existing, t.Topic)
+		}
+	}
+	if !partitionsGiven || len(existing) == 0 {
+		return nil
+	}
+	// an existing topic keeps its partitions: a --partitions that differs is said, not ignored
+	parts, err := r.partitions(ctx, existing)
+	if err != nil {
+		return err
+	}
+	for _, t := range existing {
+		if n := len(parts[t]); n != r.opts.Partitions {
+			where := "on the brokers"
+			if r.opts.DataDir != "" {
+				where = "in --data " + r.opts.DataDir
+			}
+			return fmt.Errorf("local: --partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
 		}
 	}
 	return nil
@@ -155,6 +176,33 @@ func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int
 		}
 	}
 	return out, nil
+}
+
+// uncommitted returns how many records of the streamlets' inlets are not committed yet, over
+// every streamlet.
+func (r *runner) uncommitted(ctx context.Context) (int64, error) {
+	var topics []string
+	for _, st := range r.streamlets {
+		topics = append(topics, st.s.Inlets()...)
+	}
+	slices.Sort(topics)
+	ends, err := r.endOffsets(ctx, slices.Compact(topics))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, st := range r.streamlets {
+		c, err := r.committed(ctx, st)
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range st.s.Inlets() {
+			for p, end := range ends[t] {
+				n += max(end-max(c[t][p], 0), 0)
+			}
+		}
+	}
+	return n, nil
 }
 
 // caughtUp reports whether every streamlet committed everything on its inlets and the printer
