@@ -1,0 +1,95 @@
+package stdio
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+)
+
+// TraceparentLen is the length of a version-00 traceparent value:
+// "00-" trace-id (32 hex) "-" parent-id (16 hex) "-" trace-flags (2 hex).
+const TraceparentLen = 55
+
+// TraceContext is the W3C Trace Context (https://www.w3.org/TR/trace-context/) of one
+// delivery, in binary form. An item that carries one is sent with "traceparent" naming
+// SpanID, the span of this attempt, as its parent-id: the action's own spans and the
+// outputs of the delivery are children of that span. The zero value is no trace context.
+type TraceContext struct {
+	TraceID [16]byte
+	SpanID  [8]byte // the span of this attempt
+	Parent  [8]byte // the span the input came from; zero when the attempt's span is a root
+	Flags   byte    // trace-flags; bit 0 is sampled
+}
+
+// IsValid reports whether tc names a trace (a trace-id that is not all zeros).
+func (tc *TraceContext) IsValid() bool { return tc.TraceID != [16]byte{} }
+
+// AppendTraceparent appends the version-00 traceparent value of tc with span as its
+// parent-id.
+func (tc *TraceContext) AppendTraceparent(dst []byte, span [8]byte) []byte {
+	dst = append(dst, '0', '0', '-')
+	dst = hex.AppendEncode(dst, tc.TraceID[:])
+	dst = append(dst, '-')
+	dst = hex.AppendEncode(dst, span[:])
+	return append(dst, '-', hexDigits[tc.Flags>>4], hexDigits[tc.Flags&0xf])
+}
+
+// ParseTraceparent reads a traceparent value as the W3C Trace Context's section 3.2 says: a
+// version-00 value is exactly 55 characters of lowercase hex and dashes; a later version is
+// read as 00 when its first 55 characters are (anything after them must start with "-");
+// version ff, an all-zero trace-id or parent-id, and any other value are invalid (ok false).
+func ParseTraceparent(v []byte) (traceID [16]byte, parent [8]byte, flags byte, ok bool) {
+	if len(v) < TraceparentLen || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return traceID, parent, 0, false
+	}
+	var version [1]byte
+	if !lowerHex(version[:], v[0:2]) || version[0] == 0xff {
+		return traceID, parent, 0, false
+	}
+	if len(v) > TraceparentLen && (version[0] == 0 || v[TraceparentLen] != '-') {
+		return traceID, parent, 0, false
+	}
+	var fl [1]byte
+	if !lowerHex(traceID[:], v[3:35]) || !lowerHex(parent[:], v[36:52]) || !lowerHex(fl[:], v[53:55]) {
+		return traceID, parent, 0, false
+	}
+	if traceID == [16]byte{} || parent == [8]byte{} {
+		return traceID, parent, 0, false
+	}
+	return traceID, parent, fl[0], true
+}
+
+// lowerHex decodes src, lowercase hex only as traceparent requires, into dst.
+func lowerHex(dst, src []byte) bool {
+	for _, c := range src {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	_, err := hex.Decode(dst, src)
+	return err == nil
+}
+
+// NewTraceID returns a random trace-id for a trace that starts here; NewSpanID a random
+// span-id. Both draw on math/rand/v2's global source, the runtime's per-thread ChaCha8
+// generator seeded from the operating system's entropy: unpredictable and uniformly random,
+// as the W3C Trace Context's section on privacy and randomness asks of ids, yet with no lock,
+// no system call and no allocation per id (crypto/rand makes a getrandom call each time).
+// They never return the all-zero id, which is invalid. They are safe for concurrent use.
+func NewTraceID() [16]byte {
+	var id [16]byte
+	for id == [16]byte{} {
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+	}
+	return id
+}
+
+// NewSpanID: see NewTraceID.
+func NewSpanID() [8]byte {
+	var id [8]byte
+	for id == [8]byte{} {
+		binary.BigEndian.PutUint64(id[:], rand.Uint64())
+	}
+	return id
+}
