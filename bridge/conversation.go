@@ -115,7 +115,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	cfg.RetryBackoff = s.opts.RetryBackoff
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars}
 	cfg.Logger = c.log
-	cfg.Hooks = s.opts.Metrics.hooks(c.log)
+	cfg.Hooks = s.opts.Metrics.hooks(c.log, s.tracer)
 	logHealth := cfg.Hooks.Health
 	cfg.Hooks.Health = func(err error) {
 		logHealth(err)

@@ -120,8 +120,9 @@ func (m *Metrics) conversationStarted() {
 	}
 }
 
-// hooks returns the pool callbacks that record into m and log process ends on log.
-func (m *Metrics) hooks(log *slog.Logger) engine.Hooks {
+// hooks returns the pool callbacks that record into m, export attempts' spans to tr and log
+// process ends on log. With neither m nor tr, no callback runs per attempt.
+func (m *Metrics) hooks(log *slog.Logger, tr *Tracer) engine.Hooks {
 	h := engine.Hooks{
 		ProcessExited: func(pid int, err error) {
 			if err != nil {
@@ -139,18 +140,32 @@ func (m *Metrics) hooks(log *slog.Logger) engine.Hooks {
 			}
 		},
 	}
+	if tr != nil {
+		h.AttemptFinished = func(ai engine.AttemptInfo) {
+			m.attempt(ai)
+			tr.attempt(ai, time.Now())
+		}
+	}
 	if m == nil {
 		return h
 	}
 	h.ProcessStarted = func(int) { m.starts.Inc() }
-	h.AttemptFinished = func(ai engine.AttemptInfo) {
-		m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
-		if ai.Retry {
-			m.retries.Inc()
-		}
+	if tr == nil {
+		h.AttemptFinished = m.attempt
 	}
 	h.Metric = func(_ *stdio.Item, mt stdio.Metric) { m.action.record(mt) }
 	return h
+}
+
+// attempt records one finished attempt.
+func (m *Metrics) attempt(ai engine.AttemptInfo) {
+	if m == nil {
+		return
+	}
+	m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
+	if ai.Retry {
+		m.retries.Inc()
+	}
 }
 
 // actionMetrics exports the action's metric lines: for each name a summary (count and sum of

@@ -44,9 +44,14 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 2, msg: err.Error()}
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	tracer, err := bridge.NewTracer(ctx, e.getenv, a.Name, Version(), logger) // nil unless OTEL_* ask for spans
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
 	return bridge.ListenAndServe(ctx, port, bridge.Options{
 		Action:  a,
 		Version: Version(),
 		Logger:  logger,
+		Tracer:  tracer,
 	}, nil)
 }
