@@ -22,12 +22,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-// envNative turns the test binary into the native Go streamlet of the benchmark: a process
-// serving Streamlet.Run on the port it names, answering every batch in-process, no child.
 const envNative = "BRIDGE_BENCH_NATIVE"
 
 // benchValue is every record's value: the payload of the stdio benchmarks.
@@ -84,7 +83,7 @@ func BenchmarkBridge(b *testing.B) {
 	}
 	for _, p := range partitions {
 		b.Run(fmt.Sprintf("native/p%d", p), func(b *testing.B) {
-			addr, cmd := startProc(b, exec.Command(os.Args[0], "-test.run=^$"), envNative+"=1")
+			addr, cmd := startProc(b, exec.Command(os.Args[0], "-test.run=^$"), testkit.RoleEnv("native"))
 			benchStreamlet(b, addr, cmd, p)
 		})
 	}

@@ -9,20 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // envChild turns the test binary into the fake action the tests run as the bridge's child.
-const envChild = "BRIDGE_TEST_CHILD"
+const envChild = testkit.EnvRole
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envChild) == "1" {
-		os.Exit(child())
-	}
-	if os.Getenv(envNative) == "1" {
-		os.Exit(runNative())
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, func(role string) int {
+		switch role {
+		case "action":
+			return child()
+		case "native":
+			return runNative()
+		}
+		return 2
+	}, nil)
 }
 
 // childMsg is every field the fake action reads.

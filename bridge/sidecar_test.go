@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -24,22 +23,7 @@ import (
 const waitLimit = 30 * time.Second
 
 // syncBuffer is a bytes.Buffer safe for the bridge's logger and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.SyncBuffer
 
 // running is a bridge under test, serving on a free loopback port.
 type running struct {
@@ -70,7 +54,7 @@ func startBridge(t *testing.T, line string, mods ...func(*bridge.Options)) *runn
 		Version:       "test",
 		Logger:        slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:       r.metrics,
-		Env:           []string{envChild + "=1", "GORACE=atexit_sleep_ms=0"}, // a race-built child otherwise lingers 1s at exit
+		Env:           []string{testkit.RoleEnv("action"), "GORACE=atexit_sleep_ms=0"}, // a race-built child otherwise lingers 1s at exit
 		RetryBackoff:  time.Millisecond,
 		ShutdownGrace: 2 * time.Second,
 	}
@@ -136,7 +120,7 @@ func (a *answer) String() string {
 // sidecar enforces on what it receives.
 type sidecar struct {
 	t      *testing.T
-	conn   *grpc.ClientConn
+	fs     *testkit.FakeSidecar
 	disc   flowv1.DiscoveryClient
 	stream grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess]
 	cancel context.CancelFunc
@@ -153,20 +137,15 @@ type sidecar struct {
 
 func dial(t *testing.T, addr string) *sidecar {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &sidecar{t: t, conn: conn, disc: flowv1.NewDiscoveryClient(conn)}
+	fs := testkit.DialProcess(t, addr)
+	return &sidecar{t: t, fs: fs, disc: flowv1.NewDiscoveryClient(fs.Conn)}
 }
 
 // open opens a Run stream and starts reading it.
 func (s *sidecar) open() {
 	s.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := flowv1.NewStreamletClient(s.conn).Run(ctx)
+	stream, err := s.fs.Run(ctx)
 	if err != nil {
 		cancel()
 		s.t.Fatal(err)
@@ -188,7 +167,7 @@ func (s *sidecar) open() {
 	go s.read(stream, ended)
 }
 
-func (s *sidecar) read(stream grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess], ended chan struct{}) {
+func (s *sidecar) read(stream *testkit.Stream, ended chan struct{}) {
 	defer close(ended)
 	for {
 		m, err := stream.Recv()

@@ -1,5 +1,10 @@
 package sidecar
 
+import "time"
+
+// SetLagRefresh sets how often s asks for its partitions' high watermarks; call it before Run.
+func SetLagRefresh(s *Sidecar, d time.Duration) { s.lagRefresh = d }
+
 // CommitsFor returns how many offset commits s made for topic/partition.
 func CommitsFor(s *Sidecar, topic string, partition int32) int {
 	s.mu.Lock()

@@ -354,12 +354,21 @@ type running struct {
 
 func start(t testing.TB, cfg *sidecar.Config) *running {
 	t.Helper()
+	return startTuned(t, cfg, nil)
+}
+
+// startTuned is start, with tune applied to the sidecar before it runs.
+func startTuned(t testing.TB, cfg *sidecar.Config, tune func(*sidecar.Sidecar)) *running {
+	t.Helper()
 	logs := &testkit.SyncBuffer{}
 	records := testkit.NewLogs(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	logger := slog.New(records)
 	sc, err := sidecar.New(cfg, logger)
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
+	}
+	if tune != nil {
+		tune(sc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{sc: sc, cancel: cancel, done: make(chan error, 1), logs: logs, records: records}

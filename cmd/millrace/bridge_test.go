@@ -7,33 +7,15 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = testkit.SyncBuffer
 
 // TestBridgeCommand runs `millrace bridge --config actions/score-listing/action.conf` (a Python
 // action) and drives it as the sidecar would: discovery, Start, one batch, Stop, then SIGTERM.
@@ -68,21 +50,10 @@ func TestBridgeCommand(t *testing.T) {
 		}
 	}()
 
-	conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fs := testkit.DialProcess(t, "127.0.0.1:"+port)
+	spec, err := fs.Discover(ctx, &flowv1.SidecarInfo{ProtocolVersion: protocol.Version}) // waits for the bridge to listen
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var spec *flowv1.Spec
-	for i := 0; ; i++ { // the sidecar's discovery retry
-		spec, err = flowv1.NewDiscoveryClient(conn).Discover(ctx, &flowv1.SidecarInfo{ProtocolVersion: protocol.Version})
-		if err == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("Discover = %v\n%s", err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("Discover = %v\n%s", err, stderr.String())
 	}
 	if probs := protocol.Validate(spec); len(probs) > 0 || spec.GetStreamlet().GetName() != "score-listing" {
 		t.Fatalf("Discover = %v, problems %v; want a valid score-listing", spec, probs)
@@ -91,34 +62,25 @@ func TestBridgeCommand(t *testing.T) {
 	if len(probs) > 0 {
 		t.Fatal(probs)
 	}
-	stream, err := flowv1.NewStreamletClient(conn).Run(ctx)
+	stream, err := fs.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bind := func(ports []*flowv1.Port) (b []*flowv1.PortBinding) {
-		for _, p := range ports {
-			b = append(b, &flowv1.PortBinding{Port: p.GetName(), Topic: p.GetName()})
-		}
-		return b
-	}
-	send := func(m *flowv1.ToProcess) {
-		if err := stream.Send(m); err != nil {
+	check := func(err error) {
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: &flowv1.Start{ConversationId: "c1", Pipeline: "p", Streamlet: "score-listing",
-		ConfigJson: string(config), Inlets: bind(spec.GetStreamlet().GetInlets()), Outlets: bind(spec.GetStreamlet().GetOutlets()), MaxMessageBytes: 4 << 20}}})
+	check(stream.Start(&flowv1.Start{ConversationId: "c1", Pipeline: "p", Streamlet: "score-listing",
+		ConfigJson: string(config), Inlets: testkit.Bind(spec.GetStreamlet().GetInlets()), Outlets: testkit.Bind(spec.GetStreamlet().GetOutlets()), MaxMessageBytes: 4 << 20}))
 	listing := func(offset int64, v string) *flowv1.InputRecord {
 		return &flowv1.InputRecord{Offset: offset, Record: &flowv1.Record{Key: []byte("l"), Value: []byte(v)}}
 	}
-	send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: &flowv1.Batch{BatchId: 1, Inlet: "listings", Records: []*flowv1.InputRecord{
+	check(stream.Batch(&flowv1.Batch{BatchId: 1, Inlet: "listings", Records: []*flowv1.InputRecord{
 		listing(0, `{"id": "l-1", "rooms": 3, "surface_m2": 70, "price_eur": 250000, "city": "Lyon", "age_hours": 10}`),
 		listing(1, `{"id": "l-3", "rooms": 4, "price_eur": 410000, "city": "Nantes"}`),
-	}}}})
-	send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Stop{Stop: &flowv1.Stop{Reason: "test"}}})
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
+	}}))
+	check(stream.Stop("test"))
 	var got []string
 	for {
 		m, err := stream.Recv()

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // envChild makes the test binary play an action: its value names the behaviour.
-const envChild = "CONFORMANCE_TEST_CHILD"
+const envChild = testkit.EnvRole
 
 // The behaviours the test binary plays, each a good action or one broken in exactly one way,
 // and the one check that must catch it ("" for the good ones); no other check may fail, and

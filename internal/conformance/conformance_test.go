@@ -10,18 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 )
 
 func TestMain(m *testing.M) {
-	if b := os.Getenv(envChild); b != "" {
-		os.Exit(child(b))
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, child, nil)
 }
 
 // testAction is the test binary playing behaviour b.

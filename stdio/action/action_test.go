@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/action"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-const childEnv = "ACTION_TEST_CHILD"
+const childEnv = testkit.EnvRole
 
 type config struct {
 	MinRooms int    `json:"minRooms"`
@@ -51,11 +50,12 @@ func score(ctx action.Context[config], in listing) ([]priced, error) {
 }
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "score":
-		action.Map(score)
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, func(role string) int {
+		if role == "score" {
+			action.Map(score)
+		}
+		return 2
+	}, nil)
 }
 
 func lines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }

@@ -13,18 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
-	"go.uber.org/goleak"
 )
 
 // childEnv names the behaviour the test binary plays when started as an action.
-const childEnv = "STDIO_TEST_CHILD"
+const childEnv = testkit.EnvRole
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(runChild(mode))
-	}
-	goleak.VerifyTestMain(m)
+	testkit.Main(m, runChild, nil)
 }
 
 // child is a tiny action speaking the protocol by hand, misbehaving as its mode says.
