@@ -134,6 +134,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.Info("started", "streamlet_name", st.GetStreamlet(), "processes", a.Concurrency, "window", pool.Window(), "max_message_bytes", c.maxBytes)
 	s.opts.Metrics.conversationStarted()
+	s.opts.Metrics.poolStarted(pool)
 	return c, nil
 }
 
@@ -286,5 +287,6 @@ func (c *conversation) closePool(drain bool) {
 		if err := c.pool.Close(ctx, drain); err != nil {
 			c.log.Warn("the action's processes did not all shut down in time", "error", err)
 		}
+		c.s.opts.Metrics.poolClosed(c.pool)
 	})
 }

@@ -35,7 +35,9 @@ type Metrics struct {
 	crashes       prometheus.Counter
 	conversations prometheus.Counter
 	dropped       prometheus.Counter
+	restarts      prometheus.Counter
 	action        *actionMetrics
+	pool          poolCollector
 }
 
 func counter(name, help string) prometheus.Counter {
@@ -66,9 +68,10 @@ func NewMetrics(maxSeries int) *Metrics {
 		crashes:       counter("millrace_process_crashes_total", "Action processes that ended other than by a clean shutdown."),
 		conversations: counter("millrace_conversations_total", "Conversations started by the sidecar (Start messages taken)."),
 		dropped:       counter("millrace_action_metrics_dropped_total", "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name."),
+		restarts:      counter("millrace_process_restarts_total", "Action processes started to replace one that ended other than by a clean shutdown (a crash, a kill, a timeout)."),
 	}
 	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
-	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.action)
+	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.restarts, m.action, &m.pool)
 	return m
 }
 
@@ -150,6 +153,7 @@ func (m *Metrics) hooks(log *slog.Logger, tr *Tracer) engine.Hooks {
 		return h
 	}
 	h.ProcessStarted = func(int) { m.starts.Inc() }
+	h.ProcessRestarted = func(int) { m.restarts.Inc() }
 	if tr == nil {
 		h.AttemptFinished = m.attempt
 	}
