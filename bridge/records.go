@@ -141,8 +141,8 @@ func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine
 		switch res.Outcome {
 		case engine.Done:
 			var state []byte
-			if res.Trace.Parent != [8]byte{} { // a child of the record's traceparent
-				if _, st, ok := recordTrace(in.GetRecord().GetHeaders()); ok && st != "" {
+			if res.Trace.Parent != [8]byte{} { // a child of the record's valid traceparent
+				if st := recordTracestate(in.GetRecord().GetHeaders()); st != "" {
 					state = []byte(st)
 				}
 			}

@@ -40,6 +40,13 @@ func recordTrace(hs []*flowv1.Header) (tc stdio.TraceContext, state string, ok b
 	if !ok {
 		return stdio.TraceContext{}, "", false
 	}
+	return tc, recordTracestate(hs), true
+}
+
+// recordTracestate is the tracestate of a record whose traceparent recordTrace accepted: its
+// tracestate headers joined, or "" when there is none or it is not one to pass on.
+func recordTracestate(hs []*flowv1.Header) string {
+	var state string
 	for _, h := range hs {
 		if !isHeader(h.GetKey(), headerTracestate) {
 			continue
@@ -54,9 +61,9 @@ func recordTrace(hs []*flowv1.Header) (tc stdio.TraceContext, state string, ok b
 		}
 	}
 	if len(state) > maxTracestate || !printable(state) {
-		state = ""
+		return ""
 	}
-	return tc, state, true
+	return state
 }
 
 // itemTrace is the trace context of an item made from a record with headers hs: a child of

@@ -59,15 +59,28 @@ func ParseTraceparent(v []byte) (traceID [16]byte, parent [8]byte, flags byte, o
 	return traceID, parent, fl[0], true
 }
 
-// lowerHex decodes src, lowercase hex only as traceparent requires, into dst.
+// lowerHex decodes src, lowercase hex only as traceparent requires, into dst (len(src) is
+// 2 × len(dst)), in one pass.
 func lowerHex(dst, src []byte) bool {
-	for _, c := range src {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+	for i := range dst {
+		hi, ok1 := unhex(src[2*i])
+		lo, ok2 := unhex(src[2*i+1])
+		if !ok1 || !ok2 {
 			return false
 		}
+		dst[i] = hi<<4 | lo
 	}
-	_, err := hex.Decode(dst, src)
-	return err == nil
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // NewTraceID returns a random trace-id for a trace that starts here; NewSpanID a random
