@@ -72,10 +72,10 @@ func TestRunMetrics(t *testing.T) {
 	inlet := p.Streamlets[0].Bindings["in"]
 	want := map[string]string{
 		`millrace_sidecar_records_committed_total{streamlet="greet",topic="` + inlet + `"}`: "3",
-		`millrace_sidecar_conversation_live{streamlet="greet"}`:                            "1",
-		`millrace_items_total{outcome="done",streamlet="greet"}`:                           "3",
-		`millrace_pool_processes{streamlet="greet"}`:                                       "1",
-		`millrace_item_attempt_seconds_count{outcome="done",streamlet="greet"}`:            "3",
+		`millrace_sidecar_conversation_live{streamlet="greet"}`:                             "1",
+		`millrace_items_total{outcome="done",streamlet="greet"}`:                            "3",
+		`millrace_pool_processes{streamlet="greet"}`:                                        "1",
+		`millrace_item_attempt_seconds_count{outcome="done",streamlet="greet"}`:             "3",
 	}
 	var got map[string]string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
