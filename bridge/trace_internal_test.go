@@ -10,8 +10,8 @@ import (
 )
 
 // BenchmarkRecordPath measures the bridge's own work per record, without the pool or the
-// wire: the record made an item, the attempt's span drawn as the engine does, and the answer
-// of its one emit built. With a traceparent header the item is a child span, without one a
+// wire: the record made an item, the attempt's span drawn as the engine does, and the Emit
+// of its one output built. With a traceparent header the item is a child span, without one a
 // new root: the two cases every record takes.
 //
 //	go test -run '^$' -bench BenchmarkRecordPath -benchmem ./bridge/
@@ -36,15 +36,14 @@ func BenchmarkRecordPath(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			in := &flowv1.InputRecord{Offset: 42, Record: &flowv1.Record{Value: value, Headers: tc.headers}}
 			batch := &flowv1.Batch{BatchId: 1, Inlet: "in", Partition: 3, Records: []*flowv1.InputRecord{in}}
-			results := make([]engine.Result, 1)
 			b.ReportAllocs()
 			for b.Loop() {
 				it := c.item(batch, "in-topic", in)
 				it.Trace.SpanID = stdio.NewSpanID() // what the engine does per attempt
-				results[0] = engine.Result{Outcome: engine.Done, Attempts: 1, Trace: it.Trace,
-					Emits: []stdio.Emit{{Payload: it.Payload}}}
-				if msgs := c.answerFor(batch, "in-topic", results); len(msgs) != 2 {
-					b.Fatalf("answer = %v", msgs)
+				res := engine.Result{Outcome: engine.Done, Attempts: 1, Trace: it.Trace, Emits: []stdio.Emit{{Payload: it.Payload}}}
+				// The emits built and checked, not sent (no stream here).
+				if st := c.settle(batch, "in-topic", in, res, false); st.kind != "done" {
+					b.Fatalf("settled %+v", st)
 				}
 			}
 		})

@@ -47,6 +47,14 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	budget, err := bridge.BudgetFromEnv(e.getenv)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	gen, err := bridge.ReplayGenerationFromEnv(e.getenv)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
 	tracer, err := bridge.NewTracer(ctx, e.getenv, a.Name, Version(), logger) // nil unless OTEL_* ask for spans
 	if err != nil {
@@ -57,6 +65,9 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		Version: Version(),
 		Logger:  logger,
 		Tracer:  tracer,
+		Budget:  budget,
+
+		ReplayGeneration: gen,
 	}, nil)
 }
 

@@ -46,4 +46,7 @@ type Result struct {
 	// Trace is the item's trace context with the span of its last attempt (zero when the item
 	// carried none): outputs of a Done item are children of that span.
 	Trace stdio.TraceContext
+	// Held is the bytes of Config.Budget this Done result holds (its emit and metric lines):
+	// the caller returns them with Budget.Release once it let go of Emits. 0 without a budget.
+	Held int64
 }
