@@ -114,7 +114,8 @@ func emitTrace(rec *flowv1.Record, tc *stdio.TraceContext, state []byte, tp *tra
 		}
 	}
 	tp.h.Key = headerTraceparent
-	tp.h.Value = tc.AppendTraceparent(tp.value[:0], tc.SpanID)
+	tp.value = tc.Traceparent(tc.SpanID)
+	tp.h.Value = tp.value[:]
 	if rec.Headers == nil {
 		rec.Headers = tp.room[:0]
 	}

@@ -2,7 +2,6 @@ package stdio
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"math/rand/v2"
 )
 
@@ -27,11 +26,23 @@ func (tc *TraceContext) IsValid() bool { return tc.TraceID != [16]byte{} }
 // AppendTraceparent appends the version-00 traceparent value of tc with span as its
 // parent-id.
 func (tc *TraceContext) AppendTraceparent(dst []byte, span [8]byte) []byte {
-	dst = append(dst, '0', '0', '-')
-	dst = hex.AppendEncode(dst, tc.TraceID[:])
-	dst = append(dst, '-')
-	dst = hex.AppendEncode(dst, span[:])
-	return append(dst, '-', hexDigits[tc.Flags>>4], hexDigits[tc.Flags&0xf])
+	v := tc.Traceparent(span)
+	return append(dst, v[:]...)
+}
+
+// Traceparent returns the version-00 traceparent value of tc with span as its parent-id, in
+// an array: no allocation.
+func (tc *TraceContext) Traceparent(span [8]byte) [TraceparentLen]byte {
+	var v [TraceparentLen]byte
+	v[0], v[1], v[2], v[35], v[52] = '0', '0', '-', '-', '-'
+	for i, b := range tc.TraceID {
+		v[3+2*i], v[4+2*i] = hexDigits[b>>4], hexDigits[b&0xf]
+	}
+	for i, b := range span {
+		v[36+2*i], v[37+2*i] = hexDigits[b>>4], hexDigits[b&0xf]
+	}
+	v[53], v[54] = hexDigits[tc.Flags>>4], hexDigits[tc.Flags&0xf]
+	return v
 }
 
 // ParseTraceparent reads a traceparent value as the W3C Trace Context's section 3.2 says: a
