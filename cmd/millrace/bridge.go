@@ -16,6 +16,7 @@ import (
 func runBridge(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bridge", "[--config FILE] [NAME --in PORT=SCHEMA … -- COMMAND [ARG…]]\n\n"+
 		"Serves the action as an Ankka Flow streamlet on 127.0.0.1:$FLOW_PROCESS_PORT (9010).\n"+
+		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (README, \"Tracing\").\n"+
 		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION:\n"+
 		"NAME FLAG… -- COMMAND [ARG…] (README, \"The action config line\"), its flags:\n"+configLineHelp()+
 		"Flags of millrace bridge:")
