@@ -68,26 +68,28 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		firstErr error
 		emits    int64
 	)
+	// One callback for every record of the round (they are all produced now); the batch of a
+	// failed record is looked up.
+	began := s.now()
+	done := func(r *kgo.Record, err error) {
+		defer wg.Done()
+		if err == nil {
+			s.metrics.outlet(r.Topic).produced.Inc()
+			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
+			return
+		}
+		errMu.Lock()
+		defer errMu.Unlock()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
+				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, err)
+		}
+	}
 	for _, b := range round {
+		wg.Add(len(b.emits))
+		emits += int64(len(b.emits))
 		for _, r := range b.emits {
-			wg.Add(1)
-			emits++
-			out := s.metrics.outlet(r.Topic)
-			began := s.now()
-			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if err == nil {
-					out.produced.Inc()
-					s.metrics.produce.Observe(s.now().Sub(began).Seconds())
-					return
-				}
-				errMu.Lock()
-				defer errMu.Unlock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-						errStreamFailed, errProduce, b.id, len(r.Value), r.Topic, err)
-				}
-			})
+			prod.Produce(ctx, r, done)
 		}
 	}
 	wg.Wait()
@@ -120,7 +122,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var problems commitProblems
-	began := s.now()
+	began = s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			problems = append(problems, err)
@@ -175,3 +177,15 @@ func (ps commitProblems) Error() string {
 }
 
 func (ps commitProblems) Unwrap() []error { return ps }
+
+// batchOf returns the id of the batch of round that emitted r.
+func batchOf(round []*batch, r *kgo.Record) uint64 {
+	for _, b := range round {
+		for _, e := range b.emits {
+			if e == r {
+				return b.id
+			}
+		}
+	}
+	return 0
+}
