@@ -2,19 +2,22 @@
 // Kafka as one consumer group, hands the records to the streamlet's process as Batches over the
 // gRPC Streamlet.Run conversation (the process is the server on 127.0.0.1), produces the
 // process's Emits to the outlet topics once a batch is acknowledged, and only then commits the
-// batch's offsets. It keeps every rule of the streamlet protocol from the sidecar's side:
-// discovery and its refusals, one batch in flight per partition in offset order, commit after
-// the write, failing the stream and redelivering from the last commit indefinitely, discarding
-// on rebalance, and stall warnings as Kubernetes Events.
+// batch's offsets (with FLOW_DELIVERY=exactly-once, both in one Kafka transaction). It keeps
+// every rule of the streamlet protocol from the sidecar's side: discovery and its refusals, one
+// batch in flight per partition in offset order, commit after the write, failing the stream
+// and redelivering from the last commit indefinitely, discarding on rebalance, and stall
+// warnings as Kubernetes Events.
 //
 // One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
-// TLS and SASL), discovery.go, conversation.go (one Run stream and the batches it sends),
-// receive.go (the process's Emits, Acks and Fails), kafka.go (the clients and the poller),
-// queue.go (each partition's buffer of fetched records), rebalance.go, commit.go (produce, then
-// commit), stall.go, readiness.go, lag.go (high watermarks and committed offsets), metrics.go
-// (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics, /healthz, /readyz). Its API is what cmd/millrace, internal/local and the
-// benchmarks use. Errors keep their cause: the logged error of an emit the broker refused
-// matches kerr.MessageTooLarge.
+// TLS and SASL), delivery.go (FLOW_DELIVERY and the transactional id), discovery.go,
+// conversation.go (one Run stream and the batches it sends), receive.go (the process's Emits,
+// Acks and Fails), kafka.go (the clients and the poller), queue.go (each partition's buffer
+// of fetched records), rebalance.go, commit.go (produce, then commit), txn.go (the
+// exactly-once round: one transaction), stall.go, readiness.go, lag.go (high watermarks and
+// committed offsets), metrics.go (the Prometheus metrics) and endpoints.go
+// (FLOW_METRICS_ADDR: /metrics, /healthz, /readyz). Its API is what cmd/millrace,
+// internal/local and the benchmarks use. Errors keep their cause: the logged error of an emit
+// the broker refused matches kerr.MessageTooLarge.
 package sidecar
 
 import (
