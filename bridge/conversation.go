@@ -168,10 +168,7 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 	c.batches.Add(1)
 	c.mu.Unlock()
 	c.log.Debug("batch taken", "batch", id, "inlet", b.GetInlet(), "partition", b.GetPartition(), "records", len(b.GetRecords()))
-	go func() {
-		defer c.batches.Done()
-		c.process(b, topic)
-	}()
+	go c.process(b, topic) // it calls c.batches.Done once the batch is answered or abandoned
 	return nil
 }
 
@@ -179,56 +176,92 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 // it and the records before it are done, in record order, so that the bridge holds no
 // batch's output waiting on the batch's last record; then it answers the batch with Ack or
 // Fail. A record that fails for good stops the sending of the batch's output (the sidecar
-// discards a failed batch's emits).
+// discards a failed batch's emits). The sending is done by whichever goroutine finishes a
+// record (see batchRun), so process returns once the records are handed to the pool; the
+// batch is answered, and c.batches.Done called, when its last record is done.
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
-	type finished struct {
-		i   int
-		res engine.Result
+	r := &batchRun{
+		c: c, b: b, topic: topic, sending: true,
+		results: make([]engine.Result, len(recs)),
+		done:    make([]bool, len(recs)),
+		settled: make([]settled, len(recs)),
 	}
-	results := make(chan finished, len(recs)) // never blocks the pool's goroutine
+	if len(recs) == 0 {
+		r.answer()
+		return
+	}
 	// The records go to the pool together (one queueing, one callback), so that a process's
 	// worker writes them to the child in runs.
 	items := make([]stdio.Item, len(recs))
-	for i, r := range recs {
-		items[i] = c.item(b, topic, r)
+	for i, in := range recs {
+		items[i] = c.item(b, topic, in)
 	}
-	errs := c.pool.SubmitBatch(c.ctx, items, func(i int, res engine.Result) {
-		results <- finished{i, res}
-	})
+	errs := c.pool.SubmitBatch(c.ctx, items, r.finished)
 	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line
-			results <- finished{i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}}
+			r.finished(i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)})
 		default: // the pool is closed or the conversation over
-			results <- finished{i, engine.Result{Outcome: engine.Abandoned, Err: err}}
+			r.finished(i, engine.Result{Outcome: engine.Abandoned, Err: err})
 		}
 	}
-	settledAll := make([]settled, len(recs))
-	waiting := make([]*engine.Result, len(recs)) // done out of order: held until those before are
-	next, sending := 0, true
-	for range recs {
-		f := <-results
-		waiting[f.i] = &f.res
-		for next < len(recs) && waiting[next] != nil {
-			r := c.settle(b, topic, recs[next], *waiting[next], sending)
-			waiting[next] = nil
-			settledAll[next] = r
-			if r.kind == "failed" || r.kind == "abandoned" {
-				sending = false
-			}
-			next++
-		}
-	}
-	final := c.finalFor(b, topic, settledAll)
-	if final == nil {
-		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", b.GetBatchId())
-		c.forget(b.GetBatchId())
+}
+
+// batchRun is one batch in flight. Each record's result is settled, and its output sent, by
+// the goroutine that finished it (the pool's, or the batch's own for a record the pool
+// refused) under mu, together with the run of later records already done: no result is
+// handed to another goroutine to be sent, so no goroutine wakes per record.
+type batchRun struct {
+	c     *conversation
+	b     *flowv1.Batch
+	topic string
+
+	mu      sync.Mutex
+	results []engine.Result // done out of order: held until those before are
+	done    []bool
+	settled []settled
+	next    int  // the first record not settled
+	sending bool // false once a record failed for good or was abandoned
+}
+
+// finished takes record i's result; the pool calls it exactly once per accepted record.
+func (r *batchRun) finished(i int, res engine.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	recs := r.b.GetRecords()
+	r.results[i], r.done[i] = res, true
+	if i != r.next {
 		return
 	}
-	c.send(b.GetBatchId(), []*flowv1.FromProcess{final})
-	c.forget(b.GetBatchId())
+	for r.next < len(recs) && r.done[r.next] {
+		s := r.c.settle(r.b, r.topic, recs[r.next], r.results[r.next], r.sending)
+		r.results[r.next] = engine.Result{} // its emits are sent: let them go
+		r.settled[r.next] = s
+		if s.kind == "failed" || s.kind == "abandoned" {
+			r.sending = false
+		}
+		r.next++
+	}
+	if r.next == len(recs) {
+		r.answer()
+	}
+}
+
+// answer sends the batch's last message once every record is settled and takes the batch out
+// of flight.
+func (r *batchRun) answer() {
+	c, id := r.c, r.b.GetBatchId()
+	defer c.batches.Done()
+	final := c.finalFor(r.b, r.topic, r.settled)
+	if final == nil {
+		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", id)
+		c.forget(id)
+		return
+	}
+	c.send(id, []*flowv1.FromProcess{final})
+	c.forget(id)
 }
 
 // answer sends msgs, the whole answer of one batch, unless the conversation is void.
