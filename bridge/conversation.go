@@ -181,19 +181,14 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 // batch is answered, and c.batches.Done called, when its last record is done.
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
-	r := &batchRun{
-		c: c, b: b, topic: topic, sending: true,
-		results: make([]engine.Result, len(recs)),
-		done:    make([]bool, len(recs)),
-		settled: make([]settled, len(recs)),
-	}
+	r := &batchRun{c: c, b: b, topic: topic, sending: true, batchBlocks: getBlocks(len(recs))}
 	if len(recs) == 0 {
 		r.answer()
 		return
 	}
 	// The records go to the pool together (one queueing, one callback), so that a process's
 	// worker writes them to the child in runs.
-	items := make([]stdio.Item, len(recs))
+	items := r.items
 	for i, in := range recs {
 		items[i] = c.item(b, topic, in)
 	}
@@ -212,18 +207,50 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 // batchRun is one batch in flight. Each record's result is settled, and its output sent, by
 // the goroutine that finished it (the pool's, or the batch's own for a record the pool
 // refused) under mu, together with the run of later records already done: no result is
-// handed to another goroutine to be sent, so no goroutine wakes per record.
+// handed to another goroutine to be sent, so no goroutine wakes per record. While the
+// stream's flow control holds a send, the process whose answer it is waits with it (its
+// answers stay in its pipe): that is the backpressure; the sidecar reads Emits without
+// waiting on the bridge, and the pool calls finished holding none of its locks.
 type batchRun struct {
 	c     *conversation
 	b     *flowv1.Batch
 	topic string
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	*batchBlocks
+	next    int  // the first record not settled
+	sending bool // false once a record failed for good or was abandoned
+}
+
+// batchBlocks are the per-record blocks of a batch in flight, reused from batch to batch
+// (blockPool) to spare the collector: once a batch is answered, every record of it is done
+// and nothing refers to them any more (the pool lets go of items once they are done).
+type batchBlocks struct {
+	items   []stdio.Item    // handed to the pool
 	results []engine.Result // done out of order: held until those before are
 	done    []bool
 	settled []settled
-	next    int  // the first record not settled
-	sending bool // false once a record failed for good or was abandoned
+}
+
+var blockPool sync.Pool // of *batchBlocks
+
+// getBlocks returns blocks for n records, zeroed.
+func getBlocks(n int) *batchBlocks {
+	bl, _ := blockPool.Get().(*batchBlocks)
+	if bl == nil || cap(bl.items) < n {
+		return &batchBlocks{items: make([]stdio.Item, n), results: make([]engine.Result, n), done: make([]bool, n), settled: make([]settled, n)}
+	}
+	bl.items, bl.results, bl.done, bl.settled = bl.items[:n], bl.results[:n], bl.done[:n], bl.settled[:n]
+	return bl
+}
+
+// putBlocks zeroes bl, so that it holds nothing of its batch, and pools it.
+func putBlocks(bl *batchBlocks) {
+	clear(bl.items)
+	clear(bl.results)
+	clear(bl.done)
+	clear(bl.settled)
+	blockPool.Put(bl)
 }
 
 // finished takes record i's result; the pool calls it exactly once per accepted record.
@@ -255,6 +282,8 @@ func (r *batchRun) answer() {
 	c, id := r.c, r.b.GetBatchId()
 	defer c.batches.Done()
 	final := c.finalFor(r.b, r.topic, r.settled)
+	putBlocks(r.batchBlocks)
+	r.batchBlocks = nil
 	if final == nil {
 		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", id)
 		c.forget(id)
