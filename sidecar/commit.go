@@ -64,11 +64,16 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		emits    int64
 	)
 	for _, b := range round {
-		for _, r := range b.emits {
+		for i, r := range b.emits {
 			wg.Add(1)
 			emits++
 			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
 				defer wg.Done()
+				// Written or failed, the emit is no longer held: the budget frees it.
+				s.mu.Lock()
+				s.release(emitSize(r))
+				b.emits[i] = nil
+				s.mu.Unlock()
 				if err == nil {
 					return
 				}
@@ -139,6 +144,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		b.p.committedTo(b.last.in.GetOffset())
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
 	}

@@ -19,6 +19,8 @@ type batch struct {
 	n       int    // records
 	last    record
 	emits   []*kgo.Record
+	// emitBytes is what emits count against the per-batch budget (budget.go).
+	emitBytes int64
 	revoked bool // the partition was revoked while the batch was out: drop its answers
 }
 
@@ -188,6 +190,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		p.inflight = nil
 		p.sent = 0
 	}
+	s.stats.HeldEmitBytes = 0 // every emit of the conversation is written or dropped
 	s.conv = nil
 	return err
 }
@@ -246,6 +249,9 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		return nil, nil
 	}
 	for range s.order {
+		if s.heldFull() {
+			return nil, nil // backpressure: written emits wake the sender (release)
+		}
 		p := s.order[s.next%len(s.order)]
 		s.next++
 		if !p.owned || p.inflight != nil || p.sent >= len(p.queue) {
@@ -264,7 +270,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		}
 		n, bytes := 0, 0
 		for _, r := range recs {
-			if n > 0 && (n >= p.inlet.MaxRecords || bytes+r.size > p.inlet.MaxBytes || bytes+r.size > limit) {
+			if n > 0 && (n >= p.batchCap() || bytes+r.size > p.inlet.MaxBytes || bytes+r.size > limit) {
 				break
 			}
 			n++

@@ -1,5 +1,13 @@
 package sidecar
 
+import (
+	"context"
+	"time"
+)
+
+// SetSleep replaces the waits between attempts (backoffs); call it before Run.
+func SetSleep(s *Sidecar, sleep func(ctx context.Context, d time.Duration) bool) { s.sleep = sleep }
+
 // CommitsFor returns how many offset commits s made for topic/partition.
 func CommitsFor(s *Sidecar, topic string, partition int32) int {
 	s.mu.Lock()

@@ -354,12 +354,21 @@ type running struct {
 
 func start(t testing.TB, cfg *sidecar.Config) *running {
 	t.Helper()
+	return startWith(t, cfg, nil)
+}
+
+// startWith is start, calling setup (when not nil) on the sidecar before it runs.
+func startWith(t testing.TB, cfg *sidecar.Config, setup func(*sidecar.Sidecar)) *running {
+	t.Helper()
 	logs := &testkit.SyncBuffer{}
 	records := testkit.NewLogs(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	logger := slog.New(records)
 	sc, err := sidecar.New(cfg, logger)
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
+	}
+	if setup != nil {
+		setup(sc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{sc: sc, cancel: cancel, done: make(chan error, 1), logs: logs, records: records}

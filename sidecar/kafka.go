@@ -59,7 +59,14 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 			kgo.OnPartitionsAssigned(s.assigned),
 			kgo.OnPartitionsRevoked(s.revoked),
 			kgo.OnPartitionsLost(s.revoked),
+			kgo.SessionTimeout(s.cfg.SessionTimeout),
 		)
+		if s.cfg.InstanceID != "" {
+			// Static membership (KIP-345), keyed by the pod: a restarted sidecar, SIGKILLed or
+			// not, rejoins as the same member and gets its partitions back at once, and a
+			// rolling restart moves none. A static member does not leave the group at close.
+			opts = append(opts, kgo.InstanceID(s.cfg.InstanceID))
+		}
 	}
 	opts = append(opts, s.connOpts()...)
 	cl, err := kgo.NewClient(opts...)
@@ -142,8 +149,9 @@ func (s *Sidecar) renewProducer() {
 	s.kafka.prod = prod
 }
 
-// close stops the poller, leaves the group (waiting at most leaveTimeout) and closes the
-// client. It may be called twice.
+// close stops the poller, leaves the group (waiting at most leaveTimeout; a static member
+// stays, for its restart to take its partitions back) and closes the client. It may be
+// called twice.
 func (k *kafka) close(log *slog.Logger) {
 	k.once.Do(func() {
 		k.cancel()

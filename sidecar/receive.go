@@ -66,7 +66,9 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		for _, h := range e.GetRecord().GetHeaders() {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.GetKey(), Value: h.GetValue()})
 		}
-		b.emits = append(b.emits, r)
+		if err := s.hold(b, r); err != nil {
+			return err
+		}
 	case *flowv1.FromProcess_Ack:
 		b, err := c.lookup(m.Ack.GetBatchId(), "an Ack")
 		if err != nil {
@@ -74,6 +76,7 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		}
 		s.answered(c, b)
 		if b.revoked || b.p.epoch != b.epoch {
+			s.drop(b)
 			return nil
 		}
 		c.acked = append(c.acked, b)

@@ -50,6 +50,12 @@ var (
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
 	errCommit = errors.New("sidecar: offset commit failed")
+	// errBatchEmitBudget is wrapped when a batch of several records emits more than
+	// FLOW_MAX_BATCH_EMIT_BYTES: its partition is delivered again in halves.
+	errBatchEmitBudget = errors.New("sidecar: a batch's emits exceed the per-batch emit budget")
+	// errRecordEmitBudget is wrapped when one record alone emits more than
+	// FLOW_MAX_BATCH_EMIT_BYTES: its partition stalls there until the budget is raised.
+	errRecordEmitBudget = errors.New("sidecar: one record's emits exceed the per-batch emit budget")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -74,6 +80,9 @@ type Sidecar struct {
 	kafka *kafka // nil until the first discovery succeeds
 
 	now func() time.Time
+	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
+	// attempts. Tests replace it, with now, so as not to wait.
+	sleep func(ctx context.Context, d time.Duration) bool
 }
 
 // stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
@@ -89,6 +98,9 @@ type stats struct {
 	PeakBufferedBytes int64
 	Pauses            int // times a partition's fetching was paused at high water
 	StallWarnings     int // PartitionStalled warnings raised
+	HeldEmitBytes     int64 // the conversation's emits not yet written (budget.go)
+	PeakHeldEmitBytes int64
+	EmitBudgetWaits   int // times a batch waited for held emits to be written
 }
 
 // New returns a Sidecar for cfg that logs to logger. It dials nothing yet. Zero values in a
@@ -117,13 +129,22 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.StallWarningAfter == 0 {
 		c.StallWarningAfter = defaultStallWarningAfter
 	}
+	if c.MaxBatchEmitBytes == 0 {
+		c.MaxBatchEmitBytes = DefaultMaxBatchEmitBytes
+	}
+	if c.MaxHeldEmitBytes == 0 {
+		c.MaxHeldEmitBytes = DefaultMaxHeldEmitBytes
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = defaultSessionTimeout
+	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, now: time.Now}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, now: time.Now, sleep: sleep}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
@@ -205,6 +226,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.kafka = k
 		}
 		began := s.now()
+		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)
 		if err == nil || ctx.Err() != nil {
 			if err != nil {
@@ -217,16 +239,30 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.renewProducer()
 		}
 		s.checkStalls(ctx)
-		if s.now().Sub(began) > s.cfg.FailureBackoff.Max {
+		// The backoff paces a process that keeps failing; one that made progress (committed
+		// something), that lived long, or whose batch the sidecar just halved is not in a
+		// crash loop, and waits the shortest time.
+		progressed := s.snapshot().BatchesCommitted > committedBefore
+		if progressed || s.now().Sub(began) > s.cfg.FailureBackoff.Max || errors.Is(err, errBatchEmitBudget) {
 			failures.Reset()
 		}
 		wait := failures.NextBackOff()
-		s.log.Info("backing off before rediscovery", "wait", wait)
-		select {
-		case <-ctx.Done():
+		s.log.Info("backing off before rediscovery", "wait", wait, "progressed", progressed)
+		if !s.sleep(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
+	}
+}
+
+// sleep is the real Sidecar.sleep.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
