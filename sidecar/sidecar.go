@@ -96,8 +96,8 @@ type stats struct {
 	BufferedRecords   int   // fetched, not yet committed
 	BufferedBytes     int64
 	PeakBufferedBytes int64
-	Pauses            int // times a partition's fetching was paused at high water
-	StallWarnings     int // PartitionStalled warnings raised
+	Pauses            int   // times a partition's fetching was paused at high water
+	StallWarnings     int   // PartitionStalled warnings raised
 	HeldEmitBytes     int64 // the conversation's emits not yet written (budget.go)
 	PeakHeldEmitBytes int64
 	EmitBudgetWaits   int // times a batch waited for held emits to be written
