@@ -13,15 +13,16 @@ import (
 
 // batch is one Batch sent in a conversation.
 type batch struct {
-	id    uint64
-	p     *partition
-	epoch uint64 // the partition's epoch when sent
-	n     int    // records
-	last  record
-	emits []*kgo.Record
+	id      uint64
+	p       *partition
+	epoch   uint64 // the partition's epoch when sent
+	n       int    // records
+	last    record
+	emits   []*kgo.Record
+	revoked bool // the partition was revoked while the batch was out: drop its answers
+
 	// emitBytes is what emits count against the per-batch budget (budget.go).
 	emitBytes int64
-	revoked   bool // the partition was revoked while the batch was out: drop its answers
 }
 
 // conversation is one Run stream, from Start to its end. Its fields are guarded by

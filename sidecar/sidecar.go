@@ -96,11 +96,14 @@ type stats struct {
 	BufferedRecords   int   // fetched, not yet committed
 	BufferedBytes     int64
 	PeakBufferedBytes int64
-	Pauses            int   // times a partition's fetching was paused at high water
-	StallWarnings     int   // PartitionStalled warnings raised
-	HeldEmitBytes     int64 // the conversation's emits not yet written (budget.go)
+	Pauses            int // times a partition's fetching was paused at high water
+	StallWarnings     int // PartitionStalled warnings raised
+
+	// The emit budgets (budget.go): the conversation's emits not yet written, their peak,
+	// and how often a batch waited for some to be written.
+	HeldEmitBytes     int64
 	PeakHeldEmitBytes int64
-	EmitBudgetWaits   int // times a batch waited for held emits to be written
+	EmitBudgetWaits   int
 }
 
 // New returns a Sidecar for cfg that logs to logger. It dials nothing yet. Zero values in a
