@@ -75,6 +75,11 @@ type Config struct {
 	// SessionTimeout is the group session timeout: how long the group waits for a member
 	// that stopped heartbeating before giving its partitions to others.
 	SessionTimeout time.Duration
+	// KeepMembershipOnShutdown (FLOW_LEAVE_GROUP_ON_SHUTDOWN=false) keeps a static member in
+	// its group at a graceful shutdown, for a pod that comes back under the same name (a
+	// StatefulSet) to move no partition; by default it leaves, so a pod that is replaced (a
+	// Deployment's rolling update) hands its partitions over at once, not after the session.
+	KeepMembershipOnShutdown bool
 	// TLS, when non-nil, is used for every broker connection.
 	TLS *tls.Config
 	// SASL, when non-nil, authenticates every broker connection.
@@ -250,6 +255,13 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	c.MaxHeldEmitBytes = parseBudget(getenv, "FLOW_MAX_HELD_EMIT_BYTES", DefaultMaxHeldEmitBytes, bad)
 	c.InstanceID = strings.TrimSpace(getenv("FLOW_POD_NAME"))
 	c.SessionTimeout = parseDuration(getenv, "FLOW_SESSION_TIMEOUT", defaultSessionTimeout, bad)
+	if v := strings.TrimSpace(getenv("FLOW_LEAVE_GROUP_ON_SHUTDOWN")); v != "" {
+		if leave, err := strconv.ParseBool(v); err != nil {
+			bad("FLOW_LEAVE_GROUP_ON_SHUTDOWN=%s is neither true nor false", v)
+		} else {
+			c.KeepMembershipOnShutdown = !leave
+		}
+	}
 	for _, in := range c.Inlets {
 		if in.MaxBytes > c.MaxMessageBytes-batchOverhead {
 			bad("FLOW_INLET_%s_BATCH_MAX_BYTES=%d does not leave a batch under the message limit %d (FLOW_MAX_MESSAGE_BYTES): lower it below %d", envName(in.Port), in.MaxBytes, c.MaxMessageBytes, c.MaxMessageBytes-batchOverhead)

@@ -2,12 +2,15 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kslog"
 )
 
@@ -26,6 +29,11 @@ type kafka struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	group string
+	// instanceID is the static member's id when it must leave the group at close: kgo's own
+	// leave keeps a static member in (staticLeave).
+	instanceID string
 }
 
 // openKafka creates the client (joining the consumer group over every inlet topic) and starts
@@ -81,7 +89,10 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kafka{cl: cl, prod: prod, abort: abort, cancel: cancel, done: make(chan struct{})}
+	k := &kafka{cl: cl, prod: prod, abort: abort, cancel: cancel, done: make(chan struct{}), group: s.cfg.ConsumerGroup}
+	if s.cfg.InstanceID != "" && !s.cfg.KeepMembershipOnShutdown {
+		k.instanceID = s.cfg.InstanceID
+	}
 	if len(topics) == 0 {
 		close(k.done)
 		return k, nil
@@ -162,11 +173,40 @@ func (k *kafka) close(log *slog.Logger) {
 			log.Warn("could not leave the consumer group in time; the broker will expire this member's session", "timeout", leaveTimeout, "error", err)
 			// Abort the requests still in flight (a held JoinGroup), so Close cannot wait on them.
 			k.abort()
+		} else if k.instanceID != "" {
+			if err := k.staticLeave(ctx); err != nil {
+				log.Warn("could not leave the consumer group as a static member; the broker will expire this member's session", "instance_id", k.instanceID, "error", err)
+			}
 		}
 		k.cl.Close()
 		k.abort()
 		k.prod.Close()
 	})
+}
+
+// staticLeave leaves the group as the static member instanceID (KIP-345 LeaveGroup by
+// instance id), once the group's own management has stopped: kgo keeps a static member in
+// the group at close, for its restart to rejoin without a rebalance.
+func (k *kafka) staticLeave(ctx context.Context) error {
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = k.group
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.InstanceID = kmsg.StringPtr(k.instanceID)
+	m.Reason = kmsg.StringPtr("the sidecar is shutting down")
+	req.Members = append(req.Members, m)
+	resp, err := req.RequestWith(ctx, k.prod)
+	if err != nil {
+		return err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	for _, m := range resp.Members {
+		if err := kerr.ErrorForCode(m.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+			return err
+		}
+	}
+	return nil
 }
 
 // poll moves fetched records into their partitions' queues until ctx ends, pausing a
