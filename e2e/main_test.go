@@ -27,6 +27,8 @@ const (
 	envLoad = "MILLRACE_E2E_LOAD"
 	// envRace=1 builds millrace with -race, so the processes under test check themselves.
 	envRace = "MILLRACE_E2E_RACE"
+	// envGate names the file the childGate action waits for before answering an item.
+	envGate = "MILLRACE_E2E_GATE"
 )
 
 // bin holds the binaries built once by TestMain.
@@ -101,6 +103,7 @@ const (
 	childUndeclared   = "undeclared"    // poison: emits to the outlet "nowhere"
 	childOverMax      = "over-max"      // poison: emits a 5 MiB payload (over 4 MiB max_message_bytes)
 	childFanOut       = "fan-out"       // every item: fanOutEmits emits of fanOutBytes each (fanout_test.go)
+	childGate         = "gate"          // answers no item until the file named by envGate exists
 	childExitMessage  = "e2e-action: cannot start: the credentials file /run/secrets/e2e is missing"
 	childFloodLine    = "e2e-action: a noisy log line"
 	childPoisonMarker = `"poison":true`
@@ -174,6 +177,13 @@ func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
 		fanOut(it, out)
 		send(map[string]string{"type": "done", "delivery": it.Delivery})
 		return
+	case mode == childGate:
+		for {
+			if _, err := os.Stat(os.Getenv(envGate)); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	case mode == childFloodStderr:
 		w := bufio.NewWriter(os.Stderr)
 		for i := range 2000 {

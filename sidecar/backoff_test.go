@@ -70,7 +70,7 @@ func TestFailureBackoff(t *testing.T) {
 			cfg := e.config(t)
 			cfg.FailureBackoff = sidecar.Backoff{} // the spec's intervals; nothing waits them
 			w := &waits{}
-			startWith(t, cfg, func(s *sidecar.Sidecar) { sidecar.SetSleep(s, w.sleep) })
+			startTuned(t, cfg, func(s *sidecar.Sidecar) { sidecar.SetSleep(s, w.sleep) })
 			var got []time.Duration
 			waitFor(t, fmt.Sprintf("%d backoffs", len(tc.want)), func() bool { got = w.first(len(tc.want)); return got != nil })
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {

@@ -14,19 +14,10 @@ import (
 // until held emits are written: backpressure). The global budget only holds new batches back,
 // never an answer, so a batch larger than it on its own still goes through, alone.
 
-// emitSize is what an emit counts against the budgets: its key, value and headers.
-func emitSize(r *kgo.Record) int64 {
-	n := len(r.Key) + len(r.Value)
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value)
-	}
-	return int64(n)
-}
-
 // hold counts an emit of b against the budgets and keeps it. Called with mu held; it returns
 // the stream's failure when b goes over the per-batch budget, and then caps b's partition.
 func (s *Sidecar) hold(b *batch, r *kgo.Record) error {
-	size := emitSize(r)
+	size := recordBytes(r) // key, value and headers
 	if b.emitBytes+size > s.cfg.MaxBatchEmitBytes {
 		return s.overBudget(b, b.emitBytes+size)
 	}

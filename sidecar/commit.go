@@ -33,11 +33,16 @@ func (s *Sidecar) commitLoop(c *conversation) {
 		}
 		round := c.acked
 		c.acked = nil
+		c.round = round
 		s.mu.Unlock()
 		if len(round) == 0 {
 			return
 		}
-		if err := s.commitRound(c.produceCtx, round); err != nil {
+		err := s.commitRound(c.produceCtx, round)
+		s.mu.Lock()
+		c.round = nil
+		s.mu.Unlock()
+		if err != nil {
 			s.mu.Lock()
 			c.fail(err)
 			c.acked = nil
@@ -67,14 +72,18 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		for i, r := range b.emits {
 			wg.Add(1)
 			emits++
+			out := s.metrics.outlet(r.Topic)
+			began := s.now()
 			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
 				defer wg.Done()
 				// Written or failed, the emit is no longer held: the budget frees it.
 				s.mu.Lock()
-				s.release(emitSize(r))
+				s.release(recordBytes(r))
 				b.emits[i] = nil
 				s.mu.Unlock()
 				if err == nil {
+					out.produced.Inc()
+					s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 					return
 				}
 				errMu.Lock()
@@ -116,6 +125,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var problems commitProblems
+	began := s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			problems = append(problems, err)
@@ -129,6 +139,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			}
 		}
 	})
+	s.metrics.commit.Observe(s.now().Sub(began).Seconds())
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %w for group %s: %w: the records are delivered again from the last commit",
 			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
@@ -145,8 +156,10 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
 		b.p.committedTo(b.last.in.GetOffset())
+		b.p.committed = b.last.in.GetOffset() + 1
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
+		s.metrics.inlet(b.p.topic).committed.Add(float64(b.n))
 	}
 	s.mu.Unlock()
 	if len(resume) > 0 {

@@ -80,6 +80,9 @@ type Config struct {
 	// StatefulSet) to move no partition; by default it leaves, so a pod that is replaced (a
 	// Deployment's rolling update) hands its partitions over at once, not after the session.
 	KeepMembershipOnShutdown bool
+	// MetricsAddr is where /metrics, /healthz and /readyz are served (FLOW_METRICS_ADDR,
+	// host:port or :port); empty serves nothing.
+	MetricsAddr string
 	// TLS, when non-nil, is used for every broker connection.
 	TLS *tls.Config
 	// SASL, when non-nil, authenticates every broker connection.
@@ -265,6 +268,14 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	for _, in := range c.Inlets {
 		if in.MaxBytes > c.MaxMessageBytes-batchOverhead {
 			bad("FLOW_INLET_%s_BATCH_MAX_BYTES=%d does not leave a batch under the message limit %d (FLOW_MAX_MESSAGE_BYTES): lower it below %d", envName(in.Port), in.MaxBytes, c.MaxMessageBytes, c.MaxMessageBytes-batchOverhead)
+		}
+	}
+
+	if s := strings.TrimSpace(getenv("FLOW_METRICS_ADDR")); s != "" {
+		if _, port, err := net.SplitHostPort(s); err != nil || !validPort(port) {
+			bad("FLOW_METRICS_ADDR=%s is not host:port or :port (e.g. :9101)", s)
+		} else {
+			c.MetricsAddr = s
 		}
 	}
 

@@ -21,8 +21,8 @@ type batch struct {
 	emits   []*kgo.Record
 	revoked bool // the partition was revoked while the batch was out: drop its answers
 
-	// emitBytes is what emits count against the per-batch budget (budget.go).
-	emitBytes int64
+	sentAt    time.Time // for the round trip, Batch to Ack
+	emitBytes int64     // of emits, held until they are written
 }
 
 // conversation is one Run stream, from Start to its end. Its fields are guarded by
@@ -34,6 +34,7 @@ type conversation struct {
 	batches map[uint64]*batch // sent, not yet answered with Ack or Fail
 	lastID  uint64
 	acked   []*batch // acknowledged, waiting to be produced and committed
+	round   []*batch // being produced and committed by the committer
 	// produceCtx is the context of every write and commit of the conversation; it is
 	// canceled when the conversation's end has waited FLOW_SHUTDOWN_TIMEOUT, so a write that
 	// cannot finish (an outlet gone) does not hold the end, nor a shutdown, for longer.
@@ -67,9 +68,9 @@ func (s *Sidecar) failConv(c *conversation, err error) {
 }
 
 // streamFailed is a failed stream's error: errStreamFailed, then format (where %w keeps the
-// cause in the chain).
-func streamFailed(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errStreamFailed}, args...)...)
+// cause in the chain), labelled with its cause for millrace_sidecar_stream_failures_total.
+func streamFailed(cause, format string, args ...any) error {
+	return &failure{cause: cause, err: fmt.Errorf("%w: "+format, append([]any{errStreamFailed}, args...)...)}
 }
 
 // kickSender wakes the current conversation's sender, if any.
@@ -98,10 +99,10 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	defer cancelStream()
 	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx)
 	if err != nil {
-		return streamFailed("cannot open Run on the process: %w", err)
+		return streamFailed(causeUnreachable, "cannot open Run on the process: %w", err)
 	}
 	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
-		return streamFailed("cannot send Start to the process: %w", err)
+		return streamFailed(causeUnreachable, "cannot send Start to the process: %w", err)
 	}
 	produceCtx, cancelProduce := context.WithCancel(context.Background())
 	defer cancelProduce()
@@ -124,6 +125,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	s.conv = c
 	s.stats.Conversations++
 	s.mu.Unlock()
+	s.metrics.conversations.Inc()
 	s.log.Info("conversation started", "conversation", start.GetConversationId())
 	s.writeReadiness(start.GetConversationId())
 
@@ -151,7 +153,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		case <-c.recvDone:
 		case <-c.failed:
 		case <-t.C:
-			s.failConv(c, streamFailed("the process did not complete the stream within %v of Stop (FLOW_SHUTDOWN_TIMEOUT)", s.cfg.ShutdownTimeout))
+			s.failConv(c, streamFailed(causeStopTimeout, "the process did not complete the stream within %v of Stop (FLOW_SHUTDOWN_TIMEOUT)", s.cfg.ShutdownTimeout))
 		}
 		t.Stop()
 	}
@@ -210,7 +212,7 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 				break
 			}
 			if err := c.stream.Send(msg); err != nil {
-				s.failConv(c, streamFailed("the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
+				s.failConv(c, streamFailed(causeUnreachable, "the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
 				return
 			}
 		}
@@ -227,11 +229,11 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			default:
 			}
 			if err := c.stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Stop{Stop: &flowv1.Stop{Reason: "shutdown"}}}); err != nil {
-				s.failConv(c, streamFailed("cannot send Stop to the process: %w", err))
+				s.failConv(c, streamFailed(causeUnreachable, "cannot send Stop to the process: %w", err))
 				return
 			}
 			if err := c.stream.CloseSend(); err != nil {
-				s.failConv(c, streamFailed("cannot half-close the stream: %w", err))
+				s.failConv(c, streamFailed(causeUnreachable, "cannot half-close the stream: %w", err))
 			}
 			return
 		case <-c.kick:
@@ -278,7 +280,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 			bytes += r.size
 		}
 		c.lastID++
-		b := &batch{id: c.lastID, p: p, epoch: p.epoch, n: n, last: recs[n-1]}
+		b := &batch{id: c.lastID, p: p, epoch: p.epoch, n: n, last: recs[n-1], sentAt: s.now()}
 		msg := &flowv1.Batch{BatchId: b.id, Inlet: p.inlet.Port, Partition: p.partition, Records: make([]*flowv1.InputRecord, n)}
 		for i := range n {
 			msg.Records[i] = recs[i].in
@@ -287,6 +289,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		p.inflight = b
 		c.batches[b.id] = b
 		s.stats.BatchesSent++
+		s.metrics.inlet(p.topic).sent.Add(float64(n))
 		return &flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: msg}}, nil
 	}
 	return nil, nil

@@ -36,6 +36,7 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		s.metrics.discovery.WithLabelValues(discoveryUnanswered).Inc()
 		wait := b.NextBackOff()
 		s.log.Info("the streamlet process does not answer Discover yet; retrying", "port", s.cfg.ProcessPort, "attempt", attempt, "wait", wait, "error", err)
 		if !s.sleep(ctx, wait) {
@@ -55,10 +56,12 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 	configJSON, cps := protocol.ResolveConfig(spec.GetStreamlet().GetConfigParameters(), s.cfg.ConfigValues)
 	ps = append(ps, cps...)
 	if len(ps) > 0 {
+		s.metrics.discovery.WithLabelValues(discoveryRefused).Inc()
 		s.refuse(ctx, ps)
 		return nil, fmt.Errorf("%w: %d problem(s):\n  %s", ErrRefused, len(ps), strings.ReplaceAll(ps.Error(), "\n", "\n  "))
 	}
 
+	s.metrics.discovery.WithLabelValues(discoveryAccepted).Inc()
 	in, out := s.bindings()
 	return &flowv1.Start{
 		ConversationId:  newConversationID(),

@@ -8,6 +8,9 @@ import (
 // SetSleep replaces the waits between attempts (backoffs); call it before Run.
 func SetSleep(s *Sidecar, sleep func(ctx context.Context, d time.Duration) bool) { s.sleep = sleep }
 
+// SetLagRefresh sets how often s asks for its partitions' high watermarks; call it before Run.
+func SetLagRefresh(s *Sidecar, d time.Duration) { s.lagRefresh = d }
+
 // CommitsFor returns how many offset commits s made for topic/partition.
 func CommitsFor(s *Sidecar, topic string, partition int32) int {
 	s.mu.Lock()

@@ -354,11 +354,11 @@ type running struct {
 
 func start(t testing.TB, cfg *sidecar.Config) *running {
 	t.Helper()
-	return startWith(t, cfg, nil)
+	return startTuned(t, cfg, nil)
 }
 
-// startWith is start, calling setup (when not nil) on the sidecar before it runs.
-func startWith(t testing.TB, cfg *sidecar.Config, setup func(*sidecar.Sidecar)) *running {
+// startTuned is start, with tune applied to the sidecar before it runs.
+func startTuned(t testing.TB, cfg *sidecar.Config, tune func(*sidecar.Sidecar)) *running {
 	t.Helper()
 	logs := &testkit.SyncBuffer{}
 	records := testkit.NewLogs(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -367,8 +367,8 @@ func startWith(t testing.TB, cfg *sidecar.Config, setup func(*sidecar.Sidecar)) 
 	if err != nil {
 		t.Fatalf("sidecar.New: %v", err)
 	}
-	if setup != nil {
-		setup(sc)
+	if tune != nil {
+		tune(sc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{sc: sc, cancel: cancel, done: make(chan error, 1), logs: logs, records: records}

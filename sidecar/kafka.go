@@ -97,10 +97,11 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		close(k.done)
 		return k, nil
 	}
-	go func() {
-		defer close(k.done)
-		s.poll(ctx, cl)
-	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.poll(ctx, cl) }()
+	go func() { defer wg.Done(); s.watchWatermarks(ctx, cl) }()
+	go func() { wg.Wait(); close(k.done) }()
 	return k, nil
 }
 
@@ -160,9 +161,9 @@ func (s *Sidecar) renewProducer() {
 	s.kafka.prod = prod
 }
 
-// close stops the poller, leaves the group (waiting at most leaveTimeout; a static member
-// stays, for its restart to take its partitions back) and closes the client. It may be
-// called twice.
+// close stops the poller and the watermark watcher, leaves the group (waiting at most
+// leaveTimeout; a static member by its instance id, unless it keeps its membership) and
+// closes the client. It may be called twice.
 func (k *kafka) close(log *slog.Logger) {
 	k.once.Do(func() {
 		k.cancel()
@@ -225,7 +226,7 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 		// answer of the process waits on.
 		var got []fetched
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
-			g := fetched{topic: f.Topic, partition: f.Partition, records: make([]record, len(f.Records))}
+			g := fetched{topic: f.Topic, partition: f.Partition, hwm: f.HighWatermark, records: make([]record, len(f.Records))}
 			for i, r := range f.Records {
 				g.records[i] = newRecord(r)
 			}
@@ -238,9 +239,14 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 			if p == nil || !p.owned {
 				continue
 			}
+			s.sawFetch(p, g)
+			added := 0
 			for _, r := range g.records {
-				s.enqueue(p, r)
+				if s.enqueue(p, r) {
+					added++
+				}
 			}
+			s.metrics.inlet(p.topic).fetched.Add(float64(added))
 			if !p.paused && p.aboveHighWater() {
 				p.paused = true
 				s.stats.Pauses++

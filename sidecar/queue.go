@@ -63,12 +63,19 @@ type partition struct {
 	warned     bool
 
 	commits int // offset commits made for this partition, for tests
+
+	// The lag: the high watermark last seen (from a fetch or an offset query) and the
+	// committed offset (the next offset the group resumes from), -1 while unknown. fetched
+	// says a fetch has come since the assignment: its first record is at the committed offset.
+	hwm, committed int64
+	fetched        bool
 }
 
 // fetched is what one fetch brought for one partition, copied out of the fetch.
 type fetched struct {
 	topic     string
 	partition int32
+	hwm       int64 // the partition's high watermark, as the broker answered
 	records   []record
 }
 
@@ -90,10 +97,11 @@ func newRecord(r *kgo.Record) record {
 	return record{in: in, leaderEpoch: r.LeaderEpoch, size: proto.Size(in) + 8} // + field tag and length inside the Batch
 }
 
-// enqueue appends a fetched record to its partition's queue. Called with mu held.
-func (s *Sidecar) enqueue(p *partition, r record) {
+// enqueue appends a fetched record to its partition's queue and reports whether it was new.
+// Called with mu held.
+func (s *Sidecar) enqueue(p *partition, r record) bool {
 	if n := len(p.queue); n > 0 && r.in.Offset <= p.queue[n-1].in.Offset {
-		return // already queued: a refetch after a pause
+		return false // already queued: a refetch after a pause
 	}
 	p.queue = append(p.queue, r)
 	p.queueBytes += int64(r.size)
@@ -102,6 +110,7 @@ func (s *Sidecar) enqueue(p *partition, r record) {
 	if s.stats.BufferedBytes > s.stats.PeakBufferedBytes {
 		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
 	}
+	return true
 }
 
 // cloneKey copies a key, keeping an absent key absent and an empty key empty.

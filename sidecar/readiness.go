@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 )
 
-// writeReadiness creates the readiness file atomically (a temporary file in the same folder,
-// renamed into place), so a probe never sees a half-written file.
+// writeReadiness marks the sidecar ready (/readyz, millrace_sidecar_conversation_live) and
+// creates the readiness file atomically (a temporary file in the same folder, renamed into
+// place), so a probe never sees a half-written file.
 func (s *Sidecar) writeReadiness(conversationID string) {
+	s.ready.Store(true)
 	path := s.cfg.ReadinessFile
 	if path == "" {
 		return
@@ -32,8 +34,10 @@ func (s *Sidecar) writeReadiness(conversationID string) {
 	}
 }
 
-// removeReadiness removes the readiness file; a missing file is fine.
+// removeReadiness marks the sidecar not ready and removes the readiness file; a missing file
+// is fine.
 func (s *Sidecar) removeReadiness() {
+	s.ready.Store(false)
 	path := s.cfg.ReadinessFile
 	if path == "" {
 		return

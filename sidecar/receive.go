@@ -20,7 +20,7 @@ func (s *Sidecar) receive(c *conversation) {
 			if errors.Is(err, io.EOF) {
 				s.mu.Lock()
 				if !c.stopping {
-					c.fail(streamFailed("the process closed its side of the stream without being asked (no Stop was sent)"))
+					c.fail(streamFailed(causeUnreachable, "the process closed its side of the stream without being asked (no Stop was sent)"))
 				}
 				s.mu.Unlock()
 				return
@@ -54,10 +54,10 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		}
 		topic, ok := c.outlets[e.GetOutlet()]
 		if !ok {
-			return streamFailed("an Emit for batch %d names outlet %q, which Start does not bind (outlets: %s)", e.GetBatchId(), e.GetOutlet(), portNames(c.start.GetOutlets()))
+			return streamFailed(causeProtocol, "an Emit for batch %d names outlet %q, which Start does not bind (outlets: %s)", e.GetBatchId(), e.GetOutlet(), portNames(c.start.GetOutlets()))
 		}
 		if e.GetRecord() == nil {
-			return streamFailed("an Emit for batch %d to outlet %q carries no record", e.GetBatchId(), e.GetOutlet())
+			return streamFailed(causeProtocol, "an Emit for batch %d to outlet %q carries no record", e.GetBatchId(), e.GetOutlet())
 		}
 		r := &kgo.Record{Topic: topic, Key: e.GetRecord().Key, Value: e.GetRecord().GetValue()}
 		if r.Value == nil {
@@ -69,6 +69,7 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		if err := s.hold(b, r); err != nil {
 			return err
 		}
+		s.metrics.outlet(topic).emitted.Inc()
 	case *flowv1.FromProcess_Ack:
 		b, err := c.lookup(m.Ack.GetBatchId(), "an Ack")
 		if err != nil {
@@ -79,6 +80,7 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 			s.drop(b)
 			return nil
 		}
+		s.metrics.roundTrip.Observe(s.now().Sub(b.sentAt).Seconds())
 		c.acked = append(c.acked, b)
 		select {
 		case c.commitKick <- struct{}{}:
@@ -94,10 +96,10 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 			s.log.Info("the process failed a batch of a revoked partition; dropped", "batch", b.id, "topic", b.p.topic, "partition", b.p.partition, "error", m.Fail.GetError().GetMessage())
 			return nil
 		}
-		return streamFailed("the process failed batch %d (topic %s partition %d offsets %d-%d): %s",
+		return streamFailed(causeFailedBatch, "the process failed batch %d (topic %s partition %d offsets %d-%d): %s",
 			b.id, b.p.topic, b.p.partition, b.last.in.GetOffset()-int64(b.n-1), b.last.in.GetOffset(), m.Fail.GetError().GetMessage())
 	default:
-		return streamFailed("the process sent an empty message (no Emit, Ack or Fail)")
+		return streamFailed(causeProtocol, "the process sent an empty message (no Emit, Ack or Fail)")
 	}
 	return nil
 }
@@ -121,9 +123,9 @@ func (c *conversation) lookup(id uint64, what string) (*batch, error) {
 		return b, nil
 	}
 	if id == 0 || id > c.lastID {
-		return nil, streamFailed("%s for batch %d, which was never sent (the last batch sent is %d)", what, id, c.lastID)
+		return nil, streamFailed(causeProtocol, "%s for batch %d, which was never sent (the last batch sent is %d)", what, id, c.lastID)
 	}
-	return nil, streamFailed("%s for batch %d, which is no longer in flight: it was already acknowledged or failed (an emit after its batch's ack fails the stream)", what, id)
+	return nil, streamFailed(causeProtocol, "%s for batch %d, which is no longer in flight: it was already acknowledged or failed (an emit after its batch's ack fails the stream)", what, id)
 }
 
 func portNames(ps []*flowv1.PortBinding) string {
@@ -144,9 +146,9 @@ func portNames(ps []*flowv1.PortBinding) string {
 func (s *Sidecar) recvFailure(err error) error {
 	switch status.Code(err) {
 	case codes.ResourceExhausted:
-		return streamFailed("the process sent a message over the message limit of %d bytes (Start.max_message_bytes, FLOW_MAX_MESSAGE_BYTES): %w", s.cfg.MaxMessageBytes, err)
+		return streamFailed(causeMessageLarge, "the process sent a message over the message limit of %d bytes (Start.max_message_bytes, FLOW_MAX_MESSAGE_BYTES): %w", s.cfg.MaxMessageBytes, err)
 	case codes.Internal:
-		return streamFailed("the process sent a message the sidecar cannot parse, or the stream broke: %w", err)
+		return streamFailed(causeProtocol, "the process sent a message the sidecar cannot parse, or the stream broke: %w", err)
 	}
-	return streamFailed("the process closed the stream or became unreachable: %w", err)
+	return streamFailed(causeUnreachable, "the process closed the stream or became unreachable: %w", err)
 }

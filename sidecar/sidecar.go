@@ -11,7 +11,8 @@
 // TLS and SASL), discovery.go, conversation.go (one Run stream and the batches it sends),
 // receive.go (the process's Emits, Acks and Fails), kafka.go (the clients and the poller),
 // queue.go (each partition's buffer of fetched records), rebalance.go, commit.go (produce, then
-// commit), stall.go, readiness.go. Its API is what cmd/millrace, internal/local and the
+// commit), stall.go, readiness.go, lag.go (high watermarks and committed offsets), metrics.go
+// (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics, /healthz, /readyz). Its API is what cmd/millrace, internal/local and the
 // benchmarks use. Errors keep their cause: the logged error of an emit the broker refused
 // matches kerr.MessageTooLarge.
 package sidecar
@@ -24,6 +25,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -78,6 +80,13 @@ type Sidecar struct {
 	stats    stats
 
 	kafka *kafka // nil until the first discovery succeeds
+
+	metrics *metrics
+	// ready is the readiness condition: a conversation is live. The readiness file and
+	// /readyz show it.
+	ready atomic.Bool
+	// lagRefresh is how often the owned partitions' high watermarks are asked for.
+	lagRefresh time.Duration
 
 	now func() time.Time
 	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
@@ -147,7 +156,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, now: time.Now, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
@@ -159,6 +168,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 		}
 		s.inlets[in.Topic] = in
 	}
+	s.metrics = newMetrics(s)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
 	// No keepalive pings: the spec promises a process's default ping policy is never provoked.
 	// Reconnect quickly after the process restarts: the sidecar's own backoff paces retries.
@@ -194,13 +204,25 @@ func (s *Sidecar) RecordsCommitted() int64 { return s.snapshot().RecordsCommitte
 // is safe to call concurrently with Run.
 func (s *Sidecar) StallWarnings() int { return s.snapshot().StallWarnings }
 
-// Run removes a stale readiness file, then discovers the process and converses with it,
-// failing and recovering from every stream failure indefinitely, until ctx is done. When ctx
-// is done it shuts down gracefully (Stop, bounded wait, produce and commit what was acked) and
-// returns nil. It returns an error wrapping ErrRefused when discovery refuses the process, and
-// other errors only when Kafka cannot be set up at all. Run must be called once.
+// Run removes a stale readiness file, serves the metrics and health endpoints when
+// FLOW_METRICS_ADDR is set, then discovers the process and converses with it, failing and
+// recovering from every stream failure indefinitely, until ctx is done. When ctx is done it
+// shuts down gracefully (Stop, bounded wait, produce and commit what was acked), closes the
+// metrics listener and returns nil. It returns an error wrapping ErrRefused when discovery
+// refuses the process, and other errors only when the metrics address cannot be listened on
+// or Kafka cannot be set up at all. Run must be called once.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.conn.Close()
+	lis, err := s.listenMetrics()
+	if err != nil {
+		return err
+	}
+	if lis != nil {
+		stop, served := make(chan struct{}), make(chan struct{})
+		go func() { defer close(served); s.serveMetrics(lis, stop) }()
+		defer func() { close(stop); <-served }()
+		s.log.Info("serving metrics and health", "address", lis.Addr().String(), "paths", "/metrics /healthz /readyz")
+	}
 	if s.cfg.Events != nil {
 		defer s.cfg.Events.CloseIdleConnections()
 	}
@@ -231,6 +253,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		began := s.now()
 		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)
+		if err != nil {
+			s.metrics.failures.WithLabelValues(causeOf(err)).Inc()
+		}
 		if err == nil || ctx.Err() != nil {
 			if err != nil {
 				s.log.Warn("stream ended during shutdown", "error", err)
