@@ -252,13 +252,14 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		return nil, nil
 	}
 	for range s.order {
-		if s.heldFull() {
-			return nil, nil // backpressure: written emits wake the sender (release)
-		}
 		p := s.order[s.next%len(s.order)]
 		s.next++
 		if !p.owned || p.inflight != nil || p.sent >= len(p.queue) {
 			continue
+		}
+		if s.heldFull() {
+			s.next-- // this partition is next once written emits wake the sender (release)
+			return nil, nil
 		}
 		limit := s.cfg.MaxMessageBytes - batchOverhead
 		recs := p.queue[p.sent:]
