@@ -152,8 +152,13 @@ func TestEmitBudgetSingleRecordStalls(t *testing.T) {
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_MAX_BATCH_EMIT_BYTES"] = "2Ki"
 	e["FLOW_STALL_WARNING_AFTER"] = "30ms"
+	addr := freeAddr(t)
+	e["FLOW_METRICS_ADDR"] = addr
 	r := start(t, e.config(t))
 	waitFor(t, "the stall warning", func() bool { return r.sc.StallWarnings() >= 1 })
+	waitMetrics(t, addr, "stream failures by emit_budget", func(m exposition) bool {
+		return m.v("millrace_sidecar_stream_failures_total", "cause", "emit_budget") >= 2
+	})
 	logs := r.logs.String()
 	for _, msg := range []string{
 		fmt.Sprintf("topic %s partition 0 offset 0: the record's emits reached %d bytes, over the per-batch emit budget of 2048 bytes (FLOW_MAX_BATCH_EMIT_BYTES) on their own", in, emit),

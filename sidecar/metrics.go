@@ -20,9 +20,10 @@ const (
 	causeProduce      = "produce"              // an emit could not be written
 	causeCommit       = "commit"               // the broker refused an offset commit
 	causeStopTimeout  = "stop_timeout"         // the process did not complete the stream after Stop
+	causeEmitBudget   = "emit_budget"          // a batch's emits exceeded FLOW_MAX_BATCH_EMIT_BYTES
 )
 
-var failureCauses = []string{causeUnreachable, causeFailedBatch, causeProtocol, causeMessageLarge, causeRecordLarge, causeProduce, causeCommit, causeStopTimeout}
+var failureCauses = []string{causeUnreachable, causeFailedBatch, causeProtocol, causeMessageLarge, causeRecordLarge, causeProduce, causeCommit, causeStopTimeout, causeEmitBudget}
 
 // Results of one Discover call, the values of millrace_sidecar_discovery_attempts_total's
 // result label.
@@ -54,6 +55,8 @@ func causeOf(err error) string {
 		return causeCommit
 	case errors.Is(err, errRecordTooLarge):
 		return causeRecordLarge
+	case errors.Is(err, errBatchEmitBudget), errors.Is(err, errRecordEmitBudget):
+		return causeEmitBudget
 	}
 	return causeUnreachable
 }
