@@ -67,10 +67,24 @@ func (s *Sidecar) overBudget(b *batch, size int64) error {
 		return fmt.Errorf("%w: %w: topic %s partition %d offset %d: the record's emits reached %d bytes, over the per-batch emit budget of %d bytes (FLOW_MAX_BATCH_EMIT_BYTES) on their own: nothing of it is written and the partition is stalled at this record; raise FLOW_MAX_BATCH_EMIT_BYTES (and the pod's memory limit with it)",
 			errStreamFailed, errRecordEmitBudget, p.topic, p.partition, last, size, s.cfg.MaxBatchEmitBytes)
 	}
-	p.capRecords = max(b.n/2, 1)
-	p.capUntil = max(p.capUntil, last)
+	p.halve(b)
+	// The failure fails every batch in flight. One that was past half the budget already is
+	// on its way over it too: it is halved as well, rather than sent whole again to fail the
+	// next conversation.
+	for _, q := range s.order {
+		if ob := q.inflight; q != p && ob != nil && !ob.revoked && ob.n > 1 && 2*ob.emitBytes > s.cfg.MaxBatchEmitBytes {
+			q.halve(ob)
+		}
+	}
 	return fmt.Errorf("%w: %w: batch %d of topic %s partition %d (offsets %d-%d, %d records) emitted %d bytes, over the per-batch emit budget of %d bytes (FLOW_MAX_BATCH_EMIT_BYTES): nothing of it is written; the partition is delivered again in batches of at most %d records until offset %d is committed",
 		errStreamFailed, errBatchEmitBudget, b.id, p.topic, p.partition, first, last, b.n, size, s.cfg.MaxBatchEmitBytes, p.capRecords, p.capUntil)
+}
+
+// halve caps the partition's next batches at half the records of b, until b's last offset is
+// committed. Called with mu held.
+func (p *partition) halve(b *batch) {
+	p.capRecords = max(b.n/2, 1)
+	p.capUntil = max(p.capUntil, b.last.in.GetOffset())
 }
 
 // batchCap is the most records the partition's next batch may hold: the inlet's limit, or

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -177,5 +178,61 @@ func TestEmitBudgetSingleRecordStalls(t *testing.T) {
 	}
 	if n := b.Count(t, out); n != 0 {
 		t.Errorf("outputs = %d; want 0: an over-budget batch writes nothing", n)
+	}
+}
+
+// TestEmitBudgetHalvesTheOthers: when one partition's batch goes over the per-batch budget,
+// another partition's batch in flight that has emitted more than half the budget is halved
+// too, rather than sent whole again to fail the next conversation.
+func TestEmitBudgetHalvesTheOthers(t *testing.T) {
+	const emit = 4 << 10
+	b := newBroker(t)
+	in, out := b.Topic(t, "in", 2), b.Topic(t, "out", 2)
+	b.Produce(t, records(in, 2, 16)...) // 8 records on each partition
+	f := newProcess(t, nil)
+	f.async = true
+	halfway := make(chan struct{}) // partition 1 has emitted one record, over half the budget
+	var once sync.Once
+	f.onBatch = func(c *call) error {
+		if c.conv > 1 {
+			return emitting(emit)(c)
+		}
+		one := &flowv1.Record{Value: bytes.Repeat([]byte{'e'}, emit)}
+		if c.batch.Partition == 1 {
+			err := c.emit("out", one)
+			once.Do(func() { close(halfway) })
+			<-c.done()
+			return err
+		}
+		<-halfway
+		for range c.batch.Records {
+			if err := c.emit("out", one); err != nil {
+				return nil // the stream failed: over the budget
+			}
+		}
+		<-c.done()
+		return nil
+	}
+	e := baseEnv(t, b, f, in, out)
+	e["FLOW_MAX_BATCH_EMIT_BYTES"] = fmt.Sprint(emit * 3 / 2)
+	start(t, e.config(t))
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(2, 16))
+	})
+	first := map[int32]int{} // the size of each partition's first batch of the second conversation
+	n := 0
+	for _, bt := range f.seen() {
+		if n++; n <= 2 {
+			if len(bt.Records) != 8 {
+				t.Fatalf("a first conversation's batch has %d records; want 8 (the test needs whole partitions)", len(bt.Records))
+			}
+			continue
+		}
+		if _, ok := first[bt.Partition]; !ok {
+			first[bt.Partition] = len(bt.Records)
+		}
+	}
+	if first[0] != 4 || first[1] != 4 {
+		t.Errorf("first batches after the failure: %v records by partition; want 4 each (both halved)", first)
 	}
 }
