@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/ankka-flow/millrace/bridge"
 )
@@ -13,8 +16,9 @@ import (
 func runBridge(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bridge", "[--config FILE] [NAME --in PORT=SCHEMA … -- COMMAND [ARG…]]\n\n"+
 		"Serves the action as an Ankka Flow streamlet on 127.0.0.1:$FLOW_PROCESS_PORT (9010).\n"+
-		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION.\n"+
-		"See the README, \"The action config line\".")
+		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION:\n"+
+		"NAME FLAG… -- COMMAND [ARG…] (README, \"The action config line\"), its flags:\n"+configLineHelp()+
+		"Flags of millrace bridge:")
 	config := fs.String("config", "", "read the action config line from `FILE` (an action.conf); the program runs in its folder")
 	if err := fs.parse(args); err != nil {
 		return err
@@ -49,4 +53,43 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		Version: Version(),
 		Logger:  logger,
 	}, nil)
+}
+
+// configLineFlags are the flags of the action config line, for `bridge -h`; the defaults are
+// those of a line that leaves them out, so they come from bridge's one table of defaults
+// (TestBridgeHelp checks the list against the parser's).
+var configLineFlags = []struct {
+	flag, help string
+	def        func(a *bridge.Action) string
+}{
+	{"--in PORT=SCHEMA", "an inlet (at least one)", nil},
+	{"--out PORT=SCHEMA", "an outlet", nil},
+	{"--param KEY:TYPE[=DEFAULT]", "a config parameter: TYPE string, integer, double, boolean, duration or memory-size; no default: required at deploy time", nil},
+	{"--concurrency N", "processes of the program", func(a *bridge.Action) string { return strconv.Itoa(a.Concurrency) }},
+	{"--per-item", "a fresh process for every item", func(*bridge.Action) string { return "off" }},
+	{"--timeout D", "per attempt of an item (0s: none); a timeout is retried", func(a *bridge.Action) string { return a.Timeout.String() }},
+	{"--ready-timeout D", "from hello to ready", func(a *bridge.Action) string { return a.ReadyTimeout.String() }},
+	{"--window N", "deliveries written ahead to one process (0: as the program's ready says)", func(a *bridge.Action) string { return strconv.Itoa(a.Window) }},
+	{"--retries N", "retries of a retryable error, crash or timeout", func(a *bridge.Action) string { return strconv.Itoa(a.Retries) }},
+	{"--dead-letter PORT", "outlet for a record that failed for good (without it the batch fails)", func(*bridge.Action) string { return "none" }},
+	{"--fallback PORT", "outlet for a record the program abstained on", func(*bridge.Action) string { return "none" }},
+	{"--effects external|none", "external: the program changes something outside", func(*bridge.Action) string { return "none" }},
+	{"--description TEXT", "the descriptor's description", nil},
+	{"--metrics ADDR", "serve Prometheus metrics at http://ADDR/metrics", func(*bridge.Action) string { return "off" }},
+}
+
+func configLineHelp() string {
+	a, err := bridge.ParseLine([]string{"defaults", "--in", "in=in.v1", "--", "true"})
+	if err != nil {
+		panic("the minimal config line does not parse: " + err.Error())
+	}
+	var b strings.Builder
+	for _, f := range configLineFlags {
+		def := ""
+		if f.def != nil {
+			def = " (default " + f.def(a) + ")"
+		}
+		fmt.Fprintf(&b, "  %s\n    \t%s%s\n", f.flag, f.help, def)
+	}
+	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/protocol"
@@ -20,6 +21,9 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 	}
 	if len(pos) != 1 {
 		return fs.usageErr(fmt.Sprintf("expected one action directory, config file or config line (quoted), got %d arguments", len(pos)))
+	}
+	if st, err := os.Stat(pos[0]); err == nil && !st.IsDir() && local.IsPipelineFile(pos[0]) {
+		return describePipelineErr(pos[0])
 	}
 	a, err := local.Load(pos[0])
 	if err != nil {
@@ -43,4 +47,19 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 	}
 	_, err = e.stdout.Write(data)
 	return err
+}
+
+// describePipelineErr is the answer to `describe PIPELINE-FILE`: describe takes one action,
+// and says how to describe each streamlet of the pipeline.
+func describePipelineErr(file string) error {
+	msg := fmt.Sprintf("%s is a pipeline file; describe takes one action (a directory, config file or quoted config line)", file)
+	p, err := local.LoadPipeline(file)
+	if err != nil {
+		return fmt.Errorf("%s: describe each streamlet's action directory on its own", msg)
+	}
+	var cmds []string
+	for _, s := range p.Streamlets {
+		cmds = append(cmds, "millrace describe "+s.Action.Source)
+	}
+	return fmt.Errorf("%s: describe each streamlet on its own: %s", msg, strings.Join(cmds, "; "))
 }

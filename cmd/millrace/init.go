@@ -16,7 +16,7 @@ func runInit(ctx context.Context, e *env, args []string) error {
 		langs = append(langs, l.Name)
 	}
 	fs := newFlagSet(e, "init", "action NAME --lang "+strings.Join(langs, "|")+" [--source DIR]")
-	lang := fs.String("lang", "", "the language of the program: "+strings.Join(langs, ", ")+" (raw: Python, standard library only, the protocol written out)")
+	lang := fs.String("lang", "", "the language of the program: "+strings.Join(langs, ", ")+" (python, node, ruby: on the SDK, vendored; raw: Python with no SDK, the protocol written out)")
 	source := fs.String("source", "", "go: the millrace checkout the SDK comes from, for an action outside it (default $"+local.EnvSource+", else the checkout holding the current directory)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -34,6 +34,6 @@ func runInit(ctx context.Context, e *env, args []string) error {
 	if err := local.Init(ctx, dir, *lang, local.InitOptions{Source: *source, Getenv: e.getenv}); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s (%s). Next:\n  millrace test action %s --conformance\n  millrace test action %s\n  millrace run %s --input %s/sample.jsonl\n", dir, *lang, dir, dir, dir, dir)
+	fmt.Fprintf(e.stdout, "wrote %s (%s). Next:\n  millrace test action %s --conformance\n  millrace test action %s\n  millrace run %s --input %s/sample.jsonl\nThe action protocol: %s\n", dir, *lang, dir, dir, dir, dir, local.ProtocolDoc(e.getenv))
 	return nil
 }

@@ -36,7 +36,7 @@ var commands = []*command{
 	{name: "bridge", summary: "serve an action (any program speaking JSON lines) as an Ankka Flow streamlet process", run: runBridge},
 	{name: "sidecar", summary: "run the standard Ankka Flow sidecar (Kafka ⇄ the streamlet process), configured by FLOW_* variables", run: runSidecar},
 	{name: "test", summary: "test an action: its fixtures, or with --conformance the action protocol", run: runTest},
-	{name: "init", summary: "write a new action directory (raw, python, node, go or bash) that passes its own tests", run: runInit},
+	{name: "init", summary: "write a new action directory (python, node, ruby, go, bash or raw) that passes its own tests", run: runInit},
 	{name: "describe", summary: "print the canonical descriptor.json of an action directory or config line", run: runDescribe},
 	{name: "run", summary: "run an action or a pipeline on a local Kafka broker: input lines in, output records out", run: runRun},
 }
@@ -180,7 +180,7 @@ func (fs *flagSet) usageErr(msg string) error {
 // help prints the usage of millrace, or of the command named in args.
 func help(e *env, args []string) int {
 	switch {
-	case len(args) == 0:
+	case len(args) == 0, len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
 		printUsage(e.stdout)
 		return 0
 	case len(args) > 1:

@@ -19,13 +19,13 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [-v]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
 	brokers := fs.String("brokers", "", "a Kafka cluster to use instead of the in-process broker, comma-separated")
 	data := fs.String("data", "", "keep the in-process broker's data in DIR, across runs")
-	partitions := fs.Int("partitions", 1, "partitions of each topic created")
+	partitions := fs.Int("partitions", 0, "partitions of each topic created (default 1); an existing topic (--data, --brokers) must have as many")
 	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
 	set := keyValues{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/ankka-flow/millrace/sidecar"
 )
@@ -13,7 +14,10 @@ import (
 // (README, "The sidecar"). `millrace sidecar ready-check` exits 0 iff the readiness file
 // exists, for a container probe without a shell.
 func runSidecar(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sidecar", "[ready-check]  (configured by FLOW_* environment variables)")
+	fs := newFlagSet(e, "sidecar", "[ready-check] [-log-level LEVEL]\n\n"+
+		"Runs the standard Ankka Flow sidecar: Kafka to the streamlet process on\n"+
+		"127.0.0.1:$FLOW_PROCESS_PORT and back. `ready-check` exits 0 once $FLOW_READINESS_FILE exists.\n"+
+		"The environment it reads (README, \"The sidecar\"):\n"+sidecarEnvHelp())
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.parse(args); err != nil {
 		return err
@@ -53,4 +57,45 @@ func runSidecar(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// sidecarEnv is every variable `millrace sidecar` reads, with its default and meaning: the
+// source of `sidecar -h` (TestSidecarEnvTable compares it with what ConfigFromEnv reads).
+var sidecarEnv = []struct{ name, def, help string }{
+	{"FLOW_BROKERS", "required", "Kafka bootstrap brokers, host:port separated by commas"},
+	{"FLOW_PIPELINE", "required", "the pipeline's name, sent in Start"},
+	{"FLOW_STREAMLET", "required", "the streamlet's name in the pipeline, sent in Start"},
+	{"FLOW_DESCRIPTOR", "required", "path of the deployed descriptor.json; discovery must match it"},
+	{"FLOW_INLETS", "required for declared inlets", "bindings port=topic,port=topic"},
+	{"FLOW_OUTLETS", "required for declared outlets", "bindings port=topic,port=topic"},
+	{"FLOW_INLET_<PORT>_BATCH_MAX_RECORDS", "100", "records per batch of one inlet (<PORT> upper case, - as _)"},
+	{"FLOW_INLET_<PORT>_BATCH_MAX_BYTES", "1Mi", "bytes per batch of one inlet"},
+	{"FLOW_CONFIG", "{}", "deploy-time config values, a JSON object"},
+	{"FLOW_CONSUMER_GROUP", "<pipeline>.<streamlet>", "the consumer group"},
+	{"FLOW_PROCESS_PORT", "9010", "the streamlet process's port on 127.0.0.1"},
+	{"FLOW_SIDECAR_PORT", "9011", "reserved; checked, never bound"},
+	{"FLOW_READINESS_FILE", sidecar.DefaultReadinessFile, "written once a conversation is open"},
+	{"FLOW_STALL_WARNING_AFTER", "5m", "a partition failing this long gets a PartitionStalled Event"},
+	{"FLOW_MAX_MESSAGE_BYTES", "4Mi", "the gRPC message limit both ways, and the producer's batch cap"},
+	{"FLOW_SHUTDOWN_TIMEOUT", "20s", "on SIGTERM, how long the process may finish its batches"},
+	{"FLOW_METRICS_ADDR", "off", "host:port or :port serving /metrics, /healthz and /readyz"},
+	{"FLOW_KAFKA_TLS", "false", "true for TLS to the brokers"},
+	{"FLOW_KAFKA_TLS_CA_FILE", "system roots", "PEM CA bundle for the brokers' certificates"},
+	{"FLOW_KAFKA_TLS_CERT_FILE", "none", "client certificate (with FLOW_KAFKA_TLS_KEY_FILE)"},
+	{"FLOW_KAFKA_TLS_KEY_FILE", "none", "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
+	{"FLOW_KAFKA_SASL_MECHANISM", "none", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+	{"FLOW_KAFKA_SASL_USERNAME", "none", "SASL user"},
+	{"FLOW_KAFKA_SASL_PASSWORD", "none", "SASL password"},
+	{"FLOW_POD_NAME", "required in Kubernetes", "the pod stall Events are about (downward API)"},
+	{"FLOW_POD_NAMESPACE", "required in Kubernetes", "its namespace"},
+	{"FLOW_POD_UID", "required in Kubernetes", "its uid"},
+}
+
+func sidecarEnvHelp() string {
+	var b strings.Builder
+	for _, v := range sidecarEnv {
+		fmt.Fprintf(&b, "  %s (%s)\n    \t%s\n", v.name, v.def, v.help)
+	}
+	b.WriteString("Flags:")
+	return b.String()
 }

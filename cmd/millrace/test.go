@@ -17,7 +17,7 @@ func runTest(ctx context.Context, e *env, args []string) error {
 	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
 	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
 	asJSON := fs.Bool("json", false, "print a machine-readable report on stdout")
-	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout)")
+	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout; with --conformance the kit waits at most 10s, or this)")
 	set := keyValues{}
 	fs.Var(set, "set", "KEY=VALUE: a config value for hello instead of the parameter's default (repeatable); fixtures with NAME.config.json still use theirs")
 	pos, err := parseInterleaved(fs, args)
@@ -49,14 +49,18 @@ func runTest(ctx context.Context, e *env, args []string) error {
 		ca.Timeout = *timeout
 	}
 	if *conf {
-		rep, err := conformance.Run(ctx, ca, conformance.Options{})
+		opts := conformance.Options{AnswerWait: *timeout}
+		if !*asJSON {
+			opts.Progress = e.stdout // each check's line as it completes
+		}
+		rep, err := conformance.Run(ctx, ca, opts)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
 			err = writeJSON(e, rep)
 		} else {
-			err = rep.WriteText(e.stdout)
+			err = rep.WriteVerdict(e.stdout)
 		}
 		if err == nil && !rep.Conformant {
 			return &exitError{code: 1}

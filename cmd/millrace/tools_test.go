@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/protocol"
@@ -65,32 +66,49 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-// TestInitThenTest is the issue's promise, through the commands: init, then conformance and
-// fixtures pass; a broken golden file makes `test action` exit 1 with the difference.
+// TestInitThenTest is the issue's promise, through the commands, for every language with an
+// SDK and for raw: init, then conformance, fixtures and a run on the sample all pass (the time
+// of the four is logged: under 10 s on a quiet machine); a broken golden file makes `test
+// action` exit 1 with the difference, and --update puts it right.
 func TestInitThenTest(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "x")
-	if code, _, errOut := runCmd(t, "init", "action", dir, "--lang", "raw"); code != 0 {
-		t.Fatalf("init = %d: %s", code, errOut)
-	}
-	if code, out, errOut := runCmd(t, "test", "action", dir, "--conformance"); code != 0 || !strings.HasSuffix(out, "x: conformant\n") {
-		t.Fatalf("test --conformance = %d:\n%s%s", code, out, errOut)
-	}
-	if code, out, errOut := runCmd(t, "test", "action", dir); code != 0 || !strings.Contains(out, "all pass") {
-		t.Fatalf("test = %d:\n%s%s", code, out, errOut)
-	}
-	golden := filepath.Join(dir, "fixtures", "formal.out.jsonl")
-	if err := os.WriteFile(golden, []byte(`{"outcome":"done","emits":[{"payload":{"message":"Good evening, Dr. Hopper!"}}]}`+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, out, _ := runCmd(t, "test", "action", dir, "--json")
-	if code != 1 || !strings.Contains(out, `"emits[0].payload.message: want \"Good evening, Dr. Hopper!\", got \"Good morning, Dr. Hopper!\""`) {
-		t.Fatalf("test --json with a wrong golden = %d:\n%s", code, out)
-	}
-	if code, _, errOut := runCmd(t, "test", "action", dir, "--update"); code != 0 {
-		t.Fatalf("test --update = %d: %s", code, errOut)
-	}
-	if code, out, _ := runCmd(t, "test", "action", dir); code != 0 {
-		t.Fatalf("test after --update = %d:\n%s", code, out)
+	for _, lang := range []string{"python", "node", "ruby", "raw"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "x")
+			t0 := time.Now()
+			code, out, errOut := runCmd(t, "init", "action", dir, "--lang", lang)
+			if code != 0 || !strings.Contains(out, "The action protocol: ") {
+				t.Fatalf("init = %d: %s%s", code, out, errOut)
+			}
+			if code, out, errOut := runCmd(t, "test", "action", dir, "--conformance"); code != 0 || !strings.HasSuffix(out, "x: conformant\n") {
+				t.Fatalf("test --conformance = %d:\n%s%s", code, out, errOut)
+			}
+			if code, out, errOut := runCmd(t, "test", "action", dir); code != 0 || !strings.Contains(out, "all pass") {
+				t.Fatalf("test = %d:\n%s%s", code, out, errOut)
+			}
+			code, out, errOut = runCmd(t, "run", dir, "--input", filepath.Join(dir, "sample.jsonl"))
+			if code != 0 || !strings.Contains(out, "Hello, Ada!") {
+				t.Fatalf("run = %d:\n%s%s", code, out, errOut)
+			}
+			t.Logf("%s: init, test --conformance, test, run in %s", lang, time.Since(t0).Round(10*time.Millisecond))
+			if lang != "python" {
+				return
+			}
+			golden := filepath.Join(dir, "fixtures", "formal.out.jsonl")
+			if err := os.WriteFile(golden, []byte(`{"outcome":"done","emits":[{"payload":{"message":"Good evening, Dr. Hopper!"}}]}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out, _ = runCmd(t, "test", "action", dir, "--json")
+			if code != 1 || !strings.Contains(out, `"emits[0].payload.message: want \"Good evening, Dr. Hopper!\", got \"Good morning, Dr. Hopper!\""`) {
+				t.Fatalf("test --json with a wrong golden = %d:\n%s", code, out)
+			}
+			if code, _, errOut := runCmd(t, "test", "action", dir, "--update"); code != 0 {
+				t.Fatalf("test --update = %d: %s", code, errOut)
+			}
+			if code, out, _ := runCmd(t, "test", "action", dir); code != 0 {
+				t.Fatalf("test after --update = %d:\n%s", code, out)
+			}
+		})
 	}
 }
 

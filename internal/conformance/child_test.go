@@ -42,6 +42,8 @@ var behaviours = []struct {
 	{"long-stderr", "stderr", "writes a log line of 100 KiB with no newline per item", false},
 	{"same-key", "outputs", "emits two outputs per item with the same key", false},
 	{"huge-line", "framing", "answers every item with a 9 MiB line, over the protocol's 8 MiB", true},
+	{"mute", "ready", "reads hello and never answers ready (its stdout is stuck in a buffer)", true},
+	{"ignore-shutdown", "shutdown", "keeps running when shutdown arrives", false},
 }
 
 // child runs the behaviour named by its argument as an action on stdin/stdout.
@@ -168,6 +170,9 @@ func child(b string) int {
 			if b == "slow-ready" {
 				time.Sleep(time.Second)
 			}
+			if b == "mute" {
+				continue
+			}
 			send(map[string]any{"type": "ready"})
 		case "item":
 			if b == "reverse-burst" {
@@ -186,6 +191,9 @@ func child(b string) int {
 		case "shutdown":
 			if b == "exit-3" {
 				return 3
+			}
+			if b == "ignore-shutdown" {
+				time.Sleep(time.Hour) // until the kit kills it
 			}
 			return 0
 		}

@@ -163,6 +163,15 @@ type Options struct {
 	// Quiet is how long the main conversation listens for stray lines after ready and after
 	// each answer (default 50ms; 4× before shutdown).
 	Quiet time.Duration
+	// AnswerWait bounds how long the kit waits for an answer, and for ready past the ready
+	// timeout, before it charges the check (default DefaultAnswerWait; the action's item
+	// timeout when that is shorter), so a missing answer is known in seconds, not after the
+	// whole item timeout.
+	AnswerWait time.Duration
+	// Progress, when set, gets each check's line as the check completes (a failure as soon as
+	// it is seen), and a note of what the kit is waiting for while the action is silent. The
+	// lines are those of Report.WriteText, without the verdict (Report.WriteVerdict).
+	Progress io.Writer
 }
 
 // Input is one item a test sends, and where it came from ("fixtures/basic.in.jsonl:3").
@@ -246,16 +255,22 @@ func (r *Report) NotRun() []string {
 }
 
 // WriteText writes the report as `millrace test action --conformance` prints it: one line
-// per check, "PASS name: detail (time)" or "FAIL …", then "<action>: conformant" or not.
+// per check, "PASS name: detail (time)" or "FAIL …", then the verdict (WriteVerdict).
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, c := range r.Checks {
-		verdict := "PASS"
-		if !c.Pass {
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(&b, "%s %s: %s (%s)\n", verdict, c.Name, c.Detail, roundDur(c.Elapsed))
+		_ = writeCheck(&b, c)
 	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	return r.WriteVerdict(w)
+}
+
+// WriteVerdict writes the last line of the report: "<action>: conformant", or not, with the
+// checks that failed and those that could not run.
+func (r *Report) WriteVerdict(w io.Writer) error {
+	var b strings.Builder
 	if r.Conformant {
 		fmt.Fprintf(&b, "%s: conformant\n", r.Action)
 	} else {
@@ -297,6 +312,9 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	if opts.Quiet <= 0 {
 		opts.Quiet = 50 * time.Millisecond
 	}
+	if opts.AnswerWait <= 0 {
+		opts.AnswerWait = DefaultAnswerWait
+	}
 	inputs := opts.Inputs
 	if inputs == nil {
 		fx, err := LoadFixtures(a.Dir)
@@ -319,6 +337,7 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	}
 	defer os.RemoveAll(workdir)
 	r := newRunner(ctx, &a, opts, workdir, inputs)
+	r.wait = opts.AnswerWait
 	if err := r.run(); err != nil {
 		return nil, err
 	}

@@ -163,3 +163,42 @@ func TestConformanceUsesFixtures(t *testing.T) {
 		t.Fatalf("Run with fixtures = %+v; want conformant, 3 items from the fixture", rep.Checks[3])
 	}
 }
+
+// TestFixturesStrict: a fixture fails an action that writes a line on stdout that is no
+// protocol message, naming the line, as `millrace run` and production stop it; --update
+// records nothing from it.
+func TestFixturesStrict(t *testing.T) {
+	for _, update := range []bool{false, true} {
+		a := testAction(t, "stdout-log")
+		writeFile(t, filepath.Join(a.Dir, "fixtures", "basic.in.jsonl"), basicIn)
+		golden := `{"outcome":"done"}` + "\n"
+		writeFile(t, filepath.Join(a.Dir, "fixtures", "basic.out.jsonl"), golden)
+		rep, err := conformance.RunFixtures(context.Background(), a, conformance.FixtureOptions{Update: update})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text bytes.Buffer
+		_ = rep.WriteText(&text)
+		if rep.Pass || !strings.Contains(rep.Files[0].Error, `stdout: a line that is not a protocol message: "processing fixtures/0/0"`) || !strings.Contains(rep.Files[0].Error, "production stop the process") {
+			t.Fatalf("RunFixtures(stdout-log, update %v) =\n%s\nwant a failure naming the stray line", update, text.String())
+		}
+		if got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "basic.out.jsonl")); string(got) != golden {
+			t.Fatalf("RunFixtures(stdout-log, update %v) rewrote the golden file: %s", update, got)
+		}
+	}
+}
+
+// TestFixturesUpdateKeepsMessages: --update writes each error's message and abstain's reason,
+// whatever the old golden line held.
+func TestFixturesUpdateKeepsMessages(t *testing.T) {
+	a := testAction(t, "good")
+	writeFile(t, filepath.Join(a.Dir, "fixtures", "x.in.jsonl"), `{"payload":{}}`+"\n")
+	writeFile(t, filepath.Join(a.Dir, "fixtures", "x.config.json"), `{"n":"x"}`)
+	if rep, err := conformance.RunFixtures(context.Background(), a, conformance.FixtureOptions{Update: true}); err != nil || !rep.Pass {
+		t.Fatalf("RunFixtures(--update) = %+v, %v", rep, err)
+	}
+	got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "x.out.jsonl"))
+	if want := `{"outcome":"error","retryable":false,"message":"config n must be a number"}` + "\n"; string(got) != want {
+		t.Fatalf("golden after --update = %s; want %s", got, want)
+	}
+}

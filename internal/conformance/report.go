@@ -42,29 +42,38 @@ func (r *runner) report() *Report {
 
 	rep := &Report{Action: r.a.Name, Conformant: true}
 	for _, c := range Checks {
-		ck := Check{Name: c.Name, Elapsed: r.elapsed[c.Name], Ran: true}
-		switch fails := r.fails[c.Name]; {
-		case len(fails) > 0:
-			ck.Detail = fails[0]
-			if len(fails) > 1 {
-				ck.Detail += fmt.Sprintf(" (and %d more)", len(fails)-1)
-			}
-		case r.notRun != "" && !observer(c.Name):
-			ck.Ran, ck.Detail = false, "not checked: "+r.notRun
-		case c.Name == CheckShutdown && r.shutdowns == 0:
-			ck.Ran, ck.Detail = false, "not checked: no conversation reached shutdown (see the failures above)"
-		case r.pass[c.Name] == "":
-			ck.Ran, ck.Detail = false, "not checked: another check's fault ended its conversation (see the failures above)"
-		default:
-			ck.Pass = true
-			ck.Detail = r.pass[c.Name]
-		}
+		ck := r.verdict(c.Name)
 		if !ck.Pass {
 			rep.Conformant = false
 		}
 		rep.Checks = append(rep.Checks, ck)
 	}
+	for _, c := range Checks {
+		r.finished(c.Name)
+	}
 	return rep
+}
+
+// verdict is the check name as it stands: failed, not run, or passed with its detail.
+func (r *runner) verdict(name string) Check {
+	ck := Check{Name: name, Elapsed: r.elapsed[name], Ran: true}
+	switch fails := r.fails[name]; {
+	case len(fails) > 0:
+		ck.Detail = fails[0]
+		if len(fails) > 1 {
+			ck.Detail += fmt.Sprintf(" (and %d more)", len(fails)-1)
+		}
+	case r.notRun != "" && !observer(name):
+		ck.Ran, ck.Detail = false, "not checked: "+r.notRun
+	case name == CheckShutdown && r.shutdowns == 0:
+		ck.Ran, ck.Detail = false, "not checked: no conversation reached shutdown (see the failures above)"
+	case r.pass[name] == "":
+		ck.Ran, ck.Detail = false, "not checked: another check's fault ended its conversation (see the failures above)"
+	default:
+		ck.Pass = true
+		ck.Detail = r.pass[name]
+	}
+	return ck
 }
 
 // observer reports whether a check watches every conversation rather than running its own.

@@ -19,6 +19,8 @@ type runner struct {
 	workdir string
 	inputs  []Input
 	fatal   error
+	wait    time.Duration   // the answer wait of a conformance run; 0: the item timeout
+	printed map[string]bool // the checks whose line the progress writer has
 
 	procs   []*proc
 	start   time.Time
@@ -44,16 +46,31 @@ func newRunner(ctx context.Context, a *Action, opts Options, workdir string, inp
 	return &runner{
 		ctx: ctx, a: a, opts: opts, workdir: workdir, inputs: inputs, start: time.Now(),
 		fails: map[string][]string{}, pass: map[string]string{}, elapsed: map[string]time.Duration{},
-		main: map[int]string{}, mainCounts: map[string]int{},
+		main: map[int]string{}, mainCounts: map[string]int{}, printed: map[string]bool{},
 	}
 }
 
-// readyWait is how long a conversation waits for ready before giving up on it: longer than the
-// ready timeout, so that a slow start fails the ready check alone and the rest still runs.
-func (r *runner) readyWait() time.Duration { return 2*r.a.ReadyTimeout + 5*time.Second }
-
+// fail charges check with a fault; the first one is its verdict, written at once when the
+// run streams its progress.
 func (r *runner) fail(check, detail string) {
 	r.fails[check] = append(r.fails[check], detail)
+	if r.opts.Progress != nil && !r.printed[check] && isCheck(check) {
+		r.printed[check] = true
+		c := Check{Name: check, Detail: detail, Elapsed: time.Since(r.start)}
+		if d, ok := r.elapsed[check]; ok {
+			c.Elapsed = d
+		}
+		_ = writeCheck(r.opts.Progress, c)
+	}
+}
+
+func isCheck(name string) bool {
+	for _, c := range Checks {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // observeNotes charges framing and stdout faults seen on a line.
@@ -136,12 +153,18 @@ func (r *runner) run() error {
 	if r.fatal != nil {
 		return r.fatal
 	}
+	r.finished(CheckAnswers)
 	if r.notRun == "" {
-		for _, step := range []func(){r.unknownKeys, r.badConfig, r.nonASCII, r.large, r.burst} {
-			step()
+		steps := []struct {
+			check string
+			run   func()
+		}{{CheckUnknownKeys, r.unknownKeys}, {CheckConfig, r.badConfig}, {CheckNonASCII, r.nonASCII}, {CheckLarge, r.large}, {CheckBurst, r.burst}}
+		for _, step := range steps {
+			step.run()
 			if r.fatal != nil {
 				return r.fatal
 			}
+			r.finished(step.check)
 		}
 	}
 	return r.ctx.Err()

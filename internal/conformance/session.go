@@ -74,8 +74,12 @@ func (s *session) start() {
 	t0 := time.Now()
 	deadline := time.NewTimer(r.readyWait())
 	defer deadline.Stop()
+	notice := r.noticeTimer(r.readyWait())
+	defer notice.Stop()
 	for {
 		select {
+		case <-notice.C():
+			r.notef("waiting for ready from %s (hello sent %s ago; the ready timeout is %s, the check gives up at %s)", s.name(), roundDur(time.Since(t0)), r.a.ReadyTimeout, r.readyWait())
 		case ev, ok := <-p.events:
 			if !ok {
 				s.end(fmt.Sprintf("%s before answering ready", s.exitDesc()))
@@ -92,7 +96,7 @@ func (s *session) start() {
 			}
 			s.handle(ev)
 		case <-deadline.C:
-			s.end(fmt.Sprintf("no ready within %s of hello (is stdout flushed after each line?)", r.readyWait()))
+			s.end(fmt.Sprintf("no ready within %s of hello (the ready timeout is %s): %s", r.readyWait(), r.a.ReadyTimeout, streamHint))
 			return
 		case <-r.ctx.Done():
 			s.end("stopped: " + r.ctx.Err().Error())
@@ -162,10 +166,20 @@ func (s *session) send(idx int, it stdio.Item, owner string) *delivery {
 // the item timeout. A timeout or an exit is charged to the owner of the oldest unanswered
 // delivery.
 func (s *session) await() {
-	timer := newItemTimer(s.r.a.Timeout)
+	wait, bounded := s.r.answerWait()
+	timer := newItemTimer(wait)
 	defer timer.Stop()
+	notice := s.r.noticeTimer(wait)
+	defer notice.Stop()
+	since := time.Now()
 	for len(s.inflight) > 0 && s.ok() {
 		select {
+		case <-notice.C():
+			limit := "no item timeout"
+			if wait > 0 {
+				limit = "the check fails at " + wait.String()
+			}
+			s.r.notef("waiting for an answer to %s (%s so far; %s)", describe(s.oldest()), roundDur(time.Since(since)), limit)
 		case ev, ok := <-s.p.events:
 			if !ok {
 				d := s.oldest()
@@ -176,10 +190,16 @@ func (s *session) await() {
 			s.handle(ev)
 			if len(s.inflight) < before {
 				timer.Reset()
+				notice.Reset()
+				since = time.Now()
 			}
 		case <-timer.C():
 			d := s.oldest()
-			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (the item timeout): answer every item, end each line with \\n and flush stdout", describe(d), s.r.a.Timeout))
+			limit := "the item timeout"
+			if bounded {
+				limit = fmt.Sprintf("the conformance wait; the item timeout is %s: give a slow action more with --timeout", s.r.a.Timeout)
+			}
+			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, streamHint))
 			return
 		case <-s.r.ctx.Done():
 			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())
@@ -257,9 +277,13 @@ func (s *session) shutdown() {
 	t0 := time.Now()
 	grace := time.NewTimer(r.a.ShutdownGrace)
 	defer grace.Stop()
+	notice := r.noticeTimer(r.a.ShutdownGrace)
+	defer notice.Stop()
 	events := s.p.events
 	for events != nil {
 		select {
+		case <-notice.C():
+			r.notef("waiting for %s to exit after shutdown (%s so far; the check fails at %s)", s.name(), roundDur(time.Since(t0)), r.a.ShutdownGrace)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil

@@ -17,7 +17,7 @@ import (
 const topicMaxMessageBytes = 8 << 20
 
 // createTopics creates every bound topic; one that exists is left as it is.
-func (r *runner) createTopics(ctx context.Context) error {
+func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.TimeoutMillis = 10000
 	seen := map[string]bool{r.p.Input: true}
@@ -46,9 +46,30 @@ func (r *runner) createTopics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("local: creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
 	}
+	var existing []string
 	for _, t := range resp.Topics {
 		if err := kerrOf(t.ErrorCode); err != nil && t.ErrorCode != kerr.TopicAlreadyExists.Code {
 			return fmt.Errorf("local: creating topic %s: %w", t.Topic, err)
+		}
+		if t.ErrorCode == kerr.TopicAlreadyExists.Code {
+			existing = append(existing, t.Topic)
+		}
+	}
+	if !partitionsGiven || len(existing) == 0 {
+		return nil
+	}
+	// an existing topic keeps its partitions: a --partitions that differs is said, not ignored
+	parts, err := r.partitions(ctx, existing)
+	if err != nil {
+		return err
+	}
+	for _, t := range existing {
+		if n := len(parts[t]); n != r.opts.Partitions {
+			where := "on the brokers"
+			if r.opts.DataDir != "" {
+				where = "in --data " + r.opts.DataDir
+			}
+			return fmt.Errorf("local: --partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
 		}
 	}
 	return nil

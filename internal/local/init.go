@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"text/template"
+
+	"github.com/ankka-flow/millrace/sdk"
 )
 
 //go:embed all:templates
@@ -29,8 +31,9 @@ const EnvSource = "MILLRACE_SOURCE"
 // Langs are the languages of `millrace init action`, with the program file each writes.
 var Langs = []struct{ Name, Title, Program string }{
 	{"raw", "Python with the standard library only, the protocol written out by hand", "main.py"},
-	{"python", "Python (standard library only)", "main.py"},
-	{"node", "Node.js (no dependencies)", "main.js"},
+	{"python", "Python, on the millrace SDK (millrace.py, vendored)", "main.py"},
+	{"node", "Node.js, on the millrace SDK (millrace.js, vendored)", "main.js"},
+	{"ruby", "Ruby, on the millrace SDK (millrace.rb, vendored)", "main.rb"},
 	{"go", "Go, on the millrace SDK (github.com/ankka-flow/millrace/stdio/action)", "main.go"},
 	{"bash", "bash with jq", "main.sh"},
 }
@@ -47,7 +50,9 @@ type InitOptions struct {
 }
 
 // Init writes a new action directory dir for lang: action.conf, the program, fixtures that it
-// passes, a sample input for `millrace run`, and a README. The streamlet is named after the
+// passes, a sample input for `millrace run`, and a README. For python, node and ruby it also
+// writes the language's SDK file (package sdk: the bytes of sdk/LANG/), so the program runs with
+// no install step. The streamlet is named after the
 // directory's last element. dir must not exist, or be empty.
 //
 // A Go action inside the millrace module needs nothing more (`go run .` builds it as part of
@@ -84,7 +89,10 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 			return err
 		}
 	}
-	data := struct{ Name, Lang, LangName, Program string }{Name: name, Lang: lang, Program: program}
+	data := struct{ Name, Lang, LangName, Program, SDK string }{Name: name, Lang: lang, Program: program}
+	if f, ok := sdk.For(lang); ok {
+		data.SDK = f.Name
+	}
 	for _, l := range Langs {
 		if l.Name == lang {
 			data.LangName = l.Title
@@ -125,6 +133,11 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 	}
 	if err := write("templates/" + lang); err != nil {
 		return err
+	}
+	if f, ok := sdk.For(lang); ok {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
+			return err
+		}
 	}
 	if goMod != nil {
 		if err := os.WriteFile(filepath.Join(dir, "go.mod"), goMod, 0o644); err != nil {
@@ -207,4 +220,27 @@ func enclosingModule(dir string) (root, module string) {
 		}
 		dir = up
 	}
+}
+
+// ProtocolDoc says where the action protocol's reference is: docs/protocol.md of the millrace
+// checkout that getenv's MILLRACE_SOURCE names or that holds the current directory, by its
+// path, or by its place in the repository when no checkout is at hand.
+func ProtocolDoc(getenv func(string) string) string {
+	const rel = "docs/protocol.md"
+	roots := []string{getenv(EnvSource)}
+	if wd, err := os.Getwd(); err == nil {
+		if root, mod := enclosingModule(wd); mod == modulePath {
+			roots = append(roots, root)
+		}
+	}
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return rel + " in the millrace repository (" + modulePath + ")"
 }

@@ -11,12 +11,13 @@ import (
 
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/sdk"
 )
 
 // runtimes are the programs each language's action needs on PATH. CI installs them all; a
 // missing one fails the test rather than skipping a language silently.
 var runtimes = map[string][]string{
-	"raw": {"python3"}, "python": {"python3"}, "node": {"node"}, "go": {"go"}, "bash": {"bash", "jq"},
+	"raw": {"python3"}, "python": {"python3"}, "node": {"node"}, "ruby": {"ruby"}, "go": {"go"}, "bash": {"bash", "jq"},
 }
 
 // checkAction runs the conformance kit and the fixtures on the action directory dir and fails
@@ -80,8 +81,44 @@ func TestInitPassesItsOwnTests(t *testing.T) {
 					t.Errorf("Init(%s) wrote no %s", l.Name, f)
 				}
 			}
+			prog, err := os.ReadFile(filepath.Join(dir, l.Program))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(prog, []byte("\n")); n >= 40 && l.Name != "raw" {
+				t.Errorf("Init(%s) wrote a %s of %d lines; want under 40 (the protocol is the SDK's)", l.Name, l.Program, n)
+			}
 			checkAction(t, dir)
 		})
+	}
+}
+
+// TestInitVendorsTheSDK: the SDK file init writes beside the program is byte for byte the one
+// in sdk/LANG/ (init takes it from package sdk, which embeds that file: no copy to drift).
+func TestInitVendorsTheSDK(t *testing.T) {
+	for _, lang := range []string{"python", "node", "ruby"} {
+		f, ok := sdk.For(lang)
+		if !ok {
+			t.Fatalf("sdk.For(%s) = false", lang)
+		}
+		dir := filepath.Join(t.TempDir(), "v-"+lang)
+		if err := local.Init(context.Background(), dir, lang, local.InitOptions{}); err != nil {
+			t.Fatalf("Init(%s) = %v", lang, err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, f.Name))
+		if err != nil {
+			t.Fatalf("Init(%s) vendored no %s: %v", lang, f.Name, err)
+		}
+		want, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(f.Path)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("Init(%s) vendored a %s (%d bytes) that differs from %s (%d bytes)", lang, f.Name, len(got), f.Path, len(want))
+		}
+	}
+	if _, ok := sdk.For("raw"); ok {
+		t.Error(`sdk.For("raw") = true; raw is the starting point without an SDK`)
 	}
 }
 
@@ -94,7 +131,7 @@ func TestInitErrors(t *testing.T) {
 		dir, lang, want string
 	}{
 		{filepath.Join(dir, "Bad_Name"), "raw", "a streamlet name is 1 to 63 characters"},
-		{filepath.Join(dir, "ok"), "cobol", `unknown language "cobol": want one of raw, python, node, go, bash`},
+		{filepath.Join(dir, "ok"), "cobol", `unknown language "cobol": want one of raw, python, node, ruby, go, bash`},
 		{dir, "raw", "exists and is not empty"},
 	}
 	for _, tt := range tests {

@@ -34,7 +34,7 @@ var (
 type Options struct {
 	Brokers    []string      // a real Kafka cluster; none: an in-process broker (kfake)
 	DataDir    string        // the in-process broker keeps its data here (none: in memory)
-	Partitions int           // of each topic Run creates (default 1: outputs in input order)
+	Partitions int           // of each topic Run creates (default 1: outputs in input order); given, an existing topic must have as many
 	Input      io.Reader     // input lines, produced as records (nil: none)
 	Bare       bool          // each input line is a payload, not an envelope
 	Follow     bool          // keep running when the input is done, until ctx ends
@@ -71,10 +71,15 @@ type runner struct {
 // every record its streamlets produce to opts.Out. It returns when the input is done and every
 // input record was processed and committed (never with Follow), when ctx ends (wrapping
 // ErrInterrupted unless Follow), or on the first fault that would keep it from finishing: a
-// bad input line, a refused discovery, a stalled partition. The summary is returned in every
-// case but a failed start.
+// bad input line, a refused discovery, a stalled partition, a fault that can only repeat (a
+// command that cannot run, a program that never readies: one line with the fix, at once). The
+// summary is returned in every case but a failed start and such a fault.
 func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
-	if opts.Partitions <= 0 {
+	if err := preflight(p); err != nil {
+		return nil, err
+	}
+	partitionsGiven := opts.Partitions > 0
+	if !partitionsGiven {
 		opts.Partitions = 1
 	}
 	if opts.StallAfter <= 0 {
@@ -112,7 +117,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
-	if err := r.createTopics(ctx); err != nil {
+	if err := r.createTopics(ctx, partitionsGiven); err != nil {
 		return nil, err
 	}
 	// print only what this run produces: from the outlets' end offsets now
@@ -160,6 +165,9 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	select {
 	case <-inputDone:
 	case <-time.After(time.Second): // a read of an interactive stdin cannot be interrupted
+	}
+	if errors.Is(err, errRepeats) {
+		return nil, err
 	}
 	return r.summary(err == nil), err
 }

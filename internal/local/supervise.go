@@ -18,6 +18,7 @@ type running struct {
 	metrics *bridge.Metrics
 	group   string
 	errs    *lastError
+	faults  *faults
 	sidecar *task
 	bridge  *task
 }
@@ -59,8 +60,8 @@ func (t *task) ended() (bool, error) {
 // startStreamlet starts a streamlet's bridge on a free loopback port and its sidecar.
 func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []string) (*running, error) {
 	name := s.Action.Name
-	st := &running{s: s, metrics: bridge.NewMetrics(0), errs: &lastError{}, group: r.p.Name + "." + name}
-	blog := slog.New(&teeHandler{h: r.log.Handler(), last: st.errs}).With("part", "bridge") // the bridge names the streamlet
+	st := &running{s: s, metrics: bridge.NewMetrics(0), errs: &lastError{}, group: r.p.Name + "." + name, faults: newFaults(name, s.Action.DeadLetter != "")}
+	blog := slog.New(faultHandler{&teeHandler{h: r.log.Handler(), last: st.errs}, st.faults}).With("part", "bridge") // the bridge names the streamlet
 	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics})
 	if err != nil {
 		return nil, err
@@ -85,7 +86,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	for _, p := range s.Action.Outlets {
 		cfg.Outlets = append(cfg.Outlets, sidecar.Outlet{Port: p.Name, Topic: s.Bindings[p.Name]})
 	}
-	slogger := slog.New(&teeHandler{h: r.log.Handler(), last: st.errs}).With("streamlet", name, "part", "sidecar")
+	slogger := slog.New(faultHandler{&teeHandler{h: r.log.Handler(), last: st.errs}, nil}).With("streamlet", name, "part", "sidecar")
 	sc, err := sidecar.New(cfg, slogger)
 	if err != nil {
 		_ = st.bridge.stop()

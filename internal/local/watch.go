@@ -10,8 +10,19 @@ import (
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
-// watch waits for the end of the run: done, a fault, or ctx.
+// watch waits for the end of the run: done, a fault, or ctx. The bridges' log records held
+// back before a first start are passed on unless the end is a fault that can only repeat.
 func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
+	err := r.watchUntil(ctx, inputDone)
+	if !errors.Is(err, errRepeats) {
+		for _, st := range r.streamlets {
+			st.faults.release(context.WithoutCancel(ctx))
+		}
+	}
+	return err
+}
+
+func (r *runner) watchUntil(ctx context.Context, inputDone <-chan struct{}) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastDraw, lastCommitted := time.Now(), int64(0)
@@ -26,6 +37,9 @@ func (r *runner) watch(ctx context.Context, inputDone <-chan struct{}) error {
 		case <-tick.C:
 		}
 		for _, st := range r.streamlets {
+			if err := st.faults.failed(); err != nil {
+				return err
+			}
 			if ended, err := st.sidecar.ended(); ended {
 				if errors.Is(err, sidecar.ErrRefused) {
 					return &refusedError{streamlet: st.s.Action.Name, err: err}

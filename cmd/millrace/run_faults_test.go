@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunFailsFast: millrace run ends a fault that can only repeat with exit status 1 and one
+// line naming the cause and the fix, instead of waiting for the stall: a command it cannot
+// execute (checked before anything starts), a program that exits at start every time or never
+// readies, a record the action refuses on every delivery (with no --dead-letter).
+func TestRunFailsFast(t *testing.T) {
+	const shebang = "#!/usr/bin/env python3\n"
+	tests := []struct {
+		name    string
+		command string // the end of the config line: the command after --, or flags, -- and the command
+		main    string // main.py
+		mode    os.FileMode
+		input   string
+		want    []string
+	}{
+		{"not-found", "no-such-runtime-x main.py", "", 0o644, `{"payload":{}}`, []string{`command "no-such-runtime-x" is not found on PATH: install it (the runtime the action needs), or check PATH`}},
+		{"not-executable", "./main.py", shebang, 0o644, `{"payload":{}}`, []string{"./main.py is not executable (permission denied): chmod +x main.py"}},
+		{"no-shebang", "./main.py", "import sys\n", 0o755, `{"payload":{}}`, []string{"./main.py has no #! line, so it cannot be executed (exec format error): add #!/usr/bin/env python3 as its first line"}},
+		{"env-interpreter-missing", "./main.py", "#!/usr/bin/env no-such-python\n", 0o755, `{"payload":{}}`, []string{`./main.py runs "no-such-python" (its #! line), which is not found on PATH: install it, or correct the #! line`}},
+		{"interpreter-missing", "./main.py", "#!/no/such/python3\n", 0o755, `{"payload":{}}`, []string{"./main.py runs /no/such/python3 (its #! line), which does not exist: install it, or write #!/usr/bin/env python3"}},
+		{"bare-name", "main.py", shebang, 0o755, `{"payload":{}}`, []string{`command "main.py" is not found on PATH, but main.py is in the action's folder: write ./main.py after --`}},
+		{"exits-at-start", "python3 main.py", "import sys\nsys.stderr.write('boom: no model file\\n')\nsys.exit(3)\n", 0o644, `{"payload":{}}`, []string{"the program exits before answering ready, every time", "exit status 3", "boom: no model file"}},
+		{"never-ready", "--ready-timeout 1s -- python3 main.py", "import time\ntime.sleep(60)\n", 0o644, `{"payload":{}}`, []string{"the program never answered hello with ready within its ready timeout", "within 1s (the ready timeout)", "flush stdout"}},
+		{"refused", "python3 main.py", refuser, 0o644, `{"payload":{"id":4}}`, []string{`the action refuses record t.in/0/0 on every delivery ("payload has no name")`, "--dead-letter PORT"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "t")
+			command := tt.command
+			if !strings.Contains(command, "-- ") {
+				command = "-- " + command
+			}
+			conf := "t --in in=t-in.v1 --out out=t-out.v1 " + command + "\n"
+			files := map[string]string{"action.conf": conf, "in.jsonl": tt.input + "\n"}
+			if tt.main != "" {
+				files["main.py"] = tt.main
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, text := range files {
+				mode := os.FileMode(0o644)
+				if name == "main.py" {
+					mode = tt.mode
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, _, errOut := runCmd(t, "run", dir, "--input", filepath.Join(dir, "in.jsonl"))
+			if tt.name == "refused" {
+				// once a conversation started, the bridge's warnings are not held back: the
+				// action's own error is logged for each delivery before the one line
+				if !strings.Contains(errOut, `msg="record failed for good"`) {
+					t.Errorf("run (refused) logged no warning of the failed record:\n%s", errOut)
+				}
+				errOut = errOut[strings.LastIndex(strings.TrimSuffix(errOut, "\n"), "\n")+1:]
+			}
+			if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "millrace run: streamlet t: ") {
+				t.Fatalf("run (%s) = %d with stderr\n%s\nwant 1 and one line", tt.name, code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("run (%s) said %q; want it to say %q", tt.name, errOut, w)
+				}
+			}
+		})
+	}
+}
+
+// refuser answers ready, then error (not retryable) for every item: a payload it does not
+// take.
+const refuser = `import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["type"] == "hello":
+        print(json.dumps({"type": "ready"}), flush=True)
+    elif m["type"] == "item":
+        print(json.dumps({"type": "error", "delivery": m["delivery"], "message": "payload has no name", "retryable": False}), flush=True)
+    elif m["type"] == "shutdown":
+        break
+`

@@ -1,0 +1,316 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/ankka-flow/millrace/stdio/engine"
+)
+
+// errRepeats is returned by Run for a fault that can only repeat, as soon as it is certain:
+// a command that cannot run, a program that exits before ready every time or never readies,
+// a record the action refuses for good on every delivery. Its text is one line: the cause and
+// the fix.
+var errRepeats = errors.New("local: a fault that can only repeat")
+
+// repeatError is one fault that can only repeat, for one streamlet; a refused record stalls
+// its partition too (it matches errStalled).
+type repeatError struct {
+	streamlet string
+	msg       string
+	stalls    bool
+}
+
+func (e *repeatError) Error() string { return "streamlet " + e.streamlet + ": " + e.msg }
+func (e *repeatError) Is(target error) bool {
+	return target == errRepeats || (e.stalls && target == errStalled)
+}
+
+// preflight checks the command of every streamlet before anything starts: a program that
+// cannot be executed fails every start the same way, so it is named at once, with the fix.
+func preflight(p *Pipeline) error {
+	for _, s := range p.Streamlets {
+		if msg := commandFault(s.Action.Dir, s.Action.Command); msg != "" {
+			return &repeatError{streamlet: s.Action.Name, msg: msg}
+		}
+	}
+	return nil
+}
+
+// commandFault says why argv cannot be executed in dir, or "" when it can be (as far as can
+// be told without running it).
+func commandFault(dir string, argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	name := argv[0]
+	if !strings.Contains(name, "/") {
+		if _, err := exec.LookPath(name); err == nil {
+			return ""
+		}
+		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && !st.IsDir() {
+			return fmt.Sprintf("command %q is not found on PATH, but %s is in the action's folder: write ./%s after -- (or name its interpreter, e.g. -- %s %s)", name, name, name, interpreter(name), name)
+		}
+		return fmt.Sprintf("command %q is not found on PATH: install it (the runtime the action needs), or check PATH and the command after -- on the config line", name)
+	}
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(dir, path)
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("%s does not exist (in %s): check the command after -- on the config line", name, dir)
+	case err != nil:
+		return fmt.Sprintf("%s cannot be read: %v", name, err)
+	case st.IsDir():
+		return fmt.Sprintf("%s is a folder, not a program: check the command after -- on the config line", name)
+	case st.Mode()&0o111 == 0:
+		return fmt.Sprintf("%s is not executable (permission denied): chmod +x %s", name, filepath.Base(path))
+	}
+	head := make([]byte, 256)
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("%s cannot be read: %v", name, err)
+	}
+	n, _ := f.Read(head)
+	f.Close()
+	head = head[:n]
+	if !bytes.HasPrefix(head, []byte("#!")) {
+		if isBinary(head) {
+			return ""
+		}
+		return fmt.Sprintf("%s has no #! line, so it cannot be executed (exec format error): add #!/usr/bin/env %s as its first line", name, interpreter(name))
+	}
+	line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+	fields := strings.Fields(string(line))
+	if len(fields) == 0 {
+		return fmt.Sprintf("%s has an empty #! line: write #!/usr/bin/env %s", name, interpreter(name))
+	}
+	interp := fields[0]
+	if filepath.Base(interp) == "env" && len(fields) > 1 && !strings.HasPrefix(fields[1], "-") {
+		if _, err := exec.LookPath(fields[1]); err != nil {
+			return fmt.Sprintf("%s runs %q (its #! line), which is not found on PATH: install it, or correct the #! line", name, fields[1])
+		}
+		return ""
+	}
+	if _, err := os.Stat(interp); err != nil {
+		return fmt.Sprintf("%s runs %s (its #! line), which does not exist: install it, or write #!/usr/bin/env %s", name, interp, interpreter(name))
+	}
+	return ""
+}
+
+// isBinary reports whether head starts like an executable binary (ELF, Mach-O).
+func isBinary(head []byte) bool {
+	for _, magic := range [][]byte{{0x7f, 'E', 'L', 'F'}, {0xfe, 0xed, 0xfa, 0xce}, {0xfe, 0xed, 0xfa, 0xcf}, {0xce, 0xfa, 0xed, 0xfe}, {0xcf, 0xfa, 0xed, 0xfe}, {0xca, 0xfe, 0xba, 0xbe}} {
+		if bytes.HasPrefix(head, magic) {
+			return true
+		}
+	}
+	return false
+}
+
+// interpreter guesses a program's interpreter from its name, for a hint.
+func interpreter(name string) string {
+	switch filepath.Ext(name) {
+	case ".py":
+		return "python3"
+	case ".js", ".mjs", ".cjs":
+		return "node"
+	case ".rb":
+		return "ruby"
+	case ".sh":
+		return "bash"
+	case ".pl":
+		return "perl"
+	}
+	return "INTERPRETER"
+}
+
+// faults watches one streamlet's bridge log for faults that can only repeat, and decides when
+// one is certain: a start that failed the same way twice (once, for the ready timeout, which
+// is long already), or one record refused for good by the action on two deliveries.
+type faults struct {
+	name       string
+	deadLetter bool
+
+	mu         sync.Mutex
+	startFails int
+	refused    map[string]int
+	err        error
+	started    bool   // a conversation started: its processes answered ready
+	held       []held // the bridge's warnings until then, or until the run ends
+}
+
+// held is a log record kept back, with the handler it was for.
+type held struct {
+	h   slog.Handler
+	rec slog.Record
+}
+
+// maxHeld bounds the records held back before a first start.
+const maxHeld = 64
+
+func newFaults(name string, deadLetter bool) *faults {
+	return &faults{name: name, deadLetter: deadLetter, refused: map[string]int{}}
+}
+
+// failed returns the fault once it is certain, else nil.
+func (f *faults) failed() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// release passes on the records held back; the run calls it when it ends on anything but a
+// fault that can only repeat (whose line replaces them). It may be called more than once.
+func (f *faults) release(ctx context.Context) {
+	f.mu.Lock()
+	held := f.held
+	f.held, f.started = nil, true
+	f.mu.Unlock()
+	for _, h := range held {
+		_ = h.h.Handle(ctx, h.rec)
+	}
+}
+
+// hold keeps rec back while no conversation has started: the ends of processes that never
+// readied are what a fault's one line says. It reports whether rec was kept.
+func (f *faults) hold(h slog.Handler, rec slog.Record) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started || len(f.held) >= maxHeld {
+		return false
+	}
+	f.held = append(f.held, held{h, rec.Clone()})
+	return true
+}
+
+// start notes that a conversation started.
+func (f *faults) start() {
+	f.mu.Lock()
+	f.started = true
+	f.mu.Unlock()
+}
+
+// observe looks at one record of the bridge's log, and reports whether it is a start
+// failure (which the one line of failed replaces, unless the logs are verbose).
+func (f *faults) observe(rec slog.Record) (startFailure bool) {
+	var err error
+	var record string
+	rec.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "error":
+			err, _ = a.Value.Any().(error)
+		case "record":
+			record = a.Value.String()
+		}
+		return true
+	})
+	if err == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var act *engine.ActionError
+	switch {
+	case errors.Is(err, engine.ErrStart):
+		f.startFails++
+		msg, final := startFault(err)
+		if f.err == nil && (final || f.startFails >= 2) {
+			f.err = &repeatError{streamlet: f.name, msg: msg}
+		}
+		return true
+	case record != "" && !f.deadLetter && errors.As(err, &act) && !act.Retryable:
+		f.refused[record]++
+		if f.err == nil && f.refused[record] >= 2 {
+			f.err = &repeatError{streamlet: f.name, stalls: true, msg: fmt.Sprintf("the action refuses record %s on every delivery (%q), and it stops the partition: if such input is expected, set it aside with --dead-letter PORT on the config line (PORT one of its --out ports); else fix the input", record, shorten(act.Message, 200))}
+		}
+	}
+	return false
+}
+
+// startFault is the line that names why the processes do not start, and whether one failure
+// is enough to know it repeats.
+func startFault(err error) (string, bool) {
+	text := err.Error()
+	if _, rest, ok := strings.Cut(text, engine.ErrStart.Error()+": "); ok {
+		text = rest
+	}
+	text = shorten(text, 300)
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return "the command is not found: install the runtime the action needs, or check PATH and the command after -- (" + text + ")", true
+	case errors.Is(err, fs.ErrPermission):
+		return "the program is not executable: chmod +x it (" + text + ")", true
+	case errors.Is(err, syscall.ENOEXEC):
+		return "the program has no #! line (exec format error): add one, e.g. #!/usr/bin/env python3 (" + text + ")", true
+	case strings.Contains(text, "(the ready timeout)"): // the engine's words for a start with no ready
+		return "the program never answered hello with ready within its ready timeout: " + text + "; flush stdout after each line and read stdin line by line (or raise --ready-timeout)", true
+	}
+	return "the program exits before answering ready, every time: " + text + "; run it by hand in the action's folder to see why", false
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// faultHandler passes records on to its Handler, the bridge's with f observing them, but the
+// start failures a fault will name in one line only when the Handler logs at info (millrace
+// run -v); the sidecar's (f nil) holds back its "stream failed" records of a failed start.
+type faultHandler struct {
+	slog.Handler
+	f *faults
+}
+
+func (t faultHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return t.f != nil || l >= slog.LevelWarn || t.Handler.Enabled(ctx, l)
+}
+
+func (t faultHandler) Handle(ctx context.Context, rec slog.Record) error {
+	start := false
+	if t.f != nil {
+		if rec.Message == "started" { // the bridge's word for a conversation whose processes are ready
+			t.f.start()
+			t.f.release(ctx)
+		}
+		start = t.f.observe(rec)
+		verbose := t.Handler.Enabled(ctx, slog.LevelInfo)
+		if !start && !verbose && rec.Level == slog.LevelWarn && t.f.hold(t.Handler, rec) {
+			return nil
+		}
+	} else {
+		rec.Attrs(func(a slog.Attr) bool {
+			// the sidecar has the bridge's error as gRPC carried it: its text only
+			if a.Key == "error" && strings.Contains(a.Value.String(), engine.ErrStart.Error()) {
+				start = true
+			}
+			return !start
+		})
+	}
+	if (start && !t.Handler.Enabled(ctx, slog.LevelInfo)) || !t.Handler.Enabled(ctx, rec.Level) {
+		return nil
+	}
+	return t.Handler.Handle(ctx, rec)
+}
+
+func (t faultHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return faultHandler{t.Handler.WithAttrs(as), t.f}
+}
+
+func (t faultHandler) WithGroup(name string) slog.Handler {
+	return faultHandler{t.Handler.WithGroup(name), t.f}
+}

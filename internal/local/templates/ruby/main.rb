@@ -1,0 +1,16 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# {{.Name}}: greets each name it is given, on the millrace SDK (millrace.rb, vendored here).
+# The protocol and the SDK: docs/protocol.md and sdk/ruby/README.md in the millrace repository.
+require_relative 'millrace'
+
+# hello's config, checked: a greeting that is not a String fails every item
+Millrace.map(config: { greeting: [String, 'Hello'] }) do |payload, item|
+  name = payload.is_a?(Hash) ? payload['name'] : nil
+  # the item fails (not retried); logged to stderr
+  raise ArgumentError, 'payload has no name' unless name.is_a?(String) && !name.empty?
+
+  item.log.info('greeting', name: name) # logs go to stderr; stdout is the protocol's
+  { 'message' => "#{item.config.greeting}, #{name}!" } # one output, the item's key
+end
