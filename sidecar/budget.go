@@ -38,8 +38,8 @@ func (s *Sidecar) release(size int64) {
 	}
 }
 
-// drop lets go of the emits of a batch that will not be written (its partition revoked).
-// Called with mu held.
+// drop lets go of the emits of a batch once written, or that will not be (its partition
+// revoked). Called with mu held.
 func (s *Sidecar) drop(b *batch) {
 	s.release(b.emitBytes)
 	b.emits, b.emitBytes = nil, 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -69,18 +70,22 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		emits    int64
 	)
 	for _, b := range round {
-		for i, r := range b.emits {
+		// Once the batch's last emit is written (or failed), its emits are no longer held:
+		// the budgets free them, one lock a batch.
+		left := new(atomic.Int64)
+		left.Store(int64(len(b.emits)))
+		for _, r := range b.emits {
 			wg.Add(1)
 			emits++
 			out := s.metrics.outlet(r.Topic)
 			began := s.now()
 			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
 				defer wg.Done()
-				// Written or failed, the emit is no longer held: the budget frees it.
-				s.mu.Lock()
-				s.release(recordBytes(r))
-				b.emits[i] = nil
-				s.mu.Unlock()
+				if left.Add(-1) == 0 {
+					s.mu.Lock()
+					s.drop(b)
+					s.mu.Unlock()
+				}
 				if err == nil {
 					out.produced.Inc()
 					s.metrics.produce.Observe(s.now().Sub(began).Seconds())
