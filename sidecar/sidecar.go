@@ -10,7 +10,8 @@
 // One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
 // TLS and SASL), discovery.go, conversation.go (one Run stream and the batches it sends),
 // receive.go (the process's Emits, Acks and Fails), kafka.go (the clients and the poller),
-// queue.go (each partition's buffer of fetched records), rebalance.go, commit.go (produce, then
+// queue.go (each partition's buffer of fetched records), budget.go (the emit budgets: backpressure
+// and halving an over-budget batch), rebalance.go, commit.go (produce, then
 // commit), stall.go, readiness.go, lag.go (high watermarks and committed offsets), metrics.go
 // (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics, /healthz, /readyz). Its API is what cmd/millrace, internal/local and the
 // benchmarks use. Errors keep their cause: the logged error of an emit the broker refused
