@@ -79,6 +79,37 @@ func portList(ports []Port) string {
 	return strings.Join(names, ", ")
 }
 
+// DefaultOutlet returns the outlet an emit that names none goes to: the one outlet that is
+// neither the --dead-letter nor the --fallback port (those two are the bridge's own, and the
+// action protocol's emit has no outlet at all). ok is false when there is none or more than
+// one such outlet; n is how many there are.
+func (a *Action) DefaultOutlet() (name string, n int, ok bool) {
+	for _, p := range a.Outlets {
+		if p.Name == a.DeadLetter || p.Name == a.Fallback {
+			continue
+		}
+		if n == 0 {
+			name = p.Name
+		}
+		n++
+	}
+	if n != 1 {
+		return "", n, false
+	}
+	return name, n, true
+}
+
+// programOutlets lists the outlets an emit may name: all but the --dead-letter and --fallback ports.
+func (a *Action) programOutlets() []Port {
+	var ports []Port
+	for _, p := range a.Outlets {
+		if p.Name != a.DeadLetter && p.Name != a.Fallback {
+			ports = append(ports, p)
+		}
+	}
+	return ports
+}
+
 func (a *Action) hasOutlet(name string) bool {
 	return slices.ContainsFunc(a.Outlets, func(p Port) bool { return p.Name == name })
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func child() int {
 		switch m.Type {
 		case "hello":
 			hello = line
+			gate(m.Config)
 			send(map[string]any{"type": "ready"})
 			continue
 		case "shutdown":
@@ -152,6 +154,11 @@ func child() int {
 		case "sleep":
 			time.Sleep(time.Duration(o.Ms) * time.Millisecond)
 			emit("", map[string]any{"slept": o.Ms})
+		case "fanout": // n emits of ms KiB each
+			chunk := strings.Repeat("x", o.Ms<<10)
+			for i := range o.N {
+				emit("", fmt.Sprintf("%d-%s", i, chunk))
+			}
 		case "big":
 			emit("", strings.Repeat("x", o.N))
 		case "to":
@@ -176,4 +183,22 @@ func child() int {
 		send(map[string]any{"type": "done", "delivery": d})
 	}
 	return 0
+}
+
+// gate holds the ready line back when hello's config names a gate: it writes GATE/NAME.hello,
+// then waits for the test to create GATE/NAME.go (a slow-starting action whose start the test
+// orders).
+func gate(config json.RawMessage) {
+	var g struct{ Gate, Name string }
+	if json.Unmarshal(config, &g) != nil || g.Gate == "" {
+		return
+	}
+	base := filepath.Join(g.Gate, g.Name)
+	os.WriteFile(base+".hello", nil, 0o644)
+	for {
+		if _, err := os.Stat(base + ".go"); err == nil {
+			return
+		}
+		time.Sleep(2 * time.Millisecond) // polling a file: the test's only way to signal a child
+	}
 }

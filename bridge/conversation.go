@@ -113,6 +113,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	cfg.Env = s.opts.Env
 	cfg.ShutdownGrace = s.opts.ShutdownGrace
 	cfg.RetryBackoff = s.opts.RetryBackoff
+	cfg.Budget = s.budget
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars}
 	cfg.Logger = c.log
 	cfg.Hooks = s.opts.Metrics.hooks(c.log)
@@ -174,46 +175,67 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 	return nil
 }
 
-// process runs every record of b through the pool, waits for them all, and answers the batch.
+// process runs every record of b through the pool and sends each record's output as soon as
+// it and the records before it are done, in record order, so that the bridge holds no
+// batch's output waiting on the batch's last record; then it answers the batch with Ack or
+// Fail. A record that fails for good stops the sending of the batch's output (the sidecar
+// discards a failed batch's emits).
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
-	results := make([]engine.Result, len(recs))
-	var wg sync.WaitGroup
+	type finished struct {
+		i   int
+		res engine.Result
+	}
+	results := make(chan finished, len(recs)) // never blocks the pool's goroutine
 	for i, r := range recs {
-		wg.Add(1)
 		err := c.pool.Submit(c.ctx, c.item(b, topic, r), func(res engine.Result) {
-			results[i] = res
-			wg.Done()
+			results <- finished{i, res}
 		})
 		switch {
 		case err == nil:
 		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line
-			wg.Done()
-			results[i] = engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}
+			results <- finished{i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}}
 		default: // the pool is closed or the conversation over
-			wg.Done()
-			results[i] = engine.Result{Outcome: engine.Abandoned, Err: err}
+			results <- finished{i, engine.Result{Outcome: engine.Abandoned, Err: err}}
 		}
 	}
-	wg.Wait()
-	msgs := c.answerFor(b, topic, results)
-	if msgs == nil {
+	settledAll := make([]settled, len(recs))
+	waiting := make([]*engine.Result, len(recs)) // done out of order: held until those before are
+	next, sending := 0, true
+	for range recs {
+		f := <-results
+		waiting[f.i] = &f.res
+		for next < len(recs) && waiting[next] != nil {
+			r := c.settle(b, topic, recs[next], *waiting[next], sending)
+			waiting[next] = nil
+			settledAll[next] = r
+			if r.kind == "failed" || r.kind == "abandoned" {
+				sending = false
+			}
+			next++
+		}
+	}
+	final := c.finalFor(b, topic, settledAll)
+	if final == nil {
 		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", b.GetBatchId())
+		c.forget(b.GetBatchId())
 		return
 	}
-	c.answer(b.GetBatchId(), msgs)
+	c.send(b.GetBatchId(), []*flowv1.FromProcess{final})
+	c.forget(b.GetBatchId())
 }
 
 // answer sends msgs, the whole answer of one batch, unless the conversation is void.
 func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
+	c.send(id, msgs)
+	c.forget(id)
+}
+
+// send sends msgs of batch id, unless the conversation is void. A new Start voids everything:
+// nothing of this conversation goes out after it.
+func (c *conversation) send(id uint64, msgs []*flowv1.FromProcess) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.inFlight, id)
-		c.mu.Unlock()
-	}()
-	// A new Start voids everything: nothing of this conversation goes out after it.
 	if c.voided.Load() {
 		return
 	}
@@ -223,6 +245,13 @@ func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
 			return
 		}
 	}
+}
+
+// forget takes batch id out of flight, once it is answered or abandoned.
+func (c *conversation) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.inFlight, id)
+	c.mu.Unlock()
 }
 
 // finish ends the conversation cleanly: it waits for the batches in flight to be answered

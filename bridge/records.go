@@ -34,10 +34,18 @@ const maxHeaderError = 4 << 10
 
 var nullJSON = json.RawMessage("null")
 
-// IdempotencyKey returns the idempotencyKey of a record: hex of the first 16 bytes of
-// SHA-256 over the pipeline, streamlet, topic, partition and offset. It is the same on every
-// attempt and in every conversation, so a redelivered record keeps its key.
+// IdempotencyKey returns the idempotencyKey of a record in replay generation 0: hex of the
+// first 16 bytes of SHA-256 over the pipeline, streamlet, topic, partition and offset. It is
+// the same on every attempt and in every conversation, so a redelivered record keeps its key.
 func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset int64) string {
+	return IdempotencyKeyAt(0, pipeline, streamlet, topic, partition, offset)
+}
+
+// IdempotencyKeyAt returns the idempotencyKey of a record in replay generation gen (the
+// operator's FLOW_REPLAY_GENERATION): generation 0 is IdempotencyKey's, unchanged; any other
+// generation is hashed after the offset, so a deliberate replay under a bumped generation
+// gets new keys while redeliveries within one generation keep theirs.
+func IdempotencyKeyAt(gen uint64, pipeline, streamlet, topic string, partition int32, offset int64) string {
 	var stack [256]byte // on the stack for the usual name lengths: one allocation per key
 	buf := stack[:0]
 	for _, s := range [...]string{pipeline, streamlet, topic} {
@@ -46,6 +54,9 @@ func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset i
 	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
 	buf = binary.BigEndian.AppendUint64(buf, uint64(offset))
+	if gen != 0 {
+		buf = binary.BigEndian.AppendUint64(buf, gen)
+	}
 	sum := sha256.Sum256(buf)
 	var key [32]byte
 	hex.Encode(key[:], sum[:16])
@@ -75,7 +86,7 @@ func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecor
 		Partition:      b.GetPartition(),
 		Offset:         in.GetOffset(),
 		Timestamp:      in.GetTimestampMs(),
-		IdempotencyKey: IdempotencyKey(c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
+		IdempotencyKey: IdempotencyKeyAt(c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
 	}
 	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.
@@ -119,76 +130,100 @@ func bytesOf(text *string, b64, what string) ([]byte, error) {
 	return nil, nil
 }
 
-// answerFor builds the answer of batch b from its records' results: the emits of every record
-// in record order, then Ack; or a single Fail for the first record that failed for good with
-// no --dead-letter outlet. It returns nil when a record was abandoned: the conversation is
-// over and the batch must not be answered.
-func (c *conversation) answerFor(b *flowv1.Batch, topic string, results []engine.Result) []*flowv1.FromProcess {
+// settled is what became of one record of a batch: done, fallback or dead_letter (its
+// messages were sent), failed (cause says why; the batch fails) or abandoned.
+type settled struct {
+	kind     string
+	cause    error
+	attempts int
+}
+
+// settle turns one record's result into its messages and sends them at once (unless send is
+// false: the batch is failing or abandoned, and they would be discarded), so that no record's
+// output waits on its batch's others. It releases the bytes the result held of the budget.
+func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, send bool) settled {
+	defer c.s.budget.Release(res.Held)
 	a := c.s.opts.Action
+	id := b.GetBatchId()
+	var cause error
+	switch res.Outcome {
+	case engine.Abandoned:
+		return settled{kind: "abandoned"}
+	case engine.Done:
+		emits, err := c.emits(id, res.Emits)
+		if err == nil {
+			if send {
+				c.send(id, emits)
+			}
+			return settled{kind: "done"}
+		}
+		cause = err
+	case engine.Abstained:
+		if a.Fallback != "" {
+			msg, err := c.route(id, a.Fallback, in, b, topic,
+				&flowv1.Header{Key: headerAbstainReason, Value: []byte(res.Reason)})
+			if err == nil {
+				if send {
+					c.send(id, []*flowv1.FromProcess{msg})
+				}
+				return settled{kind: "fallback"}
+			}
+			cause = err
+		} else {
+			cause = fmt.Errorf("the action abstained (%q) and the action config names no --fallback outlet; add --fallback PORT to route abstained records", res.Reason)
+		}
+	default: // Failed
+		cause = res.Err
+		if cause == nil {
+			cause = errors.New("failed with no cause given")
+		}
+	}
+	attempts := res.Attempts
+	c.log.Warn("record failed for good", "batch", id, "record", recordID(topic, b.GetPartition(), in.GetOffset()), "attempts", attempts, "error", cause)
+	if a.DeadLetter != "" {
+		errText := cause.Error()
+		if len(errText) > maxHeaderError {
+			errText = errText[:maxHeaderError]
+		}
+		msg, err := c.route(id, a.DeadLetter, in, b, topic,
+			&flowv1.Header{Key: headerError, Value: []byte(errText)},
+			&flowv1.Header{Key: headerAttempts, Value: []byte(strconv.Itoa(attempts))})
+		if err == nil {
+			if send {
+				c.send(id, []*flowv1.FromProcess{msg})
+			}
+			return settled{kind: "dead_letter"}
+		}
+		cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
+	}
+	return settled{kind: "failed", cause: cause, attempts: attempts}
+}
+
+// finalFor is the last message of batch b once every record settled: Ack, or a single Fail
+// for the first record (in record order) that failed for good. It returns nil when a record
+// was abandoned: the conversation is over and the batch must not be answered.
+func (c *conversation) finalFor(b *flowv1.Batch, topic string, records []settled) *flowv1.FromProcess {
 	m := c.s.opts.Metrics
 	id := b.GetBatchId()
-	var msgs []*flowv1.FromProcess
-	for i, res := range results {
-		if res.Outcome == engine.Abandoned {
-			m.items("abandoned", len(results)-i)
+	for i, r := range records {
+		if r.kind == "abandoned" {
+			m.items("abandoned", len(records)-i)
 			return nil
 		}
 	}
-	for i, res := range results {
+	for i, r := range records {
+		if r.kind != "failed" {
+			m.items(r.kind, 1)
+			continue
+		}
 		in := b.GetRecords()[i]
-		var cause error
-		switch res.Outcome {
-		case engine.Done:
-			emits, err := c.emits(id, res.Emits)
-			if err == nil {
-				msgs = append(msgs, emits...)
-				m.items("done", 1)
-				continue
-			}
-			cause = err
-		case engine.Abstained:
-			if a.Fallback != "" {
-				msg, err := c.route(id, a.Fallback, in, b, topic,
-					&flowv1.Header{Key: headerAbstainReason, Value: []byte(res.Reason)})
-				if err == nil {
-					msgs = append(msgs, msg)
-					m.items("fallback", 1)
-					continue
-				}
-				cause = err
-			} else {
-				cause = fmt.Errorf("the action abstained (%q) and the action config names no --fallback outlet; add --fallback PORT to route abstained records", res.Reason)
-			}
-		default: // Failed
-			cause = res.Err
-			if cause == nil {
-				cause = errors.New("failed with no cause given")
-			}
-		}
-		attempts := res.Attempts
-		c.log.Warn("record failed for good", "batch", id, "record", recordID(topic, b.GetPartition(), in.GetOffset()), "attempts", attempts, "error", cause)
-		if a.DeadLetter != "" {
-			errText := cause.Error()
-			if len(errText) > maxHeaderError {
-				errText = errText[:maxHeaderError]
-			}
-			msg, err := c.route(id, a.DeadLetter, in, b, topic,
-				&flowv1.Header{Key: headerError, Value: []byte(errText)},
-				&flowv1.Header{Key: headerAttempts, Value: []byte(strconv.Itoa(attempts))})
-			if err == nil {
-				msgs = append(msgs, msg)
-				m.items("dead_letter", 1)
-				continue
-			}
-			cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
-		}
 		m.items("failed", 1)
-		m.items("abandoned", len(results)-i-1)
+		m.items("abandoned", len(records)-i-1)
 		m.batch("fail")
-		return []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("record %s failed for good after %d attempt(s): %v", recordID(topic, b.GetPartition(), in.GetOffset()), attempts, cause))}
+		return failMsg(id, fmt.Sprintf("record %s failed for good after %d attempt(s): %v", recordID(topic, b.GetPartition(), in.GetOffset()), r.attempts, r.cause))
 	}
 	m.batch("ack")
-	return append(msgs, &flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: id}}})
+	return &flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: id}}}
 }
 
 // emitMessage is the four messages of one Emit, allocated together: one allocation per
@@ -201,7 +236,7 @@ type emitMessage struct {
 }
 
 // emits maps a record's staged emits to Emit messages, checking each: a declared outlet
-// bound by Start (the only outlet when the emit names none), a key and header values that
+// bound by Start (when the emit names none, the one outlet that is neither --dead-letter nor --fallback), a key and header values that
 // decode, and a message under max_message_bytes.
 func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProcess, error) {
 	a := c.s.opts.Action
@@ -209,10 +244,11 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 	for i, e := range staged {
 		outlet := e.Outlet
 		if outlet == "" {
-			if len(a.Outlets) != 1 {
-				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets (%s): name one with \"outlet\"", i+1, len(a.Outlets), portList(a.Outlets))
+			name, n, ok := a.DefaultOutlet()
+			if !ok {
+				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets besides its --dead-letter and --fallback ports (%s): name one with \"outlet\" (an emit may leave it out only when exactly one outlet is neither of those two)", i+1, n, portList(a.programOutlets()))
 			}
-			outlet = a.Outlets[0].Name
+			outlet = name
 		}
 		if !c.s.outlets[outlet] {
 			return nil, fmt.Errorf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets))

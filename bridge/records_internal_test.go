@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -46,6 +47,34 @@ func TestIdempotencyKey(t *testing.T) {
 	// Length prefixes keep ("ab","c") and ("a","bc") apart.
 	if IdempotencyKey("ab", "c", "t", 1, 2) == IdempotencyKey("a", "bc", "t", 1, 2) || k == IdempotencyKey("p", "s", "t", 1, 3) {
 		t.Errorf("IdempotencyKey collides on different records")
+	}
+}
+
+// TestIdempotencyKeyReplayGeneration: generation 0 keeps today's keys exactly; every other
+// generation gives every record new keys, stable within the generation.
+func TestIdempotencyKeyReplayGeneration(t *testing.T) {
+	if got, want := IdempotencyKeyAt(0, "pipe", "score-listing", "listings", 3, 1042), "25ec15e1e9cdf74d5a74c078f578c602"; got != want {
+		t.Errorf("IdempotencyKeyAt(0, …) = %s; want the generation-less key %s", got, want)
+	}
+	seen := map[string]uint64{}
+	for _, gen := range []uint64{0, 1, 2, 1 << 40} {
+		k := IdempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042)
+		if other, dup := seen[k]; dup {
+			t.Errorf("generations %d and %d give the same key %s", other, gen, k)
+		}
+		seen[k] = gen
+		if k != IdempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042) || len(k) != 32 {
+			t.Errorf("IdempotencyKeyAt(%d) = %q; want 32 hex digits, stable", gen, k)
+		}
+	}
+	if got, err := ReplayGenerationFromEnv(func(string) string { return "" }); got != 0 || err != nil {
+		t.Errorf("ReplayGenerationFromEnv(unset) = %d, %v; want 0", got, err)
+	}
+	if got, err := ReplayGenerationFromEnv(func(string) string { return "7" }); got != 7 || err != nil {
+		t.Errorf("ReplayGenerationFromEnv(7) = %d, %v; want 7", got, err)
+	}
+	if _, err := ReplayGenerationFromEnv(func(string) string { return "-1" }); err == nil || !strings.Contains(err.Error(), EnvReplayGeneration) {
+		t.Errorf("ReplayGenerationFromEnv(-1) = %v; want an error naming %s", err, EnvReplayGeneration)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // grpcMessageLimit is what the server accepts and sends: a message of the protocol's limit plus
@@ -35,6 +36,14 @@ type Options struct {
 	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
 	// (default: the stdio pool's).
 	ShutdownGrace time.Duration
+	// Budget bounds the output the bridge holds, staged by the action and not yet sent, across
+	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
+	// full the bridge writes no item to its processes.
+	Budget *engine.Budget
+	// ReplayGeneration is part of every idempotencyKey (see [IdempotencyKeyAt]): 0 keeps the
+	// keys of IdempotencyKey; the operator bumps it (FLOW_REPLAY_GENERATION) for a deliberate
+	// replay, so that systems deduplicating on the keys apply the replayed records.
+	ReplayGeneration uint64
 	// RetryBackoff is the first delay before a retry, doubling with jitter (default: the stdio
 	// pool's). Tests shorten it.
 	RetryBackoff time.Duration
@@ -49,12 +58,15 @@ type Server struct {
 
 	opts    Options
 	log     *slog.Logger
+	budget  *engine.Budget
 	spec    *flowv1.Spec
 	outlets map[string]bool // declared outlets
 
 	mu          sync.Mutex
 	current     *conversation
-	terminating chan struct{} // closed by shutdown
+	starts      uint64             // Starts taken: the latest one is the live conversation
+	cancelStart context.CancelFunc // ends the wait of the Start whose processes are starting
+	terminating chan struct{}      // closed by shutdown
 	terminated  bool
 	wg          sync.WaitGroup // receive goroutines of Run
 }
@@ -76,8 +88,12 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = protocol.StopTimeout
 	}
+	if opts.Budget == nil {
+		opts.Budget = engine.NewBudget(DefaultMaxHeldBytes)
+	}
 	s := &Server{
 		opts:        opts,
+		budget:      opts.Budget,
 		log:         opts.Logger.With("streamlet", opts.Action.Name),
 		spec:        opts.Action.Spec(opts.Version),
 		outlets:     map[string]bool{},
@@ -145,6 +161,9 @@ func (s *Server) shutdown(ctx context.Context) {
 		close(s.terminating)
 	}
 	c := s.current
+	if s.cancelStart != nil {
+		s.cancelStart()
+	}
 	s.mu.Unlock()
 	if c != nil {
 		c.finish(ctx)
@@ -277,34 +296,59 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 	}
 }
 
-// start begins a conversation for st, voiding the server's previous one.
+// start begins a conversation for st, voiding the server's previous one. The latest Start
+// always wins: a conversation whose processes are still starting when a newer Start arrives
+// stops waiting for them and is voided, whichever of the two would finish starting first.
 func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess], st *flowv1.Start) (*conversation, error) {
 	s.mu.Lock()
 	if s.terminated {
 		s.mu.Unlock()
 		return nil, status.Error(codes.Unavailable, "the bridge is shutting down and takes no new conversation")
 	}
+	s.starts++
+	n := s.starts
 	old := s.current
 	s.current = nil
+	if s.cancelStart != nil {
+		s.cancelStart() // an older Start still starting: void from now on
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.cancelStart = cancel
 	s.mu.Unlock()
 	if old != nil {
 		old.void("a new Start arrived on another stream", false)
 	}
-	c, err := newConversation(ctx, s, stream, st)
+	c, err := newConversation(sctx, s, stream, st)
+	s.mu.Lock()
+	latest := s.starts == n && !s.terminated
+	if s.starts == n {
+		s.cancelStart = nil
+	}
+	if !latest {
+		s.mu.Unlock()
+		if c != nil {
+			c.void("a newer Start arrived while its processes started", false)
+		}
+		if s.isTerminated() {
+			return nil, status.Error(codes.Unavailable, "the bridge is shutting down and takes no new conversation")
+		}
+		return nil, status.Errorf(codes.Aborted, "conversation %s was voided by a newer Start while its processes started", st.GetConversationId())
+	}
 	if err != nil {
+		s.mu.Unlock()
 		s.log.Error("cannot start the conversation", "conversation", st.GetConversationId(), "error", err)
 		return nil, err
-	}
-	s.mu.Lock()
-	if s.terminated || s.current != nil {
-		// shutdown or another Start came in while the pool was starting.
-		s.mu.Unlock()
-		c.void("superseded while starting", false)
-		return nil, status.Error(codes.Aborted, "the conversation was superseded while its processes started")
 	}
 	s.current = c
 	s.mu.Unlock()
 	return c, nil
+}
+
+func (s *Server) isTerminated() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terminated
 }
 
 // release forgets c if it is the live conversation.

@@ -179,8 +179,17 @@ func TestRecords(t *testing.T) {
 		line: twoOutlets,
 		recs: []*flowv1.InputRecord{rec(5, nil, `{"op":"emits","n":1}`)},
 		check: func(t *testing.T, a *answer) {
-			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `record in-topic/0/5 failed for good after 1 attempt(s): emit 1 names no outlet, and the action has 2 outlets (a, b)`) || len(a.emits) != 0 {
+			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `record in-topic/0/5 failed for good after 1 attempt(s): emit 1 names no outlet, and the action has 2 outlets besides its --dead-letter and --fallback ports (a, b)`) || len(a.emits) != 0 {
 				t.Errorf("answer = %v; want Fail naming the record and the missing outlet", a)
+			}
+		},
+	}, {
+		name: "no outlet named: the one that is neither dead-letter nor fallback",
+		line: "t --in in=x.v1 --out dlq=d.v1 --out out=y.v1 --out fb=f.v1 --dead-letter dlq --fallback fb",
+		recs: []*flowv1.InputRecord{rec(0, nil, `{"op":"emits","n":2}`)},
+		check: func(t *testing.T, a *answer) {
+			if !a.ack || len(a.emits) != 2 || a.emits[0].GetOutlet() != "out" || a.emits[1].GetOutlet() != "out" {
+				t.Errorf("answer = %v; want Ack after 2 emits to out", a)
 			}
 		},
 	}, {

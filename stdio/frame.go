@@ -41,9 +41,15 @@ func NewLineReader(r io.Reader, max int) *LineReader {
 // answering lines can tell that more input is waiting before it flushes.
 func (l *LineReader) Buffered() int { return l.r.Buffered() }
 
+// ErrNoNewline is returned by ReadLine together with a last line that has no newline. It
+// matches io.ErrUnexpectedEOF. Whether that is a line or a fault is the caller's to say: an
+// input file's last line is a line; a protocol stream's is a violation (a writer that died
+// mid-line, or forgot the newline).
+var ErrNoNewline = fmt.Errorf("the last line has no newline: %w", io.ErrUnexpectedEOF)
+
 // ReadLine returns the next line without its newline. The slice is valid until the next call.
-// At the end of the stream it returns io.EOF; a last line without a newline returns
-// io.ErrUnexpectedEOF (a writer that died mid-line).
+// At the end of the stream it returns io.EOF; a last line without a newline is returned with
+// ErrNoNewline (never dropped).
 func (l *LineReader) ReadLine() ([]byte, error) {
 	if cap(l.buf) > 1<<20 {
 		l.buf = nil // do not hold a long line's memory past its use
@@ -58,7 +64,10 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 	case errors.Is(err, bufio.ErrBufferFull):
 	case errors.Is(err, io.EOF):
 		if len(line) > 0 {
-			return nil, io.ErrUnexpectedEOF
+			if len(line) > l.max {
+				return nil, l.tooLong(line)
+			}
+			return line, ErrNoNewline
 		}
 		return nil, io.EOF
 	default:
@@ -77,7 +86,10 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
-			return nil, io.ErrUnexpectedEOF
+			if len(l.buf) > l.max {
+				return nil, l.tooLong(l.buf)
+			}
+			return l.buf, ErrNoNewline
 		default:
 			return nil, err
 		}

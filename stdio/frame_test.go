@@ -104,6 +104,28 @@ func TestLineReader(t *testing.T) {
 	}
 }
 
+// TestLineReaderLastLineWithoutNewline: a last line without a newline is returned, with
+// ErrNoNewline, never dropped; at any length up to the limit.
+func TestLineReaderLastLineWithoutNewline(t *testing.T) {
+	for _, last := range []string{"cd", strings.Repeat("z", 100000)} {
+		r := stdio.NewLineReader(strings.NewReader("ab\n"+last), 200000)
+		if line, err := r.ReadLine(); err != nil || string(line) != "ab" {
+			t.Fatalf("first ReadLine = %q, %v; want ab", line, err)
+		}
+		line, err := r.ReadLine()
+		if !errors.Is(err, stdio.ErrNoNewline) || !errors.Is(err, io.ErrUnexpectedEOF) || string(line) != last {
+			t.Fatalf("last ReadLine = %d bytes, %v; want the %d-byte line with ErrNoNewline", len(line), err, len(last))
+		}
+		if !strings.Contains(err.Error(), "the last line has no newline") {
+			t.Errorf("error %q does not say the last line has no newline", err)
+		}
+	}
+	r := stdio.NewLineReader(strings.NewReader("abcde"), 4)
+	if _, err := r.ReadLine(); !errors.Is(err, stdio.ErrLineTooLong) {
+		t.Errorf("a 5-byte last line over a 4-byte limit: %v; want ErrLineTooLong", err)
+	}
+}
+
 func TestLineReaderTooLongNamesLimit(t *testing.T) {
 	r := stdio.NewLineReader(strings.NewReader(strings.Repeat("y", stdio.MaxLineBytes+10)+"\n"), 0)
 	_, err := r.ReadLine()
@@ -235,6 +257,9 @@ func FuzzDecodeLines(f *testing.F) {
 				case errors.Is(err, io.ErrUnexpectedEOF):
 					if i >= 0 || len(rest) == 0 {
 						t.Fatalf("ErrUnexpectedEOF with a complete line left")
+					}
+					if !bytes.Equal(line, rest) {
+						t.Fatalf("last line without a newline = %q; want %q", line, rest)
 					}
 				case errors.Is(err, stdio.ErrLineTooLong):
 					if i >= 0 && i <= limit {

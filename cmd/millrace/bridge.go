@@ -47,11 +47,22 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	budget, err := bridge.BudgetFromEnv(e.getenv)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
+	gen, err := bridge.ReplayGenerationFromEnv(e.getenv)
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
 	return bridge.ListenAndServe(ctx, port, bridge.Options{
 		Action:  a,
 		Version: Version(),
 		Logger:  logger,
+		Budget:  budget,
+
+		ReplayGeneration: gen,
 	}, nil)
 }
 

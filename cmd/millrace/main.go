@@ -39,6 +39,7 @@ var commands = []*command{
 	{name: "init", summary: "write a new action directory (python, node, ruby, go, bash or raw) that passes its own tests", run: runInit},
 	{name: "describe", summary: "print the canonical descriptor.json of an action directory or config line", run: runDescribe},
 	{name: "run", summary: "run an action or a pipeline on a local Kafka broker: input lines in, output records out", run: runRun},
+	{name: "replay", summary: "rewind a stopped streamlet's consumer group, or send dead letters back to their topics", run: runReplay},
 }
 
 // errUsage marks a mistake on the command line: the caller prints usage and exits 2.

@@ -7,10 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/local"
@@ -77,32 +75,17 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	case !isTerminal(e.stdin):
 		opts.Input = e.stdin
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() { // the first Ctrl-C stops cleanly; a second one quits at once
-		select {
-		case <-ctx.Done():
-		case <-done:
-			return
-		}
-		fmt.Fprintln(out, "millrace run: stopping: finishing the batches in flight and committing them (Ctrl-C again to quit at once)")
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(again)
-		select {
-		case <-again:
-			fmt.Fprintln(out, "millrace run: quit before the batches in flight were committed (with --data or --brokers the next run processes them again)")
-			os.Exit(130)
-		case <-done:
-		}
-	}()
+	// The first Ctrl-C stops cleanly; a second one quits at once, leaving nothing behind.
+	defer quitOnSecondSignal(ctx, out,
+		"millrace run: stopping: finishing the batches in flight and committing them (Ctrl-C again to quit at once)",
+		"millrace run: quit before the batches in flight were committed; the action's processes were killed and their work folders removed (with --data or --brokers the next run processes them again)")()
 	sum, err := local.Run(ctx, p, opts)
 	if sum != nil {
 		fmt.Fprintf(e.stderr, "millrace run: %s: %s\n", p.Name, sum)
 	}
 	switch {
 	case errors.Is(err, local.ErrInterrupted):
-		return &exitError{code: 130, msg: err.Error()}
+		return &exitError{code: exitInterrupted, msg: err.Error()}
 	case err != nil:
 		return err
 	}

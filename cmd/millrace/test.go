@@ -12,7 +12,7 @@ import (
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
 // protocol checks.
-func runTest(ctx context.Context, e *env, args []string) error {
+func runTest(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D] [--set KEY=VALUE]…")
 	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
 	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
@@ -44,6 +44,14 @@ func runTest(ctx context.Context, e *env, args []string) error {
 	if a.ConfigErr != nil && (*conf || a.Config == nil) {
 		return a.ConfigErr
 	}
+	defer quitOnSecondSignal(ctx, e.stderr,
+		"millrace test: stopping the action (Ctrl-C again to quit at once)",
+		"millrace test: quit; the action's processes were killed and their work folders removed")()
+	defer func() {
+		if ctx.Err() != nil && err != nil {
+			err = &exitError{code: exitInterrupted, msg: "interrupted: the action's processes were stopped and their work folders removed"}
+		}
+	}()
 	ca := a.Conformance(Version())
 	if *timeout > 0 {
 		ca.Timeout = *timeout

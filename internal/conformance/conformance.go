@@ -28,6 +28,7 @@ import (
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // Exported sentinel errors.
@@ -335,6 +336,7 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conformance: a work folder: %w", err)
 	}
+	defer engine.TrackDir(workdir)() // removed by engine.Teardown should the program quit at once
 	defer os.RemoveAll(workdir)
 	r := newRunner(ctx, &a, opts, workdir, inputs)
 	r.wait = opts.AnswerWait

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // FixtureOptions tune RunFixtures.
@@ -87,6 +88,7 @@ func RunFixtures(ctx context.Context, a Action, opts FixtureOptions) (*FixtureRe
 	if err != nil {
 		return nil, fmt.Errorf("conformance: a work folder: %w", err)
 	}
+	defer engine.TrackDir(workdir)() // removed by engine.Teardown should the program quit at once
 	defer os.RemoveAll(workdir)
 	rep := &FixtureReport{Action: a.Name, Pass: true, Updated: opts.Update}
 	for _, f := range fx {
@@ -204,8 +206,8 @@ func toAnswer(a *Action, d *delivery) *answer {
 	case stdio.TypeDone:
 		for _, e := range d.emits {
 			outlet := e.Outlet
-			if outlet == "" && len(a.Outlets) == 1 {
-				outlet = a.Outlets[0].Name
+			if name, _, ok := a.DefaultOutlet(); outlet == "" && ok {
+				outlet = name
 			}
 			ans.Emits = append(ans.Emits, emitOut{Outlet: outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
 		}

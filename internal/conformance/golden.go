@@ -130,12 +130,12 @@ func compareAnswer(a *Action, wantRaw json.RawMessage, got *answer) []string {
 			}
 		}
 		if _, ok := we["outlet"]; !ok {
-			switch len(a.Outlets) {
-			case 1:
-				we["outlet"] = a.Outlets[0].Name
-			case 0:
+			switch name, n, ok := a.DefaultOutlet(); {
+			case ok:
+				we["outlet"] = name
+			case n == 0 && len(a.Outlets) == 0:
 			default:
-				p = append(p, fmt.Sprintf("%s.outlet: the golden emit names no outlet, but the action has %d (%s): name it", path, len(a.Outlets), strings.Join(a.outlets(), ", ")))
+				p = append(p, fmt.Sprintf("%s.outlet: the golden emit names no outlet, but the action has %d outlets besides --dead-letter and --fallback (%s): name it", path, n, strings.Join(a.outlets(), ", ")))
 			}
 		}
 		for _, k := range emitFields {

@@ -182,6 +182,33 @@ func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int
 // read everything on the outlets. Commits are read before end offsets: a commit comes after
 // its emits were written, so every emit of a commit seen here is under the end offsets read
 // after it.
+// uncommitted returns how many records of the streamlets' inlets are not committed yet, over
+// every streamlet.
+func (r *runner) uncommitted(ctx context.Context) (int64, error) {
+	var topics []string
+	for _, st := range r.streamlets {
+		topics = append(topics, st.s.Inlets()...)
+	}
+	slices.Sort(topics)
+	ends, err := r.endOffsets(ctx, slices.Compact(topics))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, st := range r.streamlets {
+		c, err := r.committed(ctx, st)
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range st.s.Inlets() {
+			for p, end := range ends[t] {
+				n += max(end-max(c[t][p], 0), 0)
+			}
+		}
+	}
+	return n, nil
+}
+
 func (r *runner) caughtUp(ctx context.Context) (bool, error) {
 	commits := map[*running]map[string]map[int32]int64{}
 	for _, st := range r.streamlets {

@@ -162,6 +162,9 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	err = r.watch(ctx, inputDone)
 	stop()
 	stopAll()
+	if errors.Is(err, ErrInterrupted) {
+		err = r.interrupted()
+	}
 	select {
 	case <-inputDone:
 	case <-time.After(time.Second): // a read of an interactive stdin cannot be interrupted
@@ -170,4 +173,25 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		return nil, err
 	}
 	return r.summary(err == nil), err
+}
+
+// interrupted says how far an interrupted run got, once its streamlets stopped (the batches
+// in flight at the interrupt were finished and committed): what was committed, and what was
+// not.
+func (r *runner) interrupted() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := r.uncommitted(ctx)
+	r.mu.Lock()
+	eof := r.inputEOF
+	r.mu.Unlock()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; whether every record was committed is unknown: %w", ErrInterrupted, err)
+	case n > 0:
+		return fmt.Errorf("%w: %d record(s) read were not committed (with --data or --brokers the next run processes them again); the others were", ErrInterrupted, n)
+	case !eof:
+		return fmt.Errorf("%w: every record read was committed; the input was not read to its end", ErrInterrupted)
+	}
+	return fmt.Errorf("%w: every record was committed", ErrInterrupted)
 }

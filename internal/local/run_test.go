@@ -94,6 +94,38 @@ func TestRunSingle(t *testing.T) {
 	}
 }
 
+// TestRunLastLineWithoutNewline: the last input line is a line with or without its newline
+// (printf '{"name":"Ada"}' | millrace run greet --bare).
+func TestRunLastLineWithoutNewline(t *testing.T) {
+	dir := initAction(t, "greet")
+	a, err := local.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		in   string
+		bare bool
+		want string
+	}{
+		{in: `{"name":"Ada"}`, bare: true, want: `{"outlet":"out","payload":{"message":"Hello, Ada!"}}` + "\n"},
+		{in: "{\"payload\": {\"name\": \"Ada\"}}\n{\"key\": \"g\", \"payload\": {\"name\": \"Grace\"}}", want: `{"outlet":"out","payload":{"message":"Hello, Ada!"}}` + "\n" + `{"outlet":"out","key":"g","payload":{"message":"Hello, Grace!"}}` + "\n"},
+	} {
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		p := local.Single(a)
+		opts := local.Options{Input: strings.NewReader(tt.in), Bare: tt.bare, Out: &out, Logger: testLogger(t), Version: "test"}
+		prepare(t, p, &opts)
+		sum, err := local.Run(ctx, p, opts)
+		cancel()
+		if err != nil {
+			t.Fatalf("Run(%q) = %v (summary %v)", tt.in, err, sum)
+		}
+		if out.String() != tt.want || sum.In != strings.Count(tt.want, "\n") {
+			t.Errorf("Run(%q) printed\n%s\nsummary %+v; want\n%s", tt.in, out.String(), sum, tt.want)
+		}
+	}
+}
+
 // writeUpper writes an action that upper-cases the message of each greeting.
 func writeUpper(t *testing.T, dir string) {
 	t.Helper()

@@ -33,7 +33,7 @@ func (r *runner) watchUntil(ctx context.Context, inputDone <-chan struct{}) erro
 			if r.opts.Follow {
 				return nil
 			}
-			return fmt.Errorf("%w before every output was committed", ErrInterrupted)
+			return ErrInterrupted // Run says how far it got, once the streamlets stopped
 		case <-tick.C:
 		}
 		for _, st := range r.streamlets {

@@ -44,7 +44,7 @@ const Window = 64
 type NoConfig = struct{}
 
 // Keyed is one output of MapKeyed. An empty Key keeps the item's key; Outlet may be left
-// empty when the action has one outlet.
+// empty when the action has one outlet besides its --dead-letter and --fallback ports.
 type Keyed[T any] struct {
 	Key    string
 	Value  T

@@ -76,6 +76,7 @@ func (c *Child) Start() error {
 	}
 	stdinR.Close()
 	c.stdin = stdinW
+	trackChild(c)
 	return nil
 }
 
@@ -113,6 +114,7 @@ func (c *Child) Wait() error {
 	c.mu.Lock()
 	c.reaped = true
 	c.mu.Unlock()
+	untrackChild(c)
 	// The leader exited; WaitDelay's timer starts when Wait sees the exit.
 	err := c.cmd.Wait()
 	c.cancel()

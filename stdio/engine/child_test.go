@@ -122,6 +122,9 @@ func runChild(mode string) int {
 			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
 		case "badutf8":
 			c.raw("{\"type\":\"done\",\"delivery\":\"\xff\xfe\"}\n")
+		case "nonewline": // a done without its newline, then the end of stdout
+			c.raw(`{"type":"done","delivery":"` + m.Delivery + `"}`)
+			return 0
 		case "nonobject":
 			c.raw("[1,2,3]\n")
 		case "wrongdelivery":

@@ -62,6 +62,10 @@ type Config struct {
 	// MaxStagedBytes bounds the emit and metric lines one delivery may stage (default 64 MiB); more is a protocol violation that fails the attempt.
 	MaxStagedBytes int
 
+	// Budget, when set, bounds the output staged and held across every pool sharing it: while
+	// it is full no item is written. Done results then carry Held bytes the caller releases.
+	Budget *Budget
+
 	// QueueSize bounds the items accepted and not yet finished (queued, in flight or waiting to
 	// retry); Submit blocks when it is reached. Default: 256, or 2 × processes × window if more.
 	QueueSize int

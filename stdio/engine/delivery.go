@@ -57,6 +57,7 @@ func (pr *process) readStdout(stdout io.Reader) {
 	lr := stdio.NewLineReader(stdout, stdio.MaxLineBytes)
 	var m stdio.Message
 	line, err := lr.ReadLine()
+	err = noNewline(err, line)
 	if err == nil {
 		err = stdio.DecodeMessage(line, &m)
 		if err == nil && m.Type != stdio.TypeReady {
@@ -81,14 +82,24 @@ func (pr *process) readStdout(stdout io.Reader) {
 			}
 		}
 		if err != nil {
-			pr.fail(readError(err))
+			pr.fail(readError(noNewline(err, line)))
 			return
 		}
 	}
 }
 
+// noNewline makes a last line without a newline the protocol violation it is, quoting it.
+func noNewline(err error, line []byte) error {
+	if errors.Is(err, stdio.ErrNoNewline) {
+		return fmt.Errorf("%w: %w (stdout ended in %s): end every message with \\n", stdio.ErrProtocol, stdio.ErrNoNewline, errtext.Quote(line))
+	}
+	return err
+}
+
 func readError(err error) error {
 	switch {
+	case errors.Is(err, stdio.ErrProtocol):
+		return err
 	case errors.Is(err, io.EOF):
 		return errStdoutClosed
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -176,6 +187,7 @@ func notInFlight(typ, delivery string, line []byte) error {
 // stagedLocked counts line against the delivery's MaxStagedBytes. pr.mu is held.
 func (pr *process) stagedLocked(t *task, line []byte) error {
 	t.staged += len(line)
+	pr.pool.cfg.Budget.add(len(line))
 	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
 		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", stdio.ErrProtocol, t.item.Delivery, errtext.Size(limit))
 	}
@@ -209,7 +221,7 @@ func (pr *process) answeredLocked(t *task) {
 // alone writes (the reader never blocks on a write); next only wakes it when the window is
 // down to half, so a busy window costs one wake-up per half window, not one per item.
 func (pr *process) next() {
-	if pr.window == 1 && !pr.pool.cfg.PerItem {
+	if pr.window == 1 && !pr.pool.cfg.PerItem && !pr.pool.cfg.Budget.isFull() {
 		select {
 		case t := <-pr.pool.ready:
 			if pr.deliver(t) {
@@ -320,6 +332,7 @@ func (pr *process) register(t *task) bool {
 	}
 	pr.inflight[t.item.Delivery] = t
 	pr.last = lastDelivery{t.item.Delivery, t.item.ID, t.attempts}
+	p.cfg.Budget.begin()
 	return true
 }
 

@@ -88,3 +88,10 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 
 // Health returns the pool's health: nil, or an error wrapping ErrCrashLoop.
 func Health(p *Pool) error { return p.healthErr() }
+
+// UndoTeardown lets processes start again after a test's Teardown.
+func UndoTeardown() {
+	live.Lock()
+	live.down = false
+	live.Unlock()
+}

@@ -30,6 +30,7 @@ type process struct {
 	pid     int
 	log     *slog.Logger
 	workdir string
+	untrack func() // of workdir, for Teardown
 	stdin   *os.File
 	wmu     sync.Mutex // one line at a time on stdin
 	wbuf    []byte
@@ -62,10 +63,14 @@ type process struct {
 // spawn starts one process, says hello and waits for ready (ReadyTimeout, or ctx).
 func (p *Pool) spawn(ctx context.Context) (*process, error) {
 	cfg := &p.cfg
+	if tornDown() {
+		return nil, fmt.Errorf("%w: action %q: the program is quitting (Teardown)", ErrStart, cfg.Name)
+	}
 	workdir, err := os.MkdirTemp("", "millstream-workdir-")
 	if err != nil {
 		return nil, fmt.Errorf("%w: action %q: creating its MILLSTREAM_WORKDIR: %w", ErrStart, cfg.Name, err)
 	}
+	untrack := TrackDir(workdir)
 	pr := &process{
 		pool: p, workdir: workdir,
 		ready: make(chan error, 1), begin: make(chan struct{}),
@@ -78,8 +83,10 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 		Stdout: pr.readStdout,
 		Stderr: pr.readStderr,
 	}
+	pr.untrack = untrack
 	if err := pr.child.Start(); err != nil {
 		os.RemoveAll(workdir)
+		untrack()
 		return nil, fmt.Errorf("%w: action %q: starting %s: %w (check the command after -- on the config line)", ErrStart, cfg.Name, p.cmdline, err)
 	}
 	pr.pid, pr.stdin = pr.child.pid(), pr.child.Stdin()
@@ -145,6 +152,7 @@ func (pr *process) reap() {
 	if rmErr := os.RemoveAll(pr.workdir); rmErr != nil {
 		pr.log.Warn("removing MILLSTREAM_WORKDIR", "dir", pr.workdir, "err", rmErr)
 	}
+	pr.untrack()
 
 	pr.mu.Lock()
 	pr.exitErr = err

@@ -67,6 +67,7 @@ func TestBadChild(t *testing.T) {
 		{"longline", stdio.ErrLineTooLong, []string{"8 MiB", `"{\"type\":\"emit\"`}, nil},
 		{"chatty", stdio.ErrProtocol, []string{"staged more than 50000 bytes"}, func(c *engine.Config) { c.MaxStagedBytes = 50000 }},
 		{"badutf8", stdio.ErrProtocol, []string{"not valid UTF-8"}, nil},
+		{"nonewline", stdio.ErrProtocol, []string{"the last line has no newline", `"{\"type\":\"done\"`}, nil},
 		{"nonobject", stdio.ErrProtocol, []string{"not a JSON object", `"[1,2,3]"`}, nil},
 		{"wrongdelivery", stdio.ErrProtocol, []string{`"dl_someone_else", which is not in flight`}, nil},
 		{"hang", engine.ErrTimeout, []string{"no answer", "within 300ms", "thinking very hard"}, func(c *engine.Config) { c.ItemTimeout = 300 * time.Millisecond }},

@@ -42,4 +42,7 @@ type Result struct {
 	Err      error          // Failed/Abandoned: the cause (wraps a sentinel; names exit status and stderr where relevant)
 	Reason   string         // Abstained: the action's reason
 	Attempts int            // attempts made (0 when abandoned before the first)
+	// Held is the bytes of Config.Budget this Done result holds (its emit and metric lines):
+	// the caller returns them with Budget.Release once it let go of Emits. 0 without a budget.
+	Held int64
 }

@@ -62,6 +62,11 @@ func isRetryable(err error) bool {
 // attemptEnded is called exactly once per attempt, by whoever took it out of a process's
 // in-flight map: it schedules a retry or finishes the item.
 func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
+	if out != Done { // a Done result's output is held on for its caller (Result.Held)
+		p.cfg.Budget.Release(int64(t.staged))
+		t.staged = 0
+	}
+	p.cfg.Budget.end()
 	retry := out == Failed && isRetryable(err) && t.attempts < 1+p.cfg.Retries && !p.abandoning.Load()
 	if out == Failed {
 		p.log.Warn("action attempt failed", "action", p.cfg.Name, "item", t.item.ID, "delivery", t.item.Delivery, "attempt", t.attempts, "retry", retry, "err", err)
@@ -91,6 +96,9 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 	switch out {
 	case Done:
 		res.Emits = t.emits
+		if p.cfg.Budget != nil {
+			res.Held = int64(t.staged)
+		}
 	case Abstained:
 		res.Reason = reason
 	default:

@@ -45,6 +45,9 @@ func (p *Pool) serve(pr *process) bool {
 		if alive, quit := pr.awaitRoom(p.quit); !alive || quit {
 			return !quit
 		}
+		if alive, quit := p.awaitBudget(pr); !alive || quit {
+			return !quit
+		}
 		var t *task
 		select {
 		case t = <-p.ready:
@@ -68,7 +71,7 @@ func (p *Pool) serve(pr *process) bool {
 		// With a window, every ready item that fits goes out in the same write.
 		batch = stdio.AppendItem(batch[:0], &t.item)
 	fill:
-		for len(batch) < writeBatch && pr.hasRoom() {
+		for len(batch) < writeBatch && pr.hasRoom() && !p.cfg.Budget.isFull() {
 			select {
 			case t = <-p.ready:
 			default:
@@ -87,6 +90,24 @@ func (p *Pool) serve(pr *process) bool {
 		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process
 			_, quit := pr.awaitRoom(p.quit)
 			return !quit
+		}
+	}
+}
+
+// awaitBudget waits while the budget is full: no item is written until releases bring it
+// under its limit, pr dies (alive false) or the pool quits (quit true).
+func (p *Pool) awaitBudget(pr *process) (alive, quit bool) {
+	for {
+		full, room := p.cfg.Budget.full()
+		if !full {
+			return true, false
+		}
+		select {
+		case <-room:
+		case <-pr.dead:
+			return false, false
+		case <-p.quit:
+			return true, true
 		}
 	}
 }

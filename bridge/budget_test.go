@@ -1,0 +1,109 @@
+package bridge_test
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ankka-flow/millrace/bridge"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio/engine"
+)
+
+// TestHeldOutputBudget: an action with a large fan-out (16 outputs of 64 KiB per record, 8
+// records a batch, 4 partitions at once) delivers every output while the bridge holds at most
+// its budget plus what the deliveries in flight stage, not whole batches (32 MiB here).
+func TestHeldOutputBudget(t *testing.T) {
+	const (
+		limit      = 4 << 20
+		partitions = 4
+		records    = 8
+		outputs    = 16
+		kib        = 64
+		processes  = 2
+	)
+	budget := engine.NewBudget(limit)
+	r := startBridge(t, fmt.Sprintf("%s --concurrency %d", oneOutlet, processes), func(o *bridge.Options) { o.Budget = budget })
+	s := dial(t, r.addr)
+	s.start(r, "c", 0)
+	for p := range partitions {
+		recs := make([]*flowv1.InputRecord, records)
+		for i := range recs {
+			recs[i] = rec(int64(i), nil, fmt.Sprintf(`{"op":"fanout","n":%d,"ms":%d}`, outputs, kib))
+		}
+		s.batch(uint64(p+1), int32(p), recs...)
+	}
+	for p := range partitions {
+		a := s.wait(uint64(p + 1))
+		if !a.ack || len(a.emits) != records*outputs {
+			t.Fatalf("batch %d: %v; want Ack after %d emits", p+1, a, records*outputs)
+		}
+		for i, e := range a.emits { // in record order, each record's in its order
+			if want := fmt.Sprintf(`"%d-x`, i%outputs); string(e.GetRecord().GetValue()[:len(want)]) != want {
+				t.Fatalf("batch %d emit %d starts %q; want %s", p+1, i, e.GetRecord().GetValue()[:8], want)
+			}
+		}
+	}
+	perRecord := int64(outputs * (kib<<10 + 100))
+	if peak, bound := budget.Peak(), int64(limit)+2*processes*perRecord; peak > bound || peak == 0 {
+		t.Errorf("the bridge held at most %d bytes; want some, and under the %d-byte budget plus the deliveries in flight (%d)", peak, limit, bound)
+	}
+	if held := budget.Held(); held != 0 {
+		t.Errorf("held after every batch was answered = %d; want 0", held)
+	}
+	t.Logf("peak held %.1f MiB for a %d MiB budget (%d MiB of output in all)", float64(budget.Peak())/(1<<20), limit>>20, partitions*records*outputs*kib>>10)
+	expectEOF(t, s.stop())
+	s.check()
+}
+
+// TestREADMEBridgeEnv: the README's table of the bridge's environment shows the defaults.
+func TestREADMEBridgeEnv(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		bridge.EnvMaxHeldMiB: "`" + strconv.Itoa(bridge.DefaultMaxHeldBytes>>20) + "`",
+	}
+	for name, def := range want {
+		re := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(name) + "` \\| ([^|]+) \\|")
+		m := re.FindSubmatch(readme)
+		if m == nil || strings.TrimSpace(string(m[1])) != def {
+			t.Errorf("README: the row of %s = %q; want its default %s", name, m, def)
+		}
+	}
+	b, err := bridge.BudgetFromEnv(func(string) string { return "" })
+	if err != nil || b.Limit() != bridge.DefaultMaxHeldBytes {
+		t.Errorf("BudgetFromEnv(unset) = %v, %v; want the default", b.Limit(), err)
+	}
+	if b, err := bridge.BudgetFromEnv(func(string) string { return "3" }); err != nil || b.Limit() != 3<<20 {
+		t.Errorf("BudgetFromEnv(3) = %v, %v; want 3 MiB", b.Limit(), err)
+	}
+	if _, err := bridge.BudgetFromEnv(func(string) string { return "lots" }); err == nil || !strings.Contains(err.Error(), bridge.EnvMaxHeldMiB) {
+		t.Errorf("BudgetFromEnv(lots) = %v; want an error naming %s", err, bridge.EnvMaxHeldMiB)
+	}
+}
+
+// TestReplayGenerationKeys: the bridge's replay generation is part of each item's
+// idempotencyKey; the same record gets a new key under a bumped generation.
+func TestReplayGenerationKeys(t *testing.T) {
+	for _, gen := range []uint64{0, 4} {
+		r := startBridge(t, oneOutlet, func(o *bridge.Options) { o.ReplayGeneration = gen })
+		s := dial(t, r.addr)
+		s.start(r, "c", 0)
+		s.batch(1, 0, rec(3, nil, `{"op":"flaky","n":0}`))
+		a := s.wait(1)
+		if !a.ack || len(a.emits) != 1 {
+			t.Fatalf("generation %d: answer = %v; want Ack after 1 emit", gen, a)
+		}
+		want := bridge.IdempotencyKeyAt(gen, "pipe", "t", "in-topic", 0, 3)
+		if got := emitted(t, a.emits[0])["idempotencyKey"]; got != want || (gen != 0) == (want == bridge.IdempotencyKey("pipe", "t", "in-topic", 0, 3)) {
+			t.Errorf("generation %d: idempotencyKey = %v; want %s (new keys only for a bumped generation)", gen, got, want)
+		}
+		expectEOF(t, s.stop())
+		s.check()
+	}
+}
