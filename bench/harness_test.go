@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,12 +53,14 @@ func value(i, size int) []byte {
 	return append(v, `"}`...)
 }
 
-// bins are the binaries the benchmarks build once per run: millrace and the Go echo action.
+// bins are the binaries the benchmarks build once per run: millrace, the Go echo action and
+// the idle-measuring echo of BenchmarkGap.
 var bins struct {
 	once     sync.Once
 	dir      string
 	millrace string
 	goEcho   string
+	gapEcho  string
 	err      error
 }
 
@@ -69,8 +72,8 @@ func binaries(b testing.TB) (millrace, goEcho string) {
 		if bins.err != nil {
 			return
 		}
-		bins.millrace, bins.goEcho = filepath.Join(bins.dir, "millrace"), filepath.Join(bins.dir, "go-echo")
-		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo"} {
+		bins.millrace, bins.goEcho, bins.gapEcho = filepath.Join(bins.dir, "millrace"), filepath.Join(bins.dir, "go-echo"), filepath.Join(bins.dir, "gapecho")
+		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo", bins.gapEcho: "./gapecho"} {
 			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return
@@ -171,10 +174,14 @@ func (br *broker) producer(b testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// counter consumes a topic from its start (no group) and counts its records.
+// counter consumes a topic from its start (no group) and counts the distinct records it
+// reads: every benchmark value carries its number ("id"), so a record written twice (a
+// redelivery) is counted once, and a run ends only when every record it produced came out.
 type counter struct {
 	cl   *kgo.Client
-	seen int
+	seen int // distinct records
+	dups int // records read again
+	ids  []bool
 	// onRecord, when set, sees every record polled.
 	onRecord func(*kgo.Record)
 	// check, when set, is called between polls: its error ends the wait.
@@ -192,7 +199,7 @@ func (br *broker) counter(b testing.TB, topic string) *counter {
 	return &counter{cl: cl}
 }
 
-// waitFor polls until n records were seen in all, or the timeout passes.
+// waitFor polls until n distinct records were seen in all, or the timeout passes.
 func (c *counter) waitFor(n int, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -206,15 +213,9 @@ func (c *counter) waitFor(n int, timeout time.Duration) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%d of %d records seen within %s", c.seen, n, timeout)
 		}
-		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := c.take(fs); err != nil {
 			return err
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			c.seen++
-			if c.onRecord != nil {
-				c.onRecord(r)
-			}
-		})
 	}
 	return nil
 }
@@ -224,18 +225,57 @@ func (c *counter) pollFor(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for ctx.Err() == nil {
-		fs := c.cl.PollFetches(ctx)
-		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := c.take(c.cl.PollFetches(ctx)); err != nil {
 			return err
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			c.seen++
-			if c.onRecord != nil {
-				c.onRecord(r)
-			}
-		})
 	}
 	return nil
+}
+
+// take counts the records of one poll.
+func (c *counter) take(fs kgo.Fetches) error {
+	if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var bad []byte
+	fs.EachRecord(func(r *kgo.Record) {
+		id, ok := recordNumber(r.Value)
+		if !ok {
+			bad = r.Value
+			return
+		}
+		if id >= len(c.ids) {
+			c.ids = append(c.ids, make([]bool, id+1-len(c.ids)+len(c.ids)/2)...)
+		}
+		if c.ids[id] {
+			c.dups++
+		} else {
+			c.ids[id] = true
+			c.seen++
+		}
+		if c.onRecord != nil {
+			c.onRecord(r)
+		}
+	})
+	if bad != nil {
+		return fmt.Errorf("an output record carries no record number (\"id\":N first, as value writes it): %.80q", bad)
+	}
+	return nil
+}
+
+// recordNumber returns the number of a value written by value, as it came out of an action:
+// the integer after its leading {"id": (a JSON encoder may have put spaces around it).
+func recordNumber(v []byte) (int, bool) {
+	rest, ok := bytes.CutPrefix(bytes.TrimLeft(v, " "), []byte(`{"id":`))
+	if !ok {
+		return 0, false
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	n, i := 0, 0
+	for ; i < len(rest) && i < 10 && rest[i] >= '0' && rest[i] <= '9'; i++ {
+		n = n*10 + int(rest[i]-'0')
+	}
+	return n, i > 0 && n < 1<<28
 }
 
 // produce writes n records of valueSize-byte values round-robin over parts partitions of

@@ -24,6 +24,21 @@ func TestHelpers(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
+		in     string
+		want   int
+		wantOK bool
+	}{
+		{string(value(42, 200)), 42, true},
+		{`{"id": 7, "name": "listing-42"}`, 7, true}, // as Python's json.dumps writes it
+		{`{"name":"x","id":3}`, 0, false},
+		{`{"id":"3"}`, 0, false},
+		{``, 0, false},
+	} {
+		if got, ok := recordNumber([]byte(tc.in)); got != tc.want || ok != tc.wantOK {
+			t.Errorf("recordNumber(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.wantOK)
+		}
+	}
+	for _, tc := range []struct {
 		in   runs
 		want float64
 	}{

@@ -173,7 +173,7 @@ func BenchmarkProcs(b *testing.B) {
 		n, window int
 		parts     int
 	}
-	shapes := []shape{{cs[0], 2, 64, 8}, {cs[0], 1, 1, 1}}
+	shapes := []shape{{cs[0], 2, 64, 8}, {cs[0], 1, 64, 1}, {cs[0], 1, 1, 1}}
 	if len(cs) > 1 {
 		shapes = append(shapes, shape{cs[1], 2, 64, 8}, shape{cs[1], 1, 1, 1})
 	}
@@ -184,34 +184,53 @@ func BenchmarkProcs(b *testing.B) {
 		}
 		tag := fmt.Sprintf("%s-c%d-%s-p%d", s.c.name, s.n, mode, s.parts)
 		b.Run(strings.ReplaceAll(tag, "-", "/"), func(b *testing.B) {
-			dir := os.Getenv("BENCH_PROFILE_DIR")
-			if dir != "" {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					b.Fatal(err)
-				}
-			}
-			br := newBroker(b)
-			statsDir := b.TempDir()
-			pp := startProcs(b, br, roleProcs(dir, statsDir, tag), actionLine(s.c.argv, s.n, s.window), s.parts)
-			pp.waitReady(b)
-			statsS, statsB := filepath.Join(statsDir, tag+".sidecar.memstats"), filepath.Join(statsDir, tag+".bridge.memstats")
-			cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
-			mS0, bS0 := memStats(b, pp.sidecar, statsS, 1)
-			mB0, bB0 := memStats(b, pp.bridge, statsB, 1)
-			records := benchFlow(b, br, pp.in, pp.out, s.parts, pp.check)
-			pp.alive(b)
-			mS1, bS1 := memStats(b, pp.sidecar, statsS, 2)
-			mB1, bB1 := memStats(b, pp.bridge, statsB, 2)
-			b.ReportMetric(float64(mS1-mS0)/float64(records), "sidecar-allocs/rec")
-			b.ReportMetric(float64(mB1-mB0)/float64(records), "bridge-allocs/rec")
-			b.ReportMetric(float64(bS1-bS0)/float64(records), "sidecar-B/rec")
-			b.ReportMetric(float64(bB1-bB0)/float64(records), "bridge-B/rec")
-			b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
-			b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
-			b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
-			b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+			runDeployed(b, tag, actionLine(s.c.argv, s.n, s.window), s.parts)
 		})
 	}
+}
+
+// runDeployed runs one deployed-shape benchmark of the config line on parts partitions and
+// reports its figures; tag names its profiles. It returns the processes, still running, and
+// the records they moved (warm-up included).
+func runDeployed(b *testing.B, tag, line string, parts int) (*procPipeline, int) {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	br := newBroker(b)
+	statsDir := b.TempDir()
+	pp := startProcs(b, br, roleProcs(dir, statsDir, tag), line, parts)
+	pp.waitReady(b)
+	statsS, statsB := filepath.Join(statsDir, tag+".sidecar.memstats"), filepath.Join(statsDir, tag+".bridge.memstats")
+	cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
+	ioS, ioB := procIO(pp.sidecar.cmd.Process.Pid), procIO(pp.bridge.cmd.Process.Pid)
+	mS0, bS0 := memStats(b, pp.sidecar, statsS, 1)
+	mB0, bB0 := memStats(b, pp.bridge, statsB, 1)
+	records := benchFlow(b, br, pp.in, pp.out, parts, pp.check)
+	pp.alive(b)
+	mS1, bS1 := memStats(b, pp.sidecar, statsS, 2)
+	mB1, bB1 := memStats(b, pp.bridge, statsB, 2)
+	b.ReportMetric(float64(mS1-mS0)/float64(records), "sidecar-allocs/rec")
+	b.ReportMetric(float64(mB1-mB0)/float64(records), "bridge-allocs/rec")
+	b.ReportMetric(float64(bS1-bS0)/float64(records), "sidecar-B/rec")
+	b.ReportMetric(float64(bB1-bB0)/float64(records), "bridge-B/rec")
+	b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
+	b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
+	for _, x := range []struct {
+		side   string
+		pid    int
+		before [3]int64
+	}{{"sidecar", pp.sidecar.cmd.Process.Pid, ioS}, {"bridge", pp.bridge.cmd.Process.Pid, ioB}} {
+		after := procIO(x.pid)
+		b.ReportMetric(float64(after[0]-x.before[0])/float64(records), x.side+"-reads/rec")
+		b.ReportMetric(float64(after[1]-x.before[1])/float64(records), x.side+"-writes/rec")
+		b.ReportMetric(float64(after[2]-x.before[2])/float64(records), x.side+"-ctxsw/rec")
+	}
+	b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
+	b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+	return pp, records
 }
 
 // procCPU returns the CPU time (user + system, children excluded) pid has used.
@@ -225,6 +244,35 @@ func procCPU(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(rest[11], 10, 64)
 	stime, _ := strconv.ParseInt(rest[12], 10, 64)
 	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+}
+
+// procIO returns the read and write system calls pid has made (syscr, syscw of
+// /proc/PID/io) and the context switches of its threads (those still running), or zeros.
+func procIO(pid int) [3]int64 {
+	var n [3]int64
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return n
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "syscr: "); ok {
+			n[0], _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(l, "syscw: "); ok {
+			n[1], _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		data, _ := os.ReadFile(t)
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n[2] += c
+			}
+		}
+	}
+	return n
 }
 
 // memStats signals p (SIGUSR1) and returns the allocation count and bytes it writes to path

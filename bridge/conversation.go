@@ -187,10 +187,16 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 		res engine.Result
 	}
 	results := make(chan finished, len(recs)) // never blocks the pool's goroutine
+	// The records go to the pool together (one queueing, one callback), so that a process's
+	// worker writes them to the child in runs.
+	items := make([]stdio.Item, len(recs))
 	for i, r := range recs {
-		err := c.pool.Submit(c.ctx, c.item(b, topic, r), func(res engine.Result) {
-			results <- finished{i, res}
-		})
+		items[i] = c.item(b, topic, r)
+	}
+	errs := c.pool.SubmitBatch(c.ctx, items, func(i int, res engine.Result) {
+		results <- finished{i, res}
+	})
+	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line

@@ -46,7 +46,13 @@ func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset i
 // generation is hashed after the offset, so a deliberate replay under a bumped generation
 // gets new keys while redeliveries within one generation keep theirs.
 func IdempotencyKeyAt(gen uint64, pipeline, streamlet, topic string, partition int32, offset int64) string {
-	var stack [256]byte // on the stack for the usual name lengths: one allocation per key
+	var key [32]byte
+	return string(appendIdempotencyKey(key[:0], gen, pipeline, streamlet, topic, partition, offset))
+}
+
+// appendIdempotencyKey appends a record's IdempotencyKeyAt to dst.
+func appendIdempotencyKey(dst []byte, gen uint64, pipeline, streamlet, topic string, partition int32, offset int64) []byte {
+	var stack [256]byte // on the stack for the usual name lengths
 	buf := stack[:0]
 	for _, s := range [...]string{pipeline, streamlet, topic} {
 		buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
@@ -58,35 +64,41 @@ func IdempotencyKeyAt(gen uint64, pipeline, streamlet, topic string, partition i
 		buf = binary.BigEndian.AppendUint64(buf, gen)
 	}
 	sum := sha256.Sum256(buf)
-	var key [32]byte
-	hex.Encode(key[:], sum[:16])
-	return string(key[:])
+	return hex.AppendEncode(dst, sum[:16])
 }
 
 // recordID is the item id of a record: "topic/partition/offset".
 func recordID(topic string, partition int32, offset int64) string {
 	var stack [128]byte // one allocation, the string, for the usual topic lengths
-	id := append(stack[:0], topic...)
-	id = append(id, '/')
-	id = strconv.AppendInt(id, int64(partition), 10)
-	id = append(id, '/')
-	id = strconv.AppendInt(id, offset, 10)
-	return string(id)
+	return string(appendRecordID(stack[:0], topic, partition, offset))
+}
+
+func appendRecordID(dst []byte, topic string, partition int32, offset int64) []byte {
+	dst = append(dst, topic...)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, int64(partition), 10)
+	dst = append(dst, '/')
+	return strconv.AppendInt(dst, offset, 10)
 }
 
 // item maps one input record to an action item.
 func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) stdio.Item {
 	r := in.GetRecord()
-	id := recordID(topic, b.GetPartition(), in.GetOffset())
+	// The id and the idempotency key in one string: one allocation for the two.
+	var stack [192]byte
+	buf := appendRecordID(stack[:0], topic, b.GetPartition(), in.GetOffset())
+	n := len(buf)
+	buf = appendIdempotencyKey(buf, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
+	both := string(buf)
 	it := stdio.Item{
-		ID:             id,
+		ID:             both[:n],
 		Run:            c.id,
 		Inlet:          b.GetInlet(),
 		Topic:          topic,
 		Partition:      b.GetPartition(),
 		Offset:         in.GetOffset(),
 		Timestamp:      in.GetTimestampMs(),
-		IdempotencyKey: IdempotencyKeyAt(c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset()),
+		IdempotencyKey: both[n:],
 	}
 	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/codec"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -106,9 +107,10 @@ func NewServer(opts Options) (*Server, error) {
 }
 
 // GRPCOptions returns the server options the bridge needs: message limits above the protocol's
-// 4 MiB. Keepalive is left at the gRPC library's defaults, as the protocol asks.
+// 4 MiB, and the protocol's codec (the same bytes, encoded without reflection). Keepalive is
+// left at the gRPC library's defaults, as the protocol asks.
 func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit), codec.ServerOption()}
 }
 
 // register registers the Discovery and Streamlet services on gs.

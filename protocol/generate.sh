@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Regenerates the Go code beside the .proto files (run through `go generate ./protocol/...`).
 # The plugins are the Go tools pinned in go.mod; protoc comes from Debian's protobuf-compiler.
+# protoc-gen-go-vtproto writes *_vtproto.pb.go: MarshalVT, UnmarshalVT and SizeVT without
+# reflection, which the sidecar and the bridge use for the messages of the Run stream.
 # The .proto files are the spec's, verbatim, so they carry no go_package: the M options set it.
 set -euo pipefail
 cd "$(dirname "$0")"
 command -v protoc >/dev/null || { echo "generate.sh: protoc not found; install Debian's protobuf-compiler (apt-get install protobuf-compiler)" >&2; exit 1; }
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-GOBIN="$bin" go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+GOBIN="$bin" go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc \
+  github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto
 pkg=github.com/ankka-flow/millrace/protocol/ankka/flow/v1
 protos=(ankka/flow/v1/payload.proto ankka/flow/v1/discovery.proto ankka/flow/v1/streamlet.proto)
 opts=()
 for p in "${protos[@]}"; do
-  opts+=(--go_opt="M$p=$pkg;flowv1" --go-grpc_opt="M$p=$pkg;flowv1")
+  opts+=(--go_opt="M$p=$pkg;flowv1" --go-grpc_opt="M$p=$pkg;flowv1" --go-vtproto_opt="M$p=$pkg;flowv1")
 done
 protoc --proto_path=. \
   --plugin=protoc-gen-go="$bin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
+  --plugin=protoc-gen-go-vtproto="$bin/protoc-gen-go-vtproto" \
   --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+  --go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
   "${opts[@]}" "${protos[@]}"

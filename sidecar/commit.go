@@ -69,35 +69,40 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		firstErr error
 		emits    int64
 	)
+	// One body for the callbacks of every record of the round (they are all produced now);
+	// each batch's callback adds its id and frees its emits (release, below).
+	began := s.now()
+	done := func(r *kgo.Record, err error, batchID uint64) {
+		defer wg.Done()
+		if err == nil {
+			s.metrics.outlet(r.Topic).produced.Inc()
+			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
+			return
+		}
+		errMu.Lock()
+		defer errMu.Unlock()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
+				errStreamFailed, errProduce, batchID, len(r.Value), r.Topic, err)
+		}
+	}
 	for _, b := range round {
+		wg.Add(len(b.emits))
+		emits += int64(len(b.emits))
 		// Once the batch's last emit is written (or failed), its emits are no longer held:
-		// the budgets free them, one lock a batch.
+		// the budgets free them, one lock and one callback a batch.
 		left := new(atomic.Int64)
 		left.Store(int64(len(b.emits)))
+		release := func(r *kgo.Record, err error) {
+			if left.Add(-1) == 0 {
+				s.mu.Lock()
+				s.drop(b)
+				s.mu.Unlock()
+			}
+			done(r, err, b.id)
+		}
 		for _, r := range b.emits {
-			wg.Add(1)
-			emits++
-			out := s.metrics.outlet(r.Topic)
-			began := s.now()
-			prod.Produce(ctx, r, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if left.Add(-1) == 0 {
-					s.mu.Lock()
-					s.drop(b)
-					s.mu.Unlock()
-				}
-				if err == nil {
-					out.produced.Inc()
-					s.metrics.produce.Observe(s.now().Sub(began).Seconds())
-					return
-				}
-				errMu.Lock()
-				defer errMu.Unlock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-						errStreamFailed, errProduce, b.id, len(r.Value), r.Topic, err)
-				}
-			})
+			prod.Produce(ctx, r, release)
 		}
 	}
 	wg.Wait()
@@ -130,7 +135,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var problems commitProblems
-	began := s.now()
+	began = s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			problems = append(problems, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/codec"
 )
 
 // batch is one Batch sent in a conversation.
@@ -33,8 +34,9 @@ type conversation struct {
 	outlets map[string]string // port → topic
 	batches map[uint64]*batch // sent, not yet answered with Ack or Fail
 	lastID  uint64
-	acked   []*batch // acknowledged, waiting to be produced and committed
-	round   []*batch // being produced and committed by the committer
+	acked   []*batch     // acknowledged, waiting to be produced and committed
+	round   []*batch     // being produced and committed by the committer
+	slab    []kgo.Record // where the next emits' records are allocated (newRecord)
 	// produceCtx is the context of every write and commit of the conversation; it is
 	// canceled when the conversation's end has waited FLOW_SHUTDOWN_TIMEOUT, so a write that
 	// cannot finish (an outlet gone) does not hold the end, nor a shutdown, for longer.
@@ -46,6 +48,7 @@ type conversation struct {
 	failing map[*partition]bool
 
 	kick       chan struct{} // wakes the sender
+	sendMu     sync.Mutex    // held by whoever sends on the stream: the sender or the receiver
 	commitKick chan struct{} // wakes the committer
 	failed     chan struct{} // closed at the first failure
 	err        error         // the first failure
@@ -97,7 +100,7 @@ func (s *Sidecar) kickSenderLocked() {
 func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStream()
-	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx)
+	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx, codec.CallOption())
 	if err != nil {
 		return streamFailed(causeUnreachable, "cannot open Run on the process: %w", err)
 	}
@@ -199,22 +202,16 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 }
 
 // send builds and sends batches whenever a partition has records and no batch in flight,
-// until ctx ends (then Stop and half-close) or the stream fails.
+// until ctx ends (then Stop and half-close) or the stream fails. The receiver sends too, the
+// moment an Ack frees a partition (sendReady); sendMu keeps one of them at a time on the
+// stream.
 func (s *Sidecar) send(ctx context.Context, c *conversation) {
 	for {
-		for {
-			msg, err := s.nextBatch(c)
-			if err != nil {
-				s.failConv(c, err)
-				return
-			}
-			if msg == nil {
-				break
-			}
-			if err := c.stream.Send(msg); err != nil {
-				s.failConv(c, streamFailed(causeUnreachable, "the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
-				return
-			}
+		c.sendMu.Lock()
+		ok := s.sendReadyLocked(c)
+		c.sendMu.Unlock()
+		if !ok {
+			return
 		}
 		select {
 		case <-c.failed:
@@ -223,6 +220,8 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			s.mu.Lock()
 			c.stopping = true
 			s.mu.Unlock()
+			c.sendMu.Lock()
+			defer c.sendMu.Unlock()
 			select {
 			case <-c.failed:
 				return
@@ -237,6 +236,37 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			}
 			return
 		case <-c.kick:
+		}
+	}
+}
+
+// sendReady sends the batches that are ready, if no one else is sending: the receiver calls
+// it on an Ack, so a partition's next batch leaves without waiting for the sender to wake.
+// When the sender is busy, it is kicked instead.
+func (s *Sidecar) sendReady(c *conversation) {
+	if !c.sendMu.TryLock() {
+		s.kickSender()
+		return
+	}
+	s.sendReadyLocked(c)
+	c.sendMu.Unlock()
+}
+
+// sendReadyLocked sends every batch that is ready, with sendMu held. It returns false when
+// the stream failed.
+func (s *Sidecar) sendReadyLocked(c *conversation) bool {
+	for {
+		msg, err := s.nextBatch(c)
+		if err != nil {
+			s.failConv(c, err)
+			return false
+		}
+		if msg == nil {
+			return true
+		}
+		if err := c.stream.Send(msg); err != nil {
+			s.failConv(c, streamFailed(causeUnreachable, "the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
+			return false
 		}
 	}
 }
@@ -281,7 +311,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 			bytes += r.size
 		}
 		c.lastID++
-		b := &batch{id: c.lastID, p: p, epoch: p.epoch, n: n, last: recs[n-1], sentAt: s.now()}
+		b := &batch{id: c.lastID, p: p, epoch: p.epoch, n: n, last: recs[n-1], sentAt: s.now(), emits: make([]*kgo.Record, 0, n)}
 		msg := &flowv1.Batch{BatchId: b.id, Inlet: p.inlet.Port, Partition: p.partition, Records: make([]*flowv1.InputRecord, n)}
 		for i := range n {
 			msg.Records[i] = recs[i].in

@@ -226,11 +226,7 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 		// answer of the process waits on.
 		var got []fetched
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
-			g := fetched{topic: f.Topic, partition: f.Partition, hwm: f.HighWatermark, records: make([]record, len(f.Records))}
-			for i, r := range f.Records {
-				g.records[i] = newRecord(r)
-			}
-			got = append(got, g)
+			got = append(got, fetched{topic: f.Topic, partition: f.Partition, hwm: f.HighWatermark, records: copyRecords(f.Records)})
 		})
 		var pause map[string][]int32
 		s.mu.Lock()

@@ -1,12 +1,10 @@
 package sidecar
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -79,22 +77,50 @@ type fetched struct {
 	records   []record
 }
 
-// newRecord copies a fetched record out of the fetch buffer: a record slicing into it would
+// copyRecords copies fetched records out of the fetch buffer: a record slicing into it would
 // pin the whole fetch response for as long as the record waits, and the buffer bound would
-// be a fiction.
-func newRecord(r *kgo.Record) record {
-	in := &flowv1.InputRecord{
-		Offset:      r.Offset,
-		TimestampMs: r.Timestamp.UnixMilli(),
-		Record:      &flowv1.Record{Key: cloneKey(r.Key), Value: bytes.Clone(r.Value)},
+// be a fiction. The records of one fetch share three allocations (their messages, and one
+// buffer for their keys, values and header values), which stay as long as one of them waits.
+func copyRecords(rs []*kgo.Record) []record {
+	n, hs := 0, 0
+	for _, r := range rs {
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Value)
+		}
+		hs += len(r.Headers)
 	}
-	if in.Record.Value == nil {
-		in.Record.Value = []byte{}
+	out := make([]record, len(rs))
+	msgs := make([]struct {
+		in  flowv1.InputRecord
+		rec flowv1.Record
+	}, len(rs))
+	var headers []flowv1.Header
+	if hs > 0 {
+		headers = make([]flowv1.Header, 0, hs)
 	}
-	for _, h := range r.Headers {
-		in.Record.Headers = append(in.Record.Headers, &flowv1.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+	buf := make([]byte, 0, n)
+	clone := func(b []byte) []byte { // a copy in buf; nil stays nil, empty stays empty
+		if b == nil {
+			return nil
+		}
+		buf = append(buf, b...)
+		return buf[len(buf)-len(b) : len(buf) : len(buf)]
 	}
-	return record{in: in, leaderEpoch: r.LeaderEpoch, size: proto.Size(in) + 8} // + field tag and length inside the Batch
+	for i, r := range rs {
+		m := &msgs[i]
+		m.in.Offset, m.in.TimestampMs, m.in.Record = r.Offset, r.Timestamp.UnixMilli(), &m.rec
+		m.rec.Key, m.rec.Value = clone(r.Key), clone(r.Value)
+		if m.rec.Value == nil {
+			m.rec.Value = []byte{}
+		}
+		for _, h := range r.Headers {
+			headers = append(headers, flowv1.Header{Key: h.Key, Value: clone(h.Value)})
+			m.rec.Headers = append(m.rec.Headers, &headers[len(headers)-1])
+		}
+		out[i] = record{in: &m.in, leaderEpoch: r.LeaderEpoch, size: m.in.SizeVT() + 8} // + field tag and length inside the Batch
+	}
+	return out
 }
 
 // enqueue appends a fetched record to its partition's queue and reports whether it was new.
@@ -111,14 +137,6 @@ func (s *Sidecar) enqueue(p *partition, r record) bool {
 		s.stats.PeakBufferedBytes = s.stats.BufferedBytes
 	}
 	return true
-}
-
-// cloneKey copies a key, keeping an absent key absent and an empty key empty.
-func cloneKey(k []byte) []byte {
-	if k == nil {
-		return nil
-	}
-	return append([]byte{}, k...)
 }
 
 func (p *partition) aboveHighWater() bool {

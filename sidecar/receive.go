@@ -14,8 +14,9 @@ import (
 // receive reads the process's messages until the stream ends, keeping the rules: emits only
 // for batches in flight and declared outlets, exactly one Ack or Fail per batch, nothing empty.
 func (s *Sidecar) receive(c *conversation) {
+	msg := new(flowv1.FromProcess) // decoded into again and again: handle keeps only its fields' values
 	for {
-		msg, err := c.stream.Recv()
+		err := c.stream.RecvMsg(msg)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				s.mu.Lock()
@@ -36,6 +37,9 @@ func (s *Sidecar) receive(c *conversation) {
 		s.mu.Unlock()
 		if err != nil {
 			return
+		}
+		if msg.GetEmit() == nil { // an Ack, or a Fail dropped: a partition is free
+			s.sendReady(c) // its next batch, at once
 		}
 	}
 }
@@ -59,7 +63,8 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		if e.GetRecord() == nil {
 			return streamFailed(causeProtocol, "an Emit for batch %d to outlet %q carries no record", e.GetBatchId(), e.GetOutlet())
 		}
-		r := &kgo.Record{Topic: topic, Key: e.GetRecord().Key, Value: e.GetRecord().GetValue()}
+		r := c.newRecord()
+		r.Topic, r.Key, r.Value = topic, e.GetRecord().Key, e.GetRecord().GetValue()
 		if r.Value == nil {
 			r.Value = []byte{}
 		}
@@ -104,17 +109,27 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 	return nil
 }
 
-// answered removes b from the batches in flight and frees its partition for the next batch.
-// Called with mu held.
+// answered removes b from the batches in flight and frees its partition for the next batch,
+// which the receiver sends next (sendReady). Called with mu held.
 func (s *Sidecar) answered(c *conversation, b *batch) {
 	delete(c.batches, b.id)
 	if b.p.inflight == b {
 		b.p.inflight = nil
 	}
-	select {
-	case c.kick <- struct{}{}:
-	default:
+}
+
+// emitSlab is how many emitted records are allocated at once.
+const emitSlab = 128
+
+// newRecord returns a zero record for an emit, from a slab shared with the emits around it
+// (which stays while one of them waits to be produced). Called with mu held.
+func (c *conversation) newRecord() *kgo.Record {
+	if len(c.slab) == 0 {
+		c.slab = make([]kgo.Record, emitSlab)
 	}
+	r := &c.slab[0]
+	c.slab = c.slab[1:]
+	return r
 }
 
 // lookup returns the batch in flight with id, or the error naming why it is not.

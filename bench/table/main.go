@@ -11,19 +11,21 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // results maps a benchmark's name (without Benchmark and the -GOMAXPROCS suffix) to its
-// metrics by unit.
+// metrics by unit. A benchmark run more than once (scripts/bench's interleaved rounds) has the
+// median of its runs' figures.
 type results map[string]map[string]float64
 
 // line matches a result line: name, iterations, then value-unit pairs.
 var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 func parse(r io.Reader) (results, error) {
-	res := results{}
+	all := map[string]map[string][]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -32,17 +34,35 @@ func parse(r io.Reader) (results, error) {
 			continue
 		}
 		f := strings.Fields(m[2])
-		metrics := map[string]float64{}
+		if all[m[1]] == nil {
+			all[m[1]] = map[string][]float64{}
+		}
 		for i := 0; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				continue
 			}
-			metrics[f[i+1]] = v
+			all[m[1]][f[i+1]] = append(all[m[1]][f[i+1]], v)
 		}
-		res[m[1]] = metrics
+	}
+	res := results{}
+	for name, units := range all {
+		res[name] = map[string]float64{}
+		for unit, vs := range units {
+			res[name][unit] = median(vs)
+		}
 	}
 	return res, sc.Err()
+}
+
+// median returns the median of vs (not empty).
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // get returns a metric and whether it was measured.
@@ -123,11 +143,14 @@ func main() {
 	}
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
+	peer(w, res)
 	throughput(w, res)
 	latency(w, res)
 	memory(w, res)
 	deployed(w, res)
+	gap(w, res)
 	targets(w, res)
+	peerTargets(w, res)
 }
 
 func throughput(w io.Writer, r results) {
@@ -199,6 +222,7 @@ func deployed(w io.Writer, r results) {
 		key, a, n, d, p string
 	}{
 		{"Procs/go/c2/window64/p8", "go", "2", "window 64", "8"},
+		{"Procs/go/c1/window64/p1", "go", "1", "window 64", "1"},
 		{"Procs/go/c1/lockstep/p1", "go", "1", "one at a time", "1"},
 		{"Procs/python/c2/window64/p8", "python", "2", "window 64", "8"},
 		{"Procs/python/c1/lockstep/p1", "python", "1", "one at a time", "1"},
@@ -217,15 +241,6 @@ func targets(w io.Writer, r results) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| target | figure | met |")
 	fmt.Fprintln(w, "| --- | --- | --- |")
-	verdict := func(ok, measured bool) string {
-		switch {
-		case !measured:
-			return "not measured"
-		case ok:
-			return "yes"
-		}
-		return "**no**"
-	}
 	for _, a := range actions {
 		for _, p := range []string{"p1", "p8"} {
 			s, x, ok := r.ratio("BridgeOnly/"+a+"/c1/lockstep/"+p, "Bare/"+a+"/lockstep")
@@ -267,4 +282,15 @@ func targets(w io.Writer, r results) {
 	fmt.Fprintf(w, "| memory flat as the backlog grows (10× the backlog) | sidecar %.1f → %.1f MiB, bridge %.1f → %.1f MiB | %s |\n", s1, s2, b1, b2,
 		verdict(s2 <= s1*1.25+8 && b2 <= b1*1.25+8, ok1 && ok2))
 	fmt.Fprintln(w)
+}
+
+// verdict says whether a target was met.
+func verdict(ok, measured bool) string {
+	switch {
+	case !measured:
+		return "not measured"
+	case ok:
+		return "yes"
+	}
+	return "**no**"
 }

@@ -19,8 +19,10 @@ import (
 // task is one submitted item, through all its attempts. While an attempt is in flight, the
 // process that holds it in its in-flight map owns the attempt fields.
 type task struct {
-	item     stdio.Item
+	item     *stdio.Item // the caller's (Submit copies it; SubmitBatch takes its items over)
 	done     func(Result)
+	each     func(int, Result) // instead of done, for an item of SubmitBatch: its index
+	index    int
 	key      string
 	keyed    bool
 	attempts int
@@ -135,7 +137,7 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 		t.metrics = append(t.metrics, metric)
 		pr.mu.Unlock()
 		if h := pr.pool.cfg.Hooks.Metric; h != nil {
-			h(&t.item, metric)
+			h(t.item, metric)
 		}
 		return nil
 	}
@@ -290,7 +292,7 @@ func (pr *process) deliver(t *task) bool {
 		return false
 	}
 	pr.wmu.Lock()
-	pr.wbuf = stdio.AppendItem(pr.wbuf[:0], &t.item)
+	pr.wbuf = stdio.AppendItem(pr.wbuf[:0], t.item)
 	pr.writeLocked(pr.wbuf)
 	if cap(pr.wbuf) > 1<<20 {
 		pr.wbuf = nil

@@ -18,8 +18,11 @@ func (q *keyQueue) pop() *task {
 
 // final hands t its result, lets the next item of its key run and frees its queue slot.
 func (p *Pool) final(t *task, res Result) {
-	if t.done != nil {
+	switch {
+	case t.done != nil:
 		t.done(res)
+	case t.each != nil:
+		t.each(t.index, res)
 	}
 	p.mu.Lock()
 	if t.keyed {

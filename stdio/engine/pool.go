@@ -158,48 +158,7 @@ func (p *Pool) Submit(ctx context.Context, it stdio.Item, done func(Result)) err
 		return err
 	}
 	it.Payload = payload
-	t := &task{item: it, done: done}
-	switch {
-	case it.Key != nil:
-		t.key, t.keyed = *it.Key, true
-	case it.KeyBase64 != "":
-		t.key, t.keyed = "\x00base64:"+it.KeyBase64, true
-	}
-	p.mu.Lock()
-	for p.outstanding >= p.queueSize && !p.closed {
-		if p.space == nil {
-			p.space = make(chan struct{})
-		}
-		space := p.space
-		p.mu.Unlock()
-		select {
-		case <-space:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.closedCh:
-		}
-		p.mu.Lock()
-	}
-	if p.closed {
-		p.mu.Unlock()
-		return fmt.Errorf("%w: item %s not accepted", ErrClosed, it.ID)
-	}
-	p.outstanding++
-	if t.keyed {
-		if q, active := p.keys[t.key]; active {
-			if q == nil {
-				q = &keyQueue{}
-				p.keys[t.key] = q
-			}
-			q.items = append(q.items, t)
-			p.mu.Unlock()
-			return nil
-		}
-		p.keys[t.key] = nil
-	}
-	p.ready <- t
-	p.mu.Unlock()
-	return nil
+	return p.enqueue(ctx, &task{item: &it, done: done})
 }
 
 // framePayload checks that it can be written as one line and returns its payload, compacted

@@ -72,7 +72,7 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 		p.log.Warn("action attempt failed", "action", p.cfg.Name, "item", t.item.ID, "delivery", t.item.Delivery, "attempt", t.attempts, "retry", retry, "err", err)
 	}
 	if h := p.cfg.Hooks.AttemptFinished; h != nil {
-		h(AttemptInfo{Item: &t.item, Outcome: out, Latency: p.clock.Now().Sub(t.written), Err: err, Retry: retry})
+		h(AttemptInfo{Item: t.item, Outcome: out, Latency: p.clock.Now().Sub(t.written), Err: err, Retry: retry})
 	}
 	if retry {
 		p.mu.Lock()

@@ -69,7 +69,7 @@ func (p *Pool) serve(pr *process) bool {
 			}
 		}
 		// With a window, every ready item that fits goes out in the same write.
-		batch = stdio.AppendItem(batch[:0], &t.item)
+		batch = stdio.AppendItem(batch[:0], t.item)
 	fill:
 		for len(batch) < writeBatch && pr.hasRoom() && !p.cfg.Budget.isFull() {
 			select {
@@ -81,7 +81,7 @@ func (p *Pool) serve(pr *process) bool {
 				p.requeue(t)
 				break
 			}
-			batch = stdio.AppendItem(batch, &t.item)
+			batch = stdio.AppendItem(batch, t.item)
 		}
 		pr.write(batch)
 		if cap(batch) > 1<<20 {

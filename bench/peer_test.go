@@ -1,0 +1,56 @@
+package bench_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// envPeerPython names the Python interpreter that has confluent-kafka (scripts/bench installs
+// it into a virtual environment of its own and sets this); default python3.
+const envPeerPython = "BENCH_PEER_PYTHON"
+
+// BenchmarkPeer is the same work written by hand, the contender of issue 15: the
+// confluent-kafka loop of bench/peer/loop.py (consume 100 → json.loads/dumps each → produce →
+// flush → commit sync; one process) on the same in-process broker, with the same records,
+// timed the same way as BenchmarkE2E, on 1 and 8 partitions. It reports the loop process's
+// CPU per record and its peak RSS beside the rate.
+func BenchmarkPeer(b *testing.B) {
+	python := os.Getenv(envPeerPython)
+	if python == "" {
+		python = "python3"
+	}
+	if out, err := exec.Command(python, "-c", "import confluent_kafka").CombinedOutput(); err != nil {
+		b.Fatalf("%s cannot import confluent_kafka (%v: %s): run scripts/bench, which installs it into a virtual environment, or set %s to a Python that has it",
+			python, err, strings.TrimSpace(string(out)), envPeerPython)
+	}
+	loop, err := filepath.Abs("peer/loop.py")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, parts := range partitionsOf {
+		b.Run(fmt.Sprintf("p%d", parts), func(b *testing.B) {
+			br := newBroker(b)
+			in, out := br.topic(b, "in", parts), br.topic(b, "out", parts)
+			p := startProc(b, "loop", []string{python, loop, strings.Join(br.Addrs, ","), in, out, br.name("group")}, nil)
+			alive := func() error {
+				select {
+				case <-p.done:
+					return fmt.Errorf("the loop exited early: %v\n%s", p.err, p.tail(20))
+				default:
+					return nil
+				}
+			}
+			cpu0 := procCPU(p.cmd.Process.Pid)
+			records := benchFlow(b, br, in, out, parts, alive)
+			if err := alive(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64((procCPU(p.cmd.Process.Pid)-cpu0).Microseconds())/float64(records), "peer-cpu-µs/rec")
+			b.ReportMetric(mib(p.status("VmHWM")), "peer-peak-MiB")
+		})
+	}
+}

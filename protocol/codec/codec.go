@@ -1,0 +1,402 @@
+// Package codec is the gRPC codec of the Run stream: the messages of ankka.flow.v1 encoded and
+// decoded by their vtprotobuf-generated methods (MarshalVT, UnmarshalVT: no reflection), any
+// other message by the protobuf runtime, as gRPC's own codec does. The bytes on the wire are
+// the same; it is still the "proto" content subtype.
+package codec
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+)
+
+// vtMessage is a message with vtprotobuf's generated methods.
+type vtMessage interface {
+	SizeVT() int
+	MarshalToSizedBufferVT([]byte) (int, error)
+}
+
+// Codec encodes with vtprotobuf's methods when a message has them.
+type Codec struct{}
+
+var _ encoding.CodecV2 = Codec{}
+
+// CallOption makes a client stream use Codec.
+func CallOption() grpc.CallOption { return grpc.ForceCodecV2(Codec{}) }
+
+// ServerOption makes a server use Codec.
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec{}) }
+
+// Name is gRPC's name of the protobuf codec: the content subtype does not change.
+func (Codec) Name() string { return "proto" }
+
+// Encoded is a message encoded already (see Encode): Marshal sends its bytes as they are.
+// They must stay unchanged until the stream has written them, which may be after SendMsg
+// returns.
+type Encoded []byte
+
+// Encode appends the encoding of each of msgs to one buffer and returns each message's
+// encoding, for SendMsg: one allocation for a whole answer instead of one a message.
+func Encode(msgs []*flowv1.FromProcess) ([]Encoded, error) {
+	n := 0
+	for _, m := range msgs {
+		n += m.SizeVT()
+	}
+	buf := make([]byte, n)
+	out := make([]Encoded, len(msgs))
+	for i, m := range msgs {
+		size := m.SizeVT()
+		if _, err := m.MarshalToSizedBufferVT(buf[:size]); err != nil {
+			return nil, err
+		}
+		out[i], buf = Encoded(buf[:size:size]), buf[size:]
+	}
+	return out, nil
+}
+
+// Marshal encodes v into one buffer, from gRPC's pool when it is large enough to be pooled.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*Encoded); ok {
+		return mem.BufferSlice{mem.SliceBuffer(*e)}, nil
+	}
+	m, ok := v.(vtMessage)
+	if !ok {
+		return encoding.GetCodecV2("proto").Marshal(v)
+	}
+	size := m.SizeVT()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Unmarshal decodes data into v, accepting and refusing exactly what the protobuf runtime
+// does. The hot messages of the Run stream, a Batch and an Emit or Ack written as the runtime
+// writes them (every field known and of its wire type, every string UTF-8), are decoded by
+// hand with the runtime's own wire parser (protowire), in a few allocations; anything else is
+// left to the runtime, which decides. Bytes fields are copied out of data.
+//
+// Decoding an Emit into a FromProcess that holds one already reuses its Emit and Record
+// messages: a caller that decodes into the same message again must keep only their fields'
+// values (strings, byte slices), never the messages.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch v.(type) {
+	case *flowv1.ToProcess, *flowv1.FromProcess:
+	default:
+		return encoding.GetCodecV2("proto").Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	switch v := v.(type) {
+	case *flowv1.ToProcess:
+		v.Reset()
+		if decodeBatch(b, v) {
+			return nil
+		}
+	case *flowv1.FromProcess:
+		if decodeFromProcess(b, v) {
+			return nil
+		}
+	}
+	return proto.Unmarshal(b, v.(proto.Message))
+}
+
+// known reports whether m (nil is fine) holds no unknown field.
+func known(m proto.Message) bool {
+	return m == nil || !m.ProtoReflect().IsValid() || len(m.ProtoReflect().GetUnknown()) == 0
+}
+
+// decodeBatch decodes a ToProcess that is one plain Batch (every field known and of its wire
+// type, every string UTF-8) into tp, its records and their keys and values in a few
+// allocations for the whole batch instead of three or four a record. It returns false, tp
+// then undefined, for anything else.
+func decodeBatch(data []byte, tp *flowv1.ToProcess) bool {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || num != 2 || typ != protowire.BytesType {
+		return false
+	}
+	body, m := protowire.ConsumeBytes(data[n:])
+	if m < 0 || n+m != len(data) {
+		return false
+	}
+	b := &flowv1.Batch{}
+	count := 0
+	for rest := body; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return false
+		}
+		rest = rest[n:]
+		switch {
+		case typ == protowire.VarintType && (num == 1 || num == 3):
+			v, n := protowire.ConsumeVarint(rest)
+			if n < 0 {
+				return false
+			}
+			if num == 1 {
+				b.BatchId = v
+			} else {
+				b.Partition = int32(v)
+			}
+			rest = rest[n:]
+		case typ == protowire.BytesType && (num == 2 || num == 4):
+			v, n := protowire.ConsumeBytes(rest)
+			if n < 0 {
+				return false
+			}
+			if num == 2 {
+				if !utf8.Valid(v) {
+					return false
+				}
+				b.Inlet = string(v)
+			} else {
+				count++
+			}
+			rest = rest[n:]
+		default:
+			return false
+		}
+	}
+	if count > 0 {
+		ins := make([]flowv1.InputRecord, count)
+		recs := make([]flowv1.Record, count)
+		values := make([]byte, 0, len(body)) // every key and value fits: they are shorter than the batch
+		b.Records = make([]*flowv1.InputRecord, count)
+		i := 0
+		for rest := body; len(rest) > 0; {
+			num, typ, n := protowire.ConsumeTag(rest) // the first pass checked every field
+			rest = rest[n:]
+			n = protowire.ConsumeFieldValue(num, typ, rest)
+			field := rest[:n]
+			rest = rest[n:]
+			if num != 4 {
+				continue
+			}
+			field, _ = protowire.ConsumeBytes(field)
+			in := &ins[i]
+			b.Records[i] = in
+			var ok bool
+			if values, ok = decodeInputRecord(field, in, &recs[i], values); !ok {
+				return false
+			}
+			i++
+		}
+	}
+	tp.Message = &flowv1.ToProcess_Batch{Batch: b}
+	return true
+}
+
+// decodeInputRecord decodes one InputRecord into in, its record (if any) into rec, with its
+// key and value appended to values, which it returns extended.
+func decodeInputRecord(data []byte, in *flowv1.InputRecord, rec *flowv1.Record, values []byte) ([]byte, bool) {
+	var ok bool
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return values, false
+		}
+		data = data[n:]
+		switch {
+		case typ == protowire.VarintType && (num == 1 || num == 2):
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return values, false
+			}
+			if num == 1 {
+				in.Offset = int64(v)
+			} else {
+				in.TimestampMs = int64(v)
+			}
+			data = data[n:]
+		case typ == protowire.BytesType && num == 3:
+			v, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return values, false
+			}
+			if in.Record == nil {
+				in.Record = rec
+			}
+			if values, ok = decodeRecord(v, rec, values); !ok {
+				return values, false
+			}
+			data = data[n:]
+		default:
+			return values, false
+		}
+	}
+	return values, true
+}
+
+// decodeRecord merges one encoded Record into rec (a message field seen twice merges, as
+// the runtime does), its key and value appended to values, which it returns extended.
+func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || typ != protowire.BytesType || num < 1 || num > 3 {
+			return values, false
+		}
+		data = data[n:]
+		v, n := protowire.ConsumeBytes(data)
+		if n < 0 {
+			return values, false
+		}
+		data = data[n:]
+		switch num {
+		case 1, 3: // key (present even when empty), value
+			values = append(values, v...)
+			b := values[len(values)-len(v) : len(values) : len(values)]
+			if num == 1 {
+				rec.Key = b
+			} else {
+				rec.Value = b
+			}
+		case 2:
+			h := &flowv1.Header{}
+			var ok bool
+			if values, ok = decodeHeader(v, h, values); !ok {
+				return values, false
+			}
+			rec.Headers = append(rec.Headers, h)
+		}
+	}
+	return values, true
+}
+
+// decodeHeader decodes one encoded Header into h, its value appended to values.
+func decodeHeader(data []byte, h *flowv1.Header, values []byte) ([]byte, bool) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || typ != protowire.BytesType || num < 1 || num > 2 {
+			return values, false
+		}
+		data = data[n:]
+		v, n := protowire.ConsumeBytes(data)
+		if n < 0 {
+			return values, false
+		}
+		data = data[n:]
+		if num == 1 {
+			if !utf8.Valid(v) {
+				return values, false
+			}
+			h.Key = string(v)
+			continue
+		}
+		values = append(values, v...)
+		h.Value = values[len(values)-len(v) : len(values) : len(values)]
+	}
+	return values, true
+}
+
+// decodeFromProcess decodes a FromProcess that is one plain Emit or Ack into m, reusing the
+// Emit and Record m holds. It returns false, m then undefined, for anything else.
+func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
+		return false
+	}
+	body, l := protowire.ConsumeBytes(data[n:])
+	if l < 0 || n+l != len(data) {
+		return false
+	}
+	if num == 2 {
+		ack := &flowv1.Ack{}
+		for len(body) > 0 {
+			num, typ, n := protowire.ConsumeTag(body)
+			if n < 0 || num != 1 || typ != protowire.VarintType {
+				return false
+			}
+			v, l := protowire.ConsumeVarint(body[n:])
+			if l < 0 {
+				return false
+			}
+			ack.BatchId, body = v, body[n+l:]
+		}
+		m.Reset()
+		m.Message = &flowv1.FromProcess_Ack{Ack: ack}
+		return true
+	}
+	// Reuse what m holds, and its outlet's string when the name is the same.
+	oneof, _ := m.Message.(*flowv1.FromProcess_Emit)
+	var e *flowv1.Emit
+	var rec *flowv1.Record
+	outlet := ""
+	if oneof != nil && oneof.Emit != nil {
+		e, rec, outlet = oneof.Emit, oneof.Emit.Record, oneof.Emit.Outlet
+	}
+	m.Reset()
+	if oneof == nil {
+		oneof = &flowv1.FromProcess_Emit{}
+	}
+	if e == nil {
+		e = &flowv1.Emit{}
+	}
+	e.Reset()
+	m.Message, oneof.Emit = oneof, e
+	var values []byte // the record's key, value and header values, in one allocation
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 {
+			return false
+		}
+		body = body[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(body)
+			if l < 0 {
+				return false
+			}
+			e.BatchId, body = v, body[l:]
+		case (num == 2 || num == 3) && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(body)
+			if l < 0 {
+				return false
+			}
+			body = body[l:]
+			if num == 2 {
+				if !utf8.Valid(v) {
+					return false
+				}
+				if string(v) != outlet {
+					outlet = string(v)
+				}
+				e.Outlet = outlet
+				continue
+			}
+			if e.Record == nil {
+				if rec == nil {
+					rec = &flowv1.Record{}
+				}
+				rec.Reset()
+				e.Record = rec
+			}
+			if values == nil {
+				values = make([]byte, 0, len(v))
+			}
+			var ok bool
+			if values, ok = decodeRecord(v, e.Record, values); !ok {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
