@@ -42,6 +42,11 @@ func (s *Sidecar) release(size int64) {
 // revoked). Called with mu held.
 func (s *Sidecar) drop(b *batch) {
 	s.release(b.emitBytes)
+	// The records come from slabs shared with other batches' emits (newRecord): their bytes
+	// must go, or a slab still in use would keep them.
+	for _, r := range b.emits {
+		r.Key, r.Value, r.Headers = nil, nil, nil
+	}
 	b.emits, b.emitBytes = nil, 0
 }
 

@@ -70,10 +70,9 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		emits    int64
 	)
 	// One body for the callbacks of every record of the round (they are all produced now);
-	// each batch's callback adds its id and frees its emits (release, below).
+	// each batch's callback adds its id, frees its emits and counts it done (release, below).
 	began := s.now()
 	done := func(r *kgo.Record, err error, batchID uint64) {
-		defer wg.Done()
 		if err == nil {
 			s.metrics.outlet(r.Topic).produced.Inc()
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
@@ -94,12 +93,13 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		left := new(atomic.Int64)
 		left.Store(int64(len(b.emits)))
 		release := func(r *kgo.Record, err error) {
+			defer wg.Done()
+			done(r, err, b.id)
 			if left.Add(-1) == 0 {
 				s.mu.Lock()
 				s.drop(b)
 				s.mu.Unlock()
 			}
-			done(r, err, b.id)
 		}
 		for _, r := range b.emits {
 			prod.Produce(ctx, r, release)
