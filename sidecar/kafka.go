@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/kafkalog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // fetchMaxWait bounds a fetch's long poll. A resumed partition waits for the fetch in flight
@@ -269,23 +269,5 @@ func kafkaLogger(log *slog.Logger) kgo.Opt {
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		min = slog.LevelDebug
 	}
-	return kgo.WithLogger(kslog.New(slog.New(minLevel{log.Handler(), min})))
+	return kafkalog.Option(log, min)
 }
-
-// minLevel passes on the records of h at min and above.
-type minLevel struct {
-	h   slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.h.Enabled(ctx, l)
-}
-
-func (m minLevel) Handle(ctx context.Context, rec slog.Record) error { return m.h.Handle(ctx, rec) }
-
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{m.h.WithAttrs(as), m.min}
-}
-
-func (m minLevel) WithGroup(name string) slog.Handler { return minLevel{m.h.WithGroup(name), m.min} }
