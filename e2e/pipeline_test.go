@@ -217,9 +217,10 @@ func (pl *pipeline) startSidecar(r *replica) {
 		"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port),
 		"FLOW_READINESS_FILE=" + filepath.Join(pl.dir, fmt.Sprintf("ready-%d", r.idx)),
 		"FLOW_STALL_WARNING_AFTER=3s",
-		// The replica's pod: a restarted sidecar keeps it, so in exactly-once mode it fences
-		// its predecessor's transactional id.
-		"FLOW_POD_NAME=replica-" + strconv.Itoa(r.idx),
+		// As in a pod: static group membership keyed by the replica, so a restarted sidecar
+		// takes its partitions back at once; in exactly-once mode the same name makes the
+		// transactional id, so a restarted sidecar fences its predecessor.
+		"FLOW_POD_NAME=" + fmt.Sprintf("%s-%d", pl.group, r.idx),
 	}
 	r.sidecarStarts++
 	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), append(env, pl.sidecarEnv...), "sidecar")

@@ -25,9 +25,9 @@ func eosEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out, pod string
 	return e
 }
 
-// holdProduce holds the first produce request of transactional id txnID at kfake until
+// holdTxnProduce holds the first produce request of transactional id txnID at kfake until
 // release is called; held is closed once it is held.
-func holdProduce(b *testkit.Broker, txnID string) (held <-chan struct{}, release func()) {
+func holdTxnProduce(b *testkit.Broker, txnID string) (held <-chan struct{}, release func()) {
 	h, r := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -103,7 +103,7 @@ func TestExactlyOnceAbortOnStreamFailure(t *testing.T) {
 	e := eosEnv(t, b, f, in, out, "pod-0")
 	e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "5"
 	cfg := e.config(t)
-	held, release := holdProduce(b, cfg.TransactionalID)
+	held, release := holdTxnProduce(b, cfg.TransactionalID)
 	defer release()
 	f.onBatch = func(c *call) error {
 		if c.conv > 1 || c.batch.Records[0].Offset == 0 {
@@ -158,7 +158,7 @@ func TestExactlyOnceRevokeMidTransaction(t *testing.T) {
 	ea := eosEnv(t, b, fa, in, out, "pod-a")
 	group := ea["FLOW_CONSUMER_GROUP"]
 	cfgA := ea.config(t)
-	held, release := holdProduce(b, cfgA.TransactionalID)
+	held, release := holdTxnProduce(b, cfgA.TransactionalID)
 	defer release()
 	ra := start(t, cfgA)
 	<-held

@@ -12,12 +12,13 @@
 // TLS and SASL), delivery.go (FLOW_DELIVERY and the transactional id), discovery.go,
 // conversation.go (one Run stream and the batches it sends), receive.go (the process's Emits,
 // Acks and Fails), kafka.go (the clients and the poller), queue.go (each partition's buffer
-// of fetched records), rebalance.go, commit.go (produce, then commit), txn.go (the
-// exactly-once round: one transaction), stall.go, readiness.go, lag.go (high watermarks and
-// committed offsets), metrics.go (the Prometheus metrics) and endpoints.go
-// (FLOW_METRICS_ADDR: /metrics, /healthz, /readyz). Its API is what cmd/millrace,
-// internal/local and the benchmarks use. Errors keep their cause: the logged error of an emit
-// the broker refused matches kerr.MessageTooLarge.
+// of fetched records), budget.go (the emit budgets: backpressure and halving an over-budget
+// batch), rebalance.go, commit.go (produce, then commit), txn.go (the exactly-once round: one
+// transaction), stall.go, readiness.go, lag.go (high watermarks and committed offsets),
+// metrics.go (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics,
+// /healthz, /readyz). Its API is what cmd/millrace, internal/local and the benchmarks use.
+// Errors keep their cause: the logged error of an emit the broker refused matches
+// kerr.MessageTooLarge.
 package sidecar
 
 import (
@@ -55,6 +56,12 @@ var (
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
 	errCommit = errors.New("sidecar: offset commit failed")
+	// errBatchEmitBudget is wrapped when a batch of several records emits more than
+	// FLOW_MAX_BATCH_EMIT_BYTES: its partition is delivered again in halves.
+	errBatchEmitBudget = errors.New("sidecar: a batch's emits exceed the per-batch emit budget")
+	// errRecordEmitBudget is wrapped when one record alone emits more than
+	// FLOW_MAX_BATCH_EMIT_BYTES: its partition stalls there until the budget is raised.
+	errRecordEmitBudget = errors.New("sidecar: one record's emits exceed the per-batch emit budget")
 	// ErrFenced is wrapped by Run in exactly-once mode when the broker fenced the sidecar's
 	// transactional producer: another sidecar now writes with its transactional id. Nothing
 	// of the open transaction was committed; the sidecar must exit non-zero.
@@ -90,6 +97,9 @@ type Sidecar struct {
 	lagRefresh time.Duration
 
 	now func() time.Time
+	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
+	// attempts. Tests replace it, with now, so as not to wait.
+	sleep func(ctx context.Context, d time.Duration) bool
 }
 
 // stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
@@ -105,6 +115,12 @@ type stats struct {
 	PeakBufferedBytes int64
 	Pauses            int // times a partition's fetching was paused at high water
 	StallWarnings     int // PartitionStalled warnings raised
+
+	// The emit budgets (budget.go): the conversation's emits not yet written, their peak,
+	// and how often a batch waited for some to be written.
+	HeldEmitBytes     int64
+	PeakHeldEmitBytes int64
+	EmitBudgetWaits   int
 }
 
 // New returns a Sidecar for cfg that logs to logger. It dials nothing yet. Zero values in a
@@ -133,6 +149,15 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.StallWarningAfter == 0 {
 		c.StallWarningAfter = defaultStallWarningAfter
 	}
+	if c.MaxBatchEmitBytes == 0 {
+		c.MaxBatchEmitBytes = DefaultMaxBatchEmitBytes
+	}
+	if c.MaxHeldEmitBytes == 0 {
+		c.MaxHeldEmitBytes = DefaultMaxHeldEmitBytes
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = defaultSessionTimeout
+	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
@@ -148,7 +173,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
@@ -248,6 +273,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			}
 		}
 		began := s.now()
+		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)
 		if err != nil {
 			s.metrics.failures.WithLabelValues(causeOf(err)).Inc()
@@ -267,16 +293,30 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.renewProducer()
 		}
 		s.checkStalls(ctx)
-		if s.now().Sub(began) > s.cfg.FailureBackoff.Max {
+		// The backoff paces a process that keeps failing; one that made progress (committed
+		// something), that lived long, or whose batch the sidecar just halved is not in a
+		// crash loop, and waits the shortest time.
+		progressed := s.snapshot().BatchesCommitted > committedBefore
+		if progressed || s.now().Sub(began) > s.cfg.FailureBackoff.Max || errors.Is(err, errBatchEmitBudget) {
 			failures.Reset()
 		}
 		wait := failures.NextBackOff()
-		s.log.Info("backing off before rediscovery", "wait", wait)
-		select {
-		case <-ctx.Done():
+		s.log.Info("backing off before rediscovery", "wait", wait, "progressed", progressed)
+		if !s.sleep(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
+	}
+}
+
+// sleep is the real Sidecar.sleep.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -215,6 +215,18 @@ func (s *Sidecar) abortUnconfirmed(sess *kgo.GroupTransactSession) {
 	}
 }
 
+// batchOf returns the id of the batch of round that holds emit r, 0 if none.
+func batchOf(round []*batch, r *kgo.Record) uint64 {
+	for _, b := range round {
+		for _, e := range b.emits {
+			if e == r {
+				return b.id
+			}
+		}
+	}
+	return 0
+}
+
 // commitOnly rewrites the transaction's offset commit to the offsets of round: the session
 // would commit everything polled, and the sidecar polls ahead of its batches. The entries
 // the session built keep their topic ids.
