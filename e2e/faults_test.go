@@ -245,7 +245,7 @@ func TestFaultProduceRefused(t *testing.T) {
 		pl.produce(pl.records(0, 200)...)
 		pl.waitDone(60 * time.Second)
 
-		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "100")
+		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "90")
 		pl.produce(pl.records(200, ciN(1000))...)
 		if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
 			t.Fatalf("no stall warning within 60 s of the outlet refusing writes\n%s", pl.logTails(20))
@@ -260,7 +260,7 @@ func TestFaultProduceRefused(t *testing.T) {
 		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", strconv.Itoa(16<<20))
 		pl.waitDone(idleFault)
 		tl := pl.tally()
-		pl.report("outlet refuses writes (max.message.bytes 100), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
+		pl.report("outlet refuses writes (max.message.bytes 90), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
 		tl.check(t)
 		if failure == "" || stall == "" {
 			t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
