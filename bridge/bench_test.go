@@ -40,7 +40,9 @@ const benchBatch = 100 // records per batch
 // echo loop (stdio/testdata/echo.py), each run one process at a time (c1, the spec's default)
 // and with two processes and a window of 64 (c2w64). Beside them, two ceilings: the bare loop
 // of the stdio benchmark streaming the same child with nothing else (bare), and a native Go
-// streamlet answering the same batches in-process with no child (native). It reports the
+// streamlet answering the same batches in-process with no child (native). At 4 partitions
+// each bridge case runs again with a traceparent header on every record (…/traceparent: the
+// items child spans instead of new roots). It reports the
 // streamlet process's own CPU per record (children excluded) and its peak RSS.
 //
 //	go test -run '^$' -bench BenchmarkBridge -benchtime 3s ./bridge/
@@ -76,15 +78,22 @@ func BenchmarkBridge(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/bridge-%s/p%d", c.name, cfg.name, p), func(b *testing.B) {
 					line := "bench --in in=bench.v1 --out out=bench.v1 " + cfg.flags + " -- " + bridge.Join(c.argv)
 					addr, cmd := startProc(b, exec.Command(millrace, "bridge"), "MILLRACE_ACTION="+line)
-					benchStreamlet(b, addr, cmd, p)
+					benchStreamlet(b, addr, cmd, p, nil)
 				})
+				if p == 4 { // the same with a traceparent on every record: child spans, not roots
+					b.Run(fmt.Sprintf("%s/bridge-%s/p%d/traceparent", c.name, cfg.name, p), func(b *testing.B) {
+						line := "bench --in in=bench.v1 --out out=bench.v1 " + cfg.flags + " -- " + bridge.Join(c.argv)
+						addr, cmd := startProc(b, exec.Command(millrace, "bridge"), "MILLRACE_ACTION="+line)
+						benchStreamlet(b, addr, cmd, p, benchTraceparent)
+					})
+				}
 			}
 		}
 	}
 	for _, p := range partitions {
 		b.Run(fmt.Sprintf("native/p%d", p), func(b *testing.B) {
 			addr, cmd := startProc(b, exec.Command(os.Args[0], "-test.run=^$"), testkit.RoleEnv("native"))
-			benchStreamlet(b, addr, cmd, p)
+			benchStreamlet(b, addr, cmd, p, nil)
 		})
 	}
 }
@@ -154,9 +163,12 @@ func procStat(b *testing.B, pid int) (time.Duration, int64) {
 	return cpu, hwm << 10
 }
 
+// benchTraceparent is the header of the traced variant's records.
+var benchTraceparent = &flowv1.Header{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}
+
 // benchStreamlet drives the streamlet at addr as a sidecar: Start, then rounds of one batch
-// per partition, each round waiting for every Ack.
-func benchStreamlet(b *testing.B, addr string, cmd *exec.Cmd, partitions int) {
+// per partition, each round waiting for every Ack. header, when not nil, is on every record.
+func benchStreamlet(b *testing.B, addr string, cmd *exec.Cmd, partitions int, header *flowv1.Header) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
 	if err != nil {
@@ -204,6 +216,9 @@ func benchStreamlet(b *testing.B, addr string, cmd *exec.Cmd, partitions int) {
 		recs := make([]*flowv1.InputRecord, benchBatch)
 		for i := range recs {
 			recs[i] = &flowv1.InputRecord{Offset: int64(i), Record: &flowv1.Record{Value: benchValue}}
+			if header != nil {
+				recs[i].Record.Headers = []*flowv1.Header{header}
+			}
 		}
 		batches[p] = &flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: &flowv1.Batch{Inlet: "in", Partition: int32(p), Records: recs}}}
 	}

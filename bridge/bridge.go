@@ -15,7 +15,8 @@
 // parse.go (the config line's parser), words.go (its quoting), server.go (the services and
 // the one live conversation), conversation.go (a Start and its batches), records.go (records
 // to items, answers to Emits, dead letters), status.go (stream errors with their chain),
-// metrics.go (Prometheus), run.go (the process: port, listeners). The constants the sidecar
+// metrics.go (Prometheus), trace.go (W3C trace context from records to items and outputs),
+// otel.go (span export with the OpenTelemetry SDK), run.go (the process: port, listeners). The constants the sidecar
 // shares (port, message limit, stop bound, FLOW_* names) are package protocol's.
 //
 // Where the specs are silent, the bridge decides as the README's "The action config line"

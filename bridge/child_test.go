@@ -50,6 +50,7 @@ type op struct {
 	Ms      int      `json:"ms"`      // sleep
 	Key     string   `json:"key"`     // order: the record's key, for the log
 	Seq     int      `json:"seq"`     // order: the record's position
+	Own     string   `json:"own"`     // trace: a traceparent of the action's own for a second emit
 }
 
 // child is the fake action: it answers hello with ready and each item as its payload says.
@@ -124,6 +125,15 @@ func child() int {
 				e["keyBase64"] = m.KeyBase64
 			}
 			send(e)
+		case "trace": // fails retryably on the first N attempts, then emits the item line as received
+			if m.Attempt <= o.N {
+				send(map[string]any{"type": "error", "delivery": d, "message": "not yet", "retryable": true})
+				continue
+			}
+			emit(o.Outlets[0], map[string]any{"item": json.RawMessage(line)})
+			if o.Own != "" {
+				send(map[string]any{"type": "emit", "delivery": d, "outlet": o.Outlets[0], "payload": "own", "headers": []map[string]string{{"key": "traceparent", "value": o.Own}}})
+			}
 		case "fail":
 			send(map[string]any{"type": "error", "delivery": d, "message": "cannot score this listing", "retryable": false})
 			continue

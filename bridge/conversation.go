@@ -116,7 +116,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	cfg.Budget = s.budget
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars}
 	cfg.Logger = c.log
-	cfg.Hooks = s.opts.Metrics.hooks(c.log)
+	cfg.Hooks = s.opts.Metrics.hooks(c.log, s.tracer)
 	logHealth := cfg.Hooks.Health
 	cfg.Hooks.Health = func(err error) {
 		logHealth(err)
@@ -135,6 +135,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.Info("started", "streamlet_name", st.GetStreamlet(), "processes", a.Concurrency, "window", pool.Window(), "max_message_bytes", c.maxBytes)
 	s.opts.Metrics.conversationStarted()
+	s.opts.Metrics.poolStarted(pool)
 	return c, nil
 }
 
@@ -321,5 +322,6 @@ func (c *conversation) closePool(drain bool) {
 		if err := c.pool.Close(ctx, drain); err != nil {
 			c.log.Warn("the action's processes did not all shut down in time", "error", err)
 		}
+		c.s.opts.Metrics.poolClosed(c.pool)
 	})
 }

@@ -35,7 +35,9 @@ type Metrics struct {
 	crashes       prometheus.Counter
 	conversations prometheus.Counter
 	dropped       prometheus.Counter
+	restarts      prometheus.Counter
 	action        *actionMetrics
+	pool          poolCollector
 }
 
 func counter(name, help string) prometheus.Counter {
@@ -66,9 +68,10 @@ func NewMetrics(maxSeries int) *Metrics {
 		crashes:       counter("millrace_process_crashes_total", "Action processes that ended other than by a clean shutdown."),
 		conversations: counter("millrace_conversations_total", "Conversations started by the sidecar (Start messages taken)."),
 		dropped:       counter("millrace_action_metrics_dropped_total", "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name."),
+		restarts:      counter("millrace_process_restarts_total", "Action processes started to replace one that ended other than by a clean shutdown (a crash, a kill, a timeout)."),
 	}
 	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
-	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.action)
+	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.restarts, m.action, &m.pool)
 	return m
 }
 
@@ -120,8 +123,9 @@ func (m *Metrics) conversationStarted() {
 	}
 }
 
-// hooks returns the pool callbacks that record into m and log process ends on log.
-func (m *Metrics) hooks(log *slog.Logger) engine.Hooks {
+// hooks returns the pool callbacks that record into m, export attempts' spans to tr and log
+// process ends on log. With neither m nor tr, no callback runs per attempt.
+func (m *Metrics) hooks(log *slog.Logger, tr *Tracer) engine.Hooks {
 	h := engine.Hooks{
 		ProcessExited: func(pid int, err error) {
 			if err != nil {
@@ -139,18 +143,33 @@ func (m *Metrics) hooks(log *slog.Logger) engine.Hooks {
 			}
 		},
 	}
+	if tr != nil {
+		h.AttemptFinished = func(ai engine.AttemptInfo) {
+			m.attempt(ai)
+			tr.attempt(ai, time.Now())
+		}
+	}
 	if m == nil {
 		return h
 	}
 	h.ProcessStarted = func(int) { m.starts.Inc() }
-	h.AttemptFinished = func(ai engine.AttemptInfo) {
-		m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
-		if ai.Retry {
-			m.retries.Inc()
-		}
+	h.ProcessRestarted = func(int) { m.restarts.Inc() }
+	if tr == nil {
+		h.AttemptFinished = m.attempt
 	}
 	h.Metric = func(_ *stdio.Item, mt stdio.Metric) { m.action.record(mt) }
 	return h
+}
+
+// attempt records one finished attempt.
+func (m *Metrics) attempt(ai engine.AttemptInfo) {
+	if m == nil {
+		return
+	}
+	m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
+	if ai.Retry {
+		m.retries.Inc()
+	}
 }
 
 // actionMetrics exports the action's metric lines: for each name a summary (count and sum of

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
 )
@@ -97,5 +98,94 @@ func TestActionMetricsCap(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s:\n%s", want, body)
 		}
+	}
+}
+
+// metricsAddr returns the address the bridge's --metrics listener took, from its log.
+func metricsAddr(t *testing.T, r *running) string {
+	t.Helper()
+	waitLog(t, r, `"msg":"serving metrics"`)
+	var line struct{ Address string }
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"serving metrics"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return line.Address
+}
+
+// scrape returns the samples of GET /metrics at addr, by series ("name{labels}").
+func scrape(t *testing.T, addr string) map[string]string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	samples := map[string]string{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
+			samples[l[:i]] = l[i+1:]
+		}
+	}
+	return samples
+}
+
+// TestPoolMetrics scrapes the pool's gauges over HTTP while a delivery hangs with two records
+// of its key queued behind it, and the restart of a process that crashed.
+func TestPoolMetrics(t *testing.T) {
+	r := startBridge(t, oneOutlet+" --concurrency 2 --window 1 --retries 1 --metrics 127.0.0.1:0")
+	addr := metricsAddr(t, r)
+	idle := map[string]string{"millrace_pool_processes": "0", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0",
+		"millrace_pool_deliveries_in_flight": "0", "millrace_pool_window_occupancy_ratio": "0", "millrace_process_restarts_total": "0"}
+	got := scrape(t, addr)
+	for k, v := range idle {
+		if got[k] != v {
+			t.Errorf("before any conversation %s = %q; want %s", k, got[k], v)
+		}
+	}
+	s := dial(t, r.addr)
+	s.start(r, "c", 0)
+	s.batch(1, 0, rec(0, nil, `{"op":"crash","n":1}`))
+	if a := s.wait(1); !a.ack {
+		t.Fatalf("answer = %v; want Ack after the crash and its retry", a)
+	}
+	// The retry may run on the other process while the crashed one is replaced.
+	waitSamples(t, addr, "after a crash", map[string]string{"millrace_process_restarts_total": "1", "millrace_pool_processes": "2"})
+
+	s.batch(2, 0, rec(1, []byte("k"), `{"op":"hang","n":9}`), rec(2, []byte("k"), `{}`), rec(3, []byte("k"), `{}`))
+	waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]string{
+		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "1", "millrace_pool_items_queued": "2",
+		"millrace_pool_deliveries_in_flight": "1", "millrace_pool_window": "1", "millrace_pool_window_occupancy_ratio": "0.5"})
+	s.sendStart(r, "c2", 0, `{}`) // voids the hanging conversation; a fresh pool, idle
+	got = waitSamples(t, addr, "after a new Start", map[string]string{
+		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0", "millrace_pool_deliveries_in_flight": "0"})
+	if got["millrace_process_restarts_total"] != "1" {
+		t.Errorf("after the void millrace_process_restarts_total = %q; want still 1 (a pool closing restarts nothing)", got["millrace_process_restarts_total"])
+	}
+	expectEOF(t, s.stop())
+}
+
+// waitSamples scrapes addr until every series of want has its value, and returns the last
+// scrape.
+func waitSamples(t *testing.T, addr, when string, want map[string]string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		got := scrape(t, addr)
+		differs := false
+		for k, v := range want {
+			differs = differs || got[k] != v
+		}
+		if !differs {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s the metrics are %v; want %v", when, got, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the endpoint, as Prometheus would
 	}
 }

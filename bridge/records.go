@@ -114,6 +114,7 @@ func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecor
 		sh.Value, sh.ValueBase64 = textOrBase64(h.GetValue())
 		it.Headers = append(it.Headers, sh)
 	}
+	it.Trace, it.Tracestate = itemTrace(r.GetHeaders(), c.s.tracer != nil)
 	return it
 }
 
@@ -162,7 +163,13 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 	case engine.Abandoned:
 		return settled{kind: "abandoned"}
 	case engine.Done:
-		emits, err := c.emits(id, res.Emits)
+		var state []byte
+		if res.Trace.Parent != [8]byte{} { // a child of the record's valid traceparent
+			if st := recordTracestate(in.GetRecord().GetHeaders()); st != "" {
+				state = []byte(st)
+			}
+		}
+		emits, err := c.emits(id, res.Emits, &res.Trace, state)
 		if err == nil {
 			if send {
 				c.send(id, emits)
@@ -245,12 +252,14 @@ type emitMessage struct {
 	oneof flowv1.FromProcess_Emit
 	emit  flowv1.Emit
 	rec   flowv1.Record
+	trace traceHeader
 }
 
 // emits maps a record's staged emits to Emit messages, checking each: a declared outlet
 // bound by Start (when the emit names none, the one outlet that is neither --dead-letter nor --fallback), a key and header values that
-// decode, and a message under max_message_bytes.
-func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProcess, error) {
+// decode, and a message under max_message_bytes. Each gets the trace headers of tc and state
+// (emitTrace).
+func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte) ([]*flowv1.FromProcess, error) {
 	a := c.s.opts.Action
 	out := make([]*flowv1.FromProcess, 0, len(staged))
 	for i, e := range staged {
@@ -281,6 +290,9 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 			}
 			rec.Key = key // a keyless emit leaves Record.key unset, never empty
 		}
+		if len(e.Headers) > 0 {
+			rec.Headers = make([]*flowv1.Header, 0, len(e.Headers)+2)
+		}
 		for _, h := range e.Headers {
 			v, err := bytesOf(h.Value, h.ValueBase64, "header "+strconv.Quote(h.Key)+" value")
 			if err != nil {
@@ -288,6 +300,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit) ([]*flowv1.FromProc
 			}
 			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
 		}
+		emitTrace(rec, tc, state, &m.trace)
 		m.emit.BatchId, m.emit.Outlet, m.emit.Record = id, outlet, rec
 		m.oneof.Emit = &m.emit
 		m.msg.Message = &m.oneof
@@ -313,7 +326,8 @@ func sizeBound(outlet string, rec *flowv1.Record) int {
 }
 
 // route emits the input record unchanged to outlet, with the source headers and extra
-// headers added after its own.
+// headers added after its own. Its trace headers are the input's, as they came: a dead letter
+// or a fallback is the input record, not an output of the action.
 func (c *conversation) route(id uint64, outlet string, in *flowv1.InputRecord, b *flowv1.Batch, topic string, extra ...*flowv1.Header) (*flowv1.FromProcess, error) {
 	r := in.GetRecord()
 	if _, ok := c.outlets[outlet]; !ok {

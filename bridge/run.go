@@ -1,8 +1,10 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -29,10 +31,14 @@ func PortFromEnv(getenv func(string) string) (int, error) {
 // 127.0.0.1:port (loopback only), and, when the action's --metrics names an address, the
 // Prometheus metrics at /metrics there. When ctx ends it shuts down gracefully (see
 // [Server.Serve]) and returns nil. port 0 picks a free port (tests); ready, when not nil, is
-// called with the address once it listens.
+// called with the address once it listens. When it returns it shuts opts.Tracer down, the
+// spans still buffered flushed within a bounded time.
 func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr net.Addr)) error {
 	if opts.Action == nil {
 		return fmt.Errorf("bridge: ListenAndServe needs an Action")
+	}
+	if opts.Tracer != nil {
+		defer opts.Tracer.shutdownTracer(cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)))
 	}
 	var metricsLis net.Listener
 	if opts.Action.Metrics != "" {

@@ -30,7 +30,10 @@ type Options struct {
 	Version string       // millrace's version: the sdk version of discovery and hello's version
 	Logger  *slog.Logger // default: discard
 	Metrics *Metrics     // where to record metrics; nil records none
-	Env     []string     // extra environment "K=V" for the action's processes
+	// Tracer exports a span per item attempt; nil exports none. The trace headers of items and
+	// outputs are written either way.
+	Tracer *Tracer
+	Env    []string // extra environment "K=V" for the action's processes
 
 	// ShutdownTimeout bounds Shutdown's drain (default protocol.StopTimeout).
 	ShutdownTimeout time.Duration
@@ -58,6 +61,7 @@ type Server struct {
 	flowv1.UnimplementedStreamletServer
 
 	opts    Options
+	tracer  *Tracer
 	log     *slog.Logger
 	budget  *engine.Budget
 	spec    *flowv1.Spec
@@ -94,6 +98,7 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts:        opts,
+		tracer:      opts.Tracer,
 		budget:      opts.Budget,
 		log:         opts.Logger.With("streamlet", opts.Action.Name),
 		spec:        opts.Action.Spec(opts.Version),

@@ -123,9 +123,9 @@ func TestFaultBridgeKilled(t *testing.T) {
 	}
 }
 
-// TestFaultSidecarKilled SIGKILLs the sidecar mid-run and starts it again (its old group
-// member lingers until its session times out, 45 s); once the new one owns partitions it is
-// SIGTERMed and started again.
+// TestFaultSidecarKilled SIGKILLs the sidecar mid-run and starts it again (in the same pod, so
+// as the same static group member it takes its partitions back at once); once the new one owns
+// partitions it is SIGTERMed and started again.
 func TestFaultSidecarKilled(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -157,7 +157,8 @@ func TestFaultSidecarKilled(t *testing.T) {
 func TestSidecarStopsWhileJoining(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	pl := newPipeline(t, b, scoreListing(), 4)
+	// Dynamic membership: a static member's successor in the same pod would not wait to join.
+	pl := newPipeline(t, b, scoreListing(), 4, "FLOW_POD_NAME=")
 	r := pl.start(0)
 	pl.produce(pl.records(0, 400)...)
 	pl.waitDone(60 * time.Second)

@@ -102,6 +102,7 @@ const (
 	childHugeLine     = "huge-line"     // poison: a 9 MiB line on stdout
 	childUndeclared   = "undeclared"    // poison: emits to the outlet "nowhere"
 	childOverMax      = "over-max"      // poison: emits a 5 MiB payload (over 4 MiB max_message_bytes)
+	childFanOut       = "fan-out"       // every item: fanOutEmits emits of fanOutBytes each (fanout_test.go)
 	childGate         = "gate"          // answers no item until the file named by envGate exists
 	childExitMessage  = "e2e-action: cannot start: the credentials file /run/secrets/e2e is missing"
 	childFloodLine    = "e2e-action: a noisy log line"
@@ -172,6 +173,10 @@ func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
 	em := childEmit{Type: "emit", Delivery: it.Delivery, Outlet: "out", Key: it.Key, KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers}
 	poison := bytes.Contains(it.Payload, []byte(childPoisonMarker))
 	switch {
+	case mode == childFanOut:
+		fanOut(it, out)
+		send(map[string]string{"type": "done", "delivery": it.Delivery})
+		return
 	case mode == childGate:
 		for {
 			if _, err := os.Stat(os.Getenv(envGate)); err == nil {

@@ -190,6 +190,9 @@ func (pl *pipeline) startSidecar(r *replica) {
 		"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port),
 		"FLOW_READINESS_FILE=" + filepath.Join(pl.dir, fmt.Sprintf("ready-%d", r.idx)),
 		"FLOW_STALL_WARNING_AFTER=3s",
+		// As in a pod: static group membership keyed by the replica, so a restarted sidecar
+		// takes its partitions back at once.
+		"FLOW_POD_NAME=" + fmt.Sprintf("%s-%d", pl.group, r.idx),
 	}
 	r.sidecarStarts++
 	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), append(env, pl.sidecarEnv...), "sidecar")

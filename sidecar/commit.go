@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -68,11 +69,10 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		firstErr error
 		emits    int64
 	)
-	// One callback for every record of the round (they are all produced now); the batch of a
-	// failed record is looked up.
+	// One body for the callbacks of every record of the round (they are all produced now);
+	// each batch's callback adds its id, frees its emits and counts it done (release, below).
 	began := s.now()
-	done := func(r *kgo.Record, err error) {
-		defer wg.Done()
+	done := func(r *kgo.Record, err error, batchID uint64) {
 		if err == nil {
 			s.metrics.outlet(r.Topic).produced.Inc()
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
@@ -82,14 +82,27 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		defer errMu.Unlock()
 		if firstErr == nil {
 			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, err)
+				errStreamFailed, errProduce, batchID, len(r.Value), r.Topic, err)
 		}
 	}
 	for _, b := range round {
 		wg.Add(len(b.emits))
 		emits += int64(len(b.emits))
+		// Once the batch's last emit is written (or failed), its emits are no longer held:
+		// the budgets free them, one lock and one callback a batch.
+		left := new(atomic.Int64)
+		left.Store(int64(len(b.emits)))
+		release := func(r *kgo.Record, err error) {
+			defer wg.Done()
+			done(r, err, b.id)
+			if left.Add(-1) == 0 {
+				s.mu.Lock()
+				s.drop(b)
+				s.mu.Unlock()
+			}
+		}
 		for _, r := range b.emits {
-			prod.Produce(ctx, r, done)
+			prod.Produce(ctx, r, release)
 		}
 	}
 	wg.Wait()
@@ -152,6 +165,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
+		b.p.committedTo(b.last.in.GetOffset())
 		b.p.committed = b.last.in.GetOffset() + 1
 		s.stats.BatchesCommitted++
 		s.stats.RecordsCommitted += int64(b.n)
@@ -177,15 +191,3 @@ func (ps commitProblems) Error() string {
 }
 
 func (ps commitProblems) Unwrap() []error { return ps }
-
-// batchOf returns the id of the batch of round that emitted r.
-func batchOf(round []*batch, r *kgo.Record) uint64 {
-	for _, b := range round {
-		for _, e := range b.emits {
-			if e == r {
-				return b.id
-			}
-		}
-	}
-	return 0
-}

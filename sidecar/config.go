@@ -28,6 +28,15 @@ const (
 	DefaultReadinessFile     = "/tmp/flow-sidecar-ready"
 	defaultStallWarningAfter = 5 * time.Minute
 	defaultShutdownTimeout   = protocol.StopTimeout
+	// DefaultMaxBatchEmitBytes holds one record of a heavy fan-out action (60 outputs of
+	// 512 KiB, 30 MiB) and DefaultMaxHeldEmitBytes about two of them in all: with one batch per
+	// partition in flight on top, that fan-out over 4 partitions peaks at 190–400 MiB of RSS
+	// (e2e TestFanOutMemoryBounded), under a 512 MiB pod.
+	DefaultMaxBatchEmitBytes = 32 << 20
+	DefaultMaxHeldEmitBytes  = 64 << 20
+	// defaultSessionTimeout is Kafka's own default (session.timeout.ms since 3.0): with
+	// static membership it is how long a pod that is gone for good keeps its partitions.
+	defaultSessionTimeout = 45 * time.Second
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
@@ -56,6 +65,22 @@ type Config struct {
 	StallWarningAfter time.Duration
 	MaxMessageBytes   int
 	ShutdownTimeout   time.Duration
+	// MaxBatchEmitBytes bounds the emits held for one batch until its Ack; MaxHeldEmitBytes
+	// bounds those held for every batch, acknowledged or not, until written: past it no new
+	// batch is sent.
+	MaxBatchEmitBytes int64
+	MaxHeldEmitBytes  int64
+	// InstanceID, when set (FLOW_POD_NAME), makes the sidecar a static member of its group
+	// (KIP-345): a restarted pod takes its partitions back at once, without a rebalance.
+	InstanceID string
+	// SessionTimeout is the group session timeout: how long the group waits for a member
+	// that stopped heartbeating before giving its partitions to others.
+	SessionTimeout time.Duration
+	// KeepMembershipOnShutdown (FLOW_LEAVE_GROUP_ON_SHUTDOWN=false) keeps a static member in
+	// its group at a graceful shutdown, for a pod that comes back under the same name (a
+	// StatefulSet) to move no partition; by default it leaves, so a pod that is replaced (a
+	// Deployment's rolling update) hands its partitions over at once, not after the session.
+	KeepMembershipOnShutdown bool
 	// MetricsAddr is where /metrics, /healthz and /readyz are served (FLOW_METRICS_ADDR,
 	// host:port or :port); empty serves nothing.
 	MetricsAddr string
@@ -230,6 +255,17 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 			c.MaxMessageBytes = int(n)
 		}
 	}
+	c.MaxBatchEmitBytes = parseBudget(getenv, "FLOW_MAX_BATCH_EMIT_BYTES", DefaultMaxBatchEmitBytes, bad)
+	c.MaxHeldEmitBytes = parseBudget(getenv, "FLOW_MAX_HELD_EMIT_BYTES", DefaultMaxHeldEmitBytes, bad)
+	c.InstanceID = strings.TrimSpace(getenv("FLOW_POD_NAME"))
+	c.SessionTimeout = parseDuration(getenv, "FLOW_SESSION_TIMEOUT", defaultSessionTimeout, bad)
+	if v := strings.TrimSpace(getenv("FLOW_LEAVE_GROUP_ON_SHUTDOWN")); v != "" {
+		if leave, err := strconv.ParseBool(v); err != nil {
+			bad("FLOW_LEAVE_GROUP_ON_SHUTDOWN=%s is neither true nor false", v)
+		} else {
+			c.KeepMembershipOnShutdown = !leave
+		}
+	}
 	for _, in := range c.Inlets {
 		if in.MaxBytes > c.MaxMessageBytes-batchOverhead {
 			bad("FLOW_INLET_%s_BATCH_MAX_BYTES=%d does not leave a batch under the message limit %d (FLOW_MAX_MESSAGE_BYTES): lower it below %d", envName(in.Port), in.MaxBytes, c.MaxMessageBytes, c.MaxMessageBytes-batchOverhead)
@@ -359,6 +395,20 @@ func parseDuration(getenv func(string) string, name string, def time.Duration, b
 		return def
 	}
 	return d
+}
+
+// parseBudget reads a byte budget of at least 1 KiB.
+func parseBudget(getenv func(string) string, name string, def int64, bad func(string, ...any)) int64 {
+	s := getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := parseSize(s)
+	if err != nil || n < 1<<10 {
+		bad("%s=%s is not a size of at least 1Ki (write e.g. 64Mi)", name, s)
+		return def
+	}
+	return n
 }
 
 // parseSize reads a byte count in the MEMORY_SIZE grammar of config values (digits, then an

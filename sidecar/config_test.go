@@ -45,6 +45,10 @@ func TestConfigFromEnvDefaults(t *testing.T) {
 		{"TLS", cfg.TLS == nil, true},
 		{"SASL", cfg.SASL == nil, true},
 		{"events outside a cluster", cfg.Events == nil, true},
+		{"max batch emit bytes", cfg.MaxBatchEmitBytes, int64(sidecar.DefaultMaxBatchEmitBytes)},
+		{"max held emit bytes", cfg.MaxHeldEmitBytes, int64(sidecar.DefaultMaxHeldEmitBytes)},
+		{"instance id without a pod", cfg.InstanceID, ""},
+		{"session timeout", cfg.SessionTimeout, 45 * time.Second},
 	} {
 		if c.got != c.want {
 			t.Errorf("ConfigFromEnv(valid) %s = %v; want %v", c.name, c.got, c.want)
@@ -62,9 +66,17 @@ func TestConfigFromEnvSettings(t *testing.T) {
 	e["FLOW_KAFKA_SASL_USERNAME"] = "u"
 	e["FLOW_KAFKA_SASL_PASSWORD"] = "p"
 	e["FLOW_KAFKA_TLS"] = "true"
+	e["FLOW_MAX_BATCH_EMIT_BYTES"] = "100Mi"
+	e["FLOW_MAX_HELD_EMIT_BYTES"] = "1Gi"
+	e["FLOW_POD_NAME"] = "upper-7d9f-x2"
+	e["FLOW_SESSION_TIMEOUT"] = "2m"
+	e["FLOW_LEAVE_GROUP_ON_SHUTDOWN"] = "false"
 	cfg, err := sidecar.ConfigFromEnv(e.get, nil)
 	if err != nil {
 		t.Fatalf("ConfigFromEnv() = %v; want nil", err)
+	}
+	if cfg.MaxBatchEmitBytes != 100<<20 || cfg.MaxHeldEmitBytes != 1<<30 || cfg.InstanceID != "upper-7d9f-x2" || cfg.SessionTimeout != 2*time.Minute || !cfg.KeepMembershipOnShutdown {
+		t.Errorf("ConfigFromEnv() budgets %d/%d, instance %q, session %v; want 100Mi/1Gi, upper-7d9f-x2, 2m", cfg.MaxBatchEmitBytes, cfg.MaxHeldEmitBytes, cfg.InstanceID, cfg.SessionTimeout)
 	}
 	if cfg.Inlets[0].MaxRecords != 500 || cfg.Inlets[0].MaxBytes != 2<<20 || cfg.MaxMessageBytes != 8<<20 || cfg.ConsumerGroup != "g" {
 		t.Errorf("ConfigFromEnv() = %+v; want the values set", cfg)
@@ -96,8 +108,10 @@ func TestConfigFromEnvProblems(t *testing.T) {
 		{name: "bindings", set: map[string]string{"FLOW_INLETS": "other=x,junk", "FLOW_OUTLETS": "out=a,out=b"},
 			want: []string{`"junk" is not port=topic`, `does not bind declared port "in"`, `binds "other", which the descriptor does not declare`, `binds port "out" twice`}},
 		{name: "numbers", set: map[string]string{"FLOW_PROCESS_PORT": "abc", "FLOW_SIDECAR_PORT": "70000", "FLOW_STALL_WARNING_AFTER": "-1s", "FLOW_SHUTDOWN_TIMEOUT": "soon",
-			"FLOW_MAX_MESSAGE_BYTES": "lots", "FLOW_INLET_IN_BATCH_MAX_RECORDS": "0", "FLOW_INLET_IN_BATCH_MAX_BYTES": "1Qi"},
-			want: []string{"FLOW_PROCESS_PORT=abc", "FLOW_SIDECAR_PORT=70000", "FLOW_STALL_WARNING_AFTER=-1s", "FLOW_SHUTDOWN_TIMEOUT=soon", "FLOW_MAX_MESSAGE_BYTES=lots", "FLOW_INLET_IN_BATCH_MAX_RECORDS=0", "FLOW_INLET_IN_BATCH_MAX_BYTES=1Qi"}},
+			"FLOW_MAX_MESSAGE_BYTES": "lots", "FLOW_INLET_IN_BATCH_MAX_RECORDS": "0", "FLOW_INLET_IN_BATCH_MAX_BYTES": "1Qi",
+			"FLOW_MAX_BATCH_EMIT_BYTES": "12", "FLOW_MAX_HELD_EMIT_BYTES": "much", "FLOW_SESSION_TIMEOUT": "0s", "FLOW_LEAVE_GROUP_ON_SHUTDOWN": "maybe"},
+			want: []string{"FLOW_PROCESS_PORT=abc", "FLOW_SIDECAR_PORT=70000", "FLOW_STALL_WARNING_AFTER=-1s", "FLOW_SHUTDOWN_TIMEOUT=soon", "FLOW_MAX_MESSAGE_BYTES=lots", "FLOW_INLET_IN_BATCH_MAX_RECORDS=0", "FLOW_INLET_IN_BATCH_MAX_BYTES=1Qi",
+				"FLOW_MAX_BATCH_EMIT_BYTES=12 is not a size of at least 1Ki", "FLOW_MAX_HELD_EMIT_BYTES=much", "FLOW_SESSION_TIMEOUT=0s", "FLOW_LEAVE_GROUP_ON_SHUTDOWN=maybe"}},
 		{name: "batch over the message limit", set: map[string]string{"FLOW_MAX_MESSAGE_BYTES": "1Mi"}, want: []string{"FLOW_INLET_IN_BATCH_MAX_BYTES=1048576 does not leave a batch under the message limit"}},
 		{name: "config", set: map[string]string{"FLOW_CONFIG": `{"suffix": 1, "typo": "x"}`}, want: []string{"config.min-rooms", "config.typo"}},
 		{name: "config not json", set: map[string]string{"FLOW_CONFIG": `min-rooms=2`}, want: []string{"FLOW_CONFIG is not a JSON object"}},

@@ -196,6 +196,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		p.inflight = nil
 		p.sent = 0
 	}
+	s.stats.HeldEmitBytes = 0 // every emit of the conversation is written or dropped
 	s.conv = nil
 	return err
 }
@@ -286,6 +287,10 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		if !p.owned || p.inflight != nil || p.sent >= len(p.queue) {
 			continue
 		}
+		if s.heldFull() {
+			s.next-- // this partition is next once written emits wake the sender (release)
+			return nil, nil
+		}
 		limit := s.cfg.MaxMessageBytes - batchOverhead
 		recs := p.queue[p.sent:]
 		if first := recs[0]; first.size > limit {
@@ -299,7 +304,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		}
 		n, bytes := 0, 0
 		for _, r := range recs {
-			if n > 0 && (n >= p.inlet.MaxRecords || bytes+r.size > p.inlet.MaxBytes || bytes+r.size > limit) {
+			if n > 0 && (n >= p.batchCap() || bytes+r.size > p.inlet.MaxBytes || bytes+r.size > limit) {
 				break
 			}
 			n++

@@ -39,10 +39,8 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 		s.metrics.discovery.WithLabelValues(discoveryUnanswered).Inc()
 		wait := b.NextBackOff()
 		s.log.Info("the streamlet process does not answer Discover yet; retrying", "port", s.cfg.ProcessPort, "attempt", attempt, "wait", wait, "error", err)
-		select {
-		case <-ctx.Done():
+		if !s.sleep(ctx, wait) {
 			return nil, ctx.Err()
-		case <-time.After(wait):
 		}
 	}
 

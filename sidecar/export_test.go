@@ -1,6 +1,12 @@
 package sidecar
 
-import "time"
+import (
+	"context"
+	"time"
+)
+
+// SetSleep replaces the waits between attempts (backoffs); call it before Run.
+func SetSleep(s *Sidecar, sleep func(ctx context.Context, d time.Duration) bool) { s.sleep = sleep }
 
 // SetLagRefresh sets how often s asks for its partitions' high watermarks; call it before Run.
 func SetLagRefresh(s *Sidecar, d time.Duration) { s.lagRefresh = d }

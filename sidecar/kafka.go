@@ -2,13 +2,16 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/kafkalog"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // fetchMaxWait bounds a fetch's long poll. A resumed partition waits for the fetch in flight
@@ -26,6 +29,11 @@ type kafka struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	group string
+	// instanceID is the static member's id when it must leave the group at close: kgo's own
+	// leave keeps a static member in (staticLeave).
+	instanceID string
 }
 
 // openKafka creates the client (joining the consumer group over every inlet topic) and starts
@@ -59,7 +67,14 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 			kgo.OnPartitionsAssigned(s.assigned),
 			kgo.OnPartitionsRevoked(s.revoked),
 			kgo.OnPartitionsLost(s.revoked),
+			kgo.SessionTimeout(s.cfg.SessionTimeout),
 		)
+		if s.cfg.InstanceID != "" {
+			// Static membership (KIP-345), keyed by the pod: a restarted sidecar, SIGKILLed or
+			// not, rejoins as the same member and gets its partitions back at once, and a
+			// rolling restart moves none. A static member does not leave the group at close.
+			opts = append(opts, kgo.InstanceID(s.cfg.InstanceID))
+		}
 	}
 	opts = append(opts, s.connOpts()...)
 	cl, err := kgo.NewClient(opts...)
@@ -74,7 +89,10 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kafka{cl: cl, prod: prod, abort: abort, cancel: cancel, done: make(chan struct{})}
+	k := &kafka{cl: cl, prod: prod, abort: abort, cancel: cancel, done: make(chan struct{}), group: s.cfg.ConsumerGroup}
+	if s.cfg.InstanceID != "" && !s.cfg.KeepMembershipOnShutdown {
+		k.instanceID = s.cfg.InstanceID
+	}
 	if len(topics) == 0 {
 		close(k.done)
 		return k, nil
@@ -144,7 +162,8 @@ func (s *Sidecar) renewProducer() {
 }
 
 // close stops the poller and the watermark watcher, leaves the group (waiting at most
-// leaveTimeout) and closes the client. It may be called twice.
+// leaveTimeout; a static member by its instance id, unless it keeps its membership) and
+// closes the client. It may be called twice.
 func (k *kafka) close(log *slog.Logger) {
 	k.once.Do(func() {
 		k.cancel()
@@ -155,11 +174,40 @@ func (k *kafka) close(log *slog.Logger) {
 			log.Warn("could not leave the consumer group in time; the broker will expire this member's session", "timeout", leaveTimeout, "error", err)
 			// Abort the requests still in flight (a held JoinGroup), so Close cannot wait on them.
 			k.abort()
+		} else if k.instanceID != "" {
+			if err := k.staticLeave(ctx); err != nil {
+				log.Warn("could not leave the consumer group as a static member; the broker will expire this member's session", "instance_id", k.instanceID, "error", err)
+			}
 		}
 		k.cl.Close()
 		k.abort()
 		k.prod.Close()
 	})
+}
+
+// staticLeave leaves the group as the static member instanceID (KIP-345 LeaveGroup by
+// instance id), once the group's own management has stopped: kgo keeps a static member in
+// the group at close, for its restart to rejoin without a rebalance.
+func (k *kafka) staticLeave(ctx context.Context) error {
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = k.group
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.InstanceID = kmsg.StringPtr(k.instanceID)
+	m.Reason = kmsg.StringPtr("the sidecar is shutting down")
+	req.Members = append(req.Members, m)
+	resp, err := req.RequestWith(ctx, k.prod)
+	if err != nil {
+		return err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	for _, m := range resp.Members {
+		if err := kerr.ErrorForCode(m.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+			return err
+		}
+	}
+	return nil
 }
 
 // poll moves fetched records into their partitions' queues until ctx ends, pausing a
@@ -221,23 +269,5 @@ func kafkaLogger(log *slog.Logger) kgo.Opt {
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		min = slog.LevelDebug
 	}
-	return kgo.WithLogger(kslog.New(slog.New(minLevel{log.Handler(), min})))
+	return kafkalog.Option(log, min)
 }
-
-// minLevel passes on the records of h at min and above.
-type minLevel struct {
-	h   slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.h.Enabled(ctx, l)
-}
-
-func (m minLevel) Handle(ctx context.Context, rec slog.Record) error { return m.h.Handle(ctx, rec) }
-
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{m.h.WithAttrs(as), m.min}
-}
-
-func (m minLevel) WithGroup(name string) slog.Handler { return minLevel{m.h.WithGroup(name), m.min} }

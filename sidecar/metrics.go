@@ -20,9 +20,10 @@ const (
 	causeProduce      = "produce"              // an emit could not be written
 	causeCommit       = "commit"               // the broker refused an offset commit
 	causeStopTimeout  = "stop_timeout"         // the process did not complete the stream after Stop
+	causeEmitBudget   = "emit_budget"          // a batch's emits exceeded FLOW_MAX_BATCH_EMIT_BYTES
 )
 
-var failureCauses = []string{causeUnreachable, causeFailedBatch, causeProtocol, causeMessageLarge, causeRecordLarge, causeProduce, causeCommit, causeStopTimeout}
+var failureCauses = []string{causeUnreachable, causeFailedBatch, causeProtocol, causeMessageLarge, causeRecordLarge, causeProduce, causeCommit, causeStopTimeout, causeEmitBudget}
 
 // Results of one Discover call, the values of millrace_sidecar_discovery_attempts_total's
 // result label.
@@ -54,6 +55,8 @@ func causeOf(err error) string {
 		return causeCommit
 	case errors.Is(err, errRecordTooLarge):
 		return causeRecordLarge
+	case errors.Is(err, errBatchEmitBudget), errors.Is(err, errRecordEmitBudget):
+		return causeEmitBudget
 	}
 	return causeUnreachable
 }
@@ -233,16 +236,6 @@ func (c *partitionCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descPaused, float64(paused[topic]), topic)
 	}
 	gauge(descBuffered, float64(s.stats.BufferedBytes))
-	var held int64
-	if c := s.conv; c != nil {
-		for _, bs := range [][]*batch{c.acked, c.round} {
-			for _, b := range bs {
-				held += b.emitBytes
-			}
-		}
-		for _, b := range c.batches {
-			held += b.emitBytes
-		}
-	}
-	gauge(descEmitHeld, float64(held))
+	// The emit budgets' own count (budget.go): released emit by emit as each is written.
+	gauge(descEmitHeld, float64(s.stats.HeldEmitBytes))
 }

@@ -213,8 +213,8 @@ func TestMetricsCountWhatFlows(t *testing.T) {
 	if got := m.v("millrace_sidecar_commit_seconds"); got < 1 || got > float64(st.BatchesCommitted) {
 		t.Errorf("millrace_sidecar_commit_seconds count = %v; want between 1 and the %d batches committed", got, st.BatchesCommitted)
 	}
-	if got := len(m["millrace_sidecar_stream_failures_total"].GetMetric()); got != 8 {
-		t.Errorf("millrace_sidecar_stream_failures_total has %d series; want one per cause, 8", got)
+	if got := len(m["millrace_sidecar_stream_failures_total"].GetMetric()); got != 9 {
+		t.Errorf("millrace_sidecar_stream_failures_total has %d series; want one per cause, 9", got)
 	}
 	if got := m.v("millrace_sidecar_stream_failures_total"); got != 0 {
 		t.Errorf("stream failures = %v; want 0", got)

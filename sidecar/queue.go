@@ -50,6 +50,11 @@ type partition struct {
 	inflight   *batch // the batch with the process, nil if none
 	paused     bool
 
+	// capRecords, when not 0, caps the partition's batches after one emitted over the
+	// per-batch budget: halved at each such failure, down to 1, until capUntil is committed.
+	capRecords int
+	capUntil   int64
+
 	// stall tracking: since when the partition's head batch has been failing, and how often.
 	stallSince time.Time
 	attempts   int

@@ -26,6 +26,7 @@ func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 			s.dropHead(p, len(p.queue))
 			p.owned, p.epoch, p.sent, p.paused = true, p.epoch+1, 0, false
 			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
+			p.capRecords, p.capUntil = 0, 0
 			p.hwm, p.committed, p.fetched = -1, -1, false
 			s.log.Info("partition assigned", "topic", topic, "partition", n)
 		}
@@ -50,6 +51,7 @@ func (s *Sidecar) revoked(_ context.Context, cl *kgo.Client, m map[string][]int3
 			}
 			if p.inflight != nil {
 				p.inflight.revoked = true
+				s.drop(p.inflight)
 			}
 			s.dropHead(p, len(p.queue))
 			if p.paused {
@@ -57,6 +59,7 @@ func (s *Sidecar) revoked(_ context.Context, cl *kgo.Client, m map[string][]int3
 			}
 			p.owned, p.epoch, p.sent, p.paused = false, p.epoch+1, 0, false
 			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
+			p.capRecords, p.capUntil = 0, 0
 			p.hwm, p.committed, p.fetched = -1, -1, false
 			s.log.Info("partition revoked", "topic", topic, "partition", n)
 		}

@@ -71,8 +71,9 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		for _, h := range e.GetRecord().GetHeaders() {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.GetKey(), Value: h.GetValue()})
 		}
-		b.emits = append(b.emits, r)
-		b.emitBytes += recordBytes(r)
+		if err := s.hold(b, r); err != nil {
+			return err
+		}
 		s.metrics.outlet(topic).emitted.Inc()
 	case *flowv1.FromProcess_Ack:
 		b, err := c.lookup(m.Ack.GetBatchId(), "an Ack")
@@ -81,6 +82,7 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		}
 		s.answered(c, b)
 		if b.revoked || b.p.epoch != b.epoch {
+			s.drop(b)
 			return nil
 		}
 		s.metrics.roundTrip.Observe(s.now().Sub(b.sentAt).Seconds())

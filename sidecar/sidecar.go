@@ -10,7 +10,8 @@
 // One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
 // TLS and SASL), discovery.go, conversation.go (one Run stream and the batches it sends),
 // receive.go (the process's Emits, Acks and Fails), kafka.go (the clients and the poller),
-// queue.go (each partition's buffer of fetched records), rebalance.go, commit.go (produce, then
+// queue.go (each partition's buffer of fetched records), budget.go (the emit budgets: backpressure
+// and halving an over-budget batch), rebalance.go, commit.go (produce, then
 // commit), stall.go, readiness.go, lag.go (high watermarks and committed offsets), metrics.go
 // (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics, /healthz, /readyz). Its API is what cmd/millrace, internal/local and the
 // benchmarks use. Errors keep their cause: the logged error of an emit the broker refused
@@ -52,6 +53,12 @@ var (
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
 	errCommit = errors.New("sidecar: offset commit failed")
+	// errBatchEmitBudget is wrapped when a batch of several records emits more than
+	// FLOW_MAX_BATCH_EMIT_BYTES: its partition is delivered again in halves.
+	errBatchEmitBudget = errors.New("sidecar: a batch's emits exceed the per-batch emit budget")
+	// errRecordEmitBudget is wrapped when one record alone emits more than
+	// FLOW_MAX_BATCH_EMIT_BYTES: its partition stalls there until the budget is raised.
+	errRecordEmitBudget = errors.New("sidecar: one record's emits exceed the per-batch emit budget")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -83,6 +90,9 @@ type Sidecar struct {
 	lagRefresh time.Duration
 
 	now func() time.Time
+	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
+	// attempts. Tests replace it, with now, so as not to wait.
+	sleep func(ctx context.Context, d time.Duration) bool
 }
 
 // stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
@@ -98,6 +108,12 @@ type stats struct {
 	PeakBufferedBytes int64
 	Pauses            int // times a partition's fetching was paused at high water
 	StallWarnings     int // PartitionStalled warnings raised
+
+	// The emit budgets (budget.go): the conversation's emits not yet written, their peak,
+	// and how often a batch waited for some to be written.
+	HeldEmitBytes     int64
+	PeakHeldEmitBytes int64
+	EmitBudgetWaits   int
 }
 
 // New returns a Sidecar for cfg that logs to logger. It dials nothing yet. Zero values in a
@@ -126,13 +142,22 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.StallWarningAfter == 0 {
 		c.StallWarningAfter = defaultStallWarningAfter
 	}
+	if c.MaxBatchEmitBytes == 0 {
+		c.MaxBatchEmitBytes = DefaultMaxBatchEmitBytes
+	}
+	if c.MaxHeldEmitBytes == 0 {
+		c.MaxHeldEmitBytes = DefaultMaxHeldEmitBytes
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = defaultSessionTimeout
+	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
@@ -231,6 +256,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.kafka = k
 		}
 		began := s.now()
+		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)
 		if err != nil {
 			s.metrics.failures.WithLabelValues(causeOf(err)).Inc()
@@ -246,16 +272,30 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.renewProducer()
 		}
 		s.checkStalls(ctx)
-		if s.now().Sub(began) > s.cfg.FailureBackoff.Max {
+		// The backoff paces a process that keeps failing; one that made progress (committed
+		// something), that lived long, or whose batch the sidecar just halved is not in a
+		// crash loop, and waits the shortest time.
+		progressed := s.snapshot().BatchesCommitted > committedBefore
+		if progressed || s.now().Sub(began) > s.cfg.FailureBackoff.Max || errors.Is(err, errBatchEmitBudget) {
 			failures.Reset()
 		}
 		wait := failures.NextBackOff()
-		s.log.Info("backing off before rediscovery", "wait", wait)
-		select {
-		case <-ctx.Done():
+		s.log.Info("backing off before rediscovery", "wait", wait, "progressed", progressed)
+		if !s.sleep(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
+	}
+}
+
+// sleep is the real Sidecar.sleep.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

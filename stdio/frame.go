@@ -218,6 +218,11 @@ func shortErr(err error) string {
 // one is written as null where the type requires it). Fields that mean nothing for m.Type are
 // left out when zero.
 func AppendMessage(dst []byte, m *Message) []byte {
+	return append(appendBody(dst, m), '}', '\n')
+}
+
+// appendBody is AppendMessage without the closing brace and newline.
+func appendBody(dst []byte, m *Message) []byte {
 	dst = append(dst, `{"type":`...)
 	dst = appendString(dst, m.Type)
 	if m.Delivery != "" {
@@ -263,6 +268,8 @@ func AppendMessage(dst []byte, m *Message) []byte {
 		dst = append(dst, `,"attempt":`...)
 		dst = strconv.AppendInt(dst, int64(m.Attempt), 10)
 		dst = appendField(dst, "idempotencyKey", m.IdempotencyKey)
+		dst = appendField(dst, "traceparent", m.Traceparent)
+		dst = appendField(dst, "tracestate", m.Tracestate)
 	case TypeEmit:
 		dst = appendField(dst, "outlet", m.Outlet)
 		dst = appendKey(dst, m.Key, m.KeyBase64)
@@ -299,10 +306,11 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	case TypeAbstain:
 		dst = appendField(dst, "reason", m.Reason)
 	}
-	return append(dst, '}', '\n')
+	return dst
 }
 
-// AppendItem appends it as an item line.
+// AppendItem appends it as an item line; a valid it.Trace is written as "traceparent" (the
+// attempt's span as parent-id) without a string made for it.
 func AppendItem(dst []byte, it *Item) []byte {
 	m := Message{
 		Type: TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key,
@@ -310,7 +318,14 @@ func AppendItem(dst []byte, it *Item) []byte {
 		Topic: it.Topic, Partition: it.Partition, Offset: it.Offset, Timestamp: it.Timestamp,
 		Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
 	}
-	return AppendMessage(dst, &m)
+	dst = appendBody(dst, &m)
+	if it.Trace.IsValid() {
+		dst = append(dst, `,"traceparent":"`...)
+		dst = it.Trace.AppendTraceparent(dst, it.Trace.SpanID)
+		dst = append(dst, '"')
+		dst = appendField(dst, "tracestate", it.Tracestate)
+	}
+	return append(dst, '}', '\n')
 }
 
 func appendField(dst []byte, name, v string) []byte {

@@ -60,6 +60,10 @@ type Item struct {
 	Timestamp      int64           `json:"timestamp"` // milliseconds since the epoch
 	Attempt        int             `json:"attempt"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	// Trace is the W3C trace context of the attempt, sent as "traceparent" naming its SpanID
+	// (none when zero); Tracestate, the input's tracestate, is sent as "tracestate" beside it.
+	Trace      TraceContext `json:"-"`
+	Tracestate string       `json:"tracestate,omitempty"`
 }
 
 // Emit is one staged output. Outlet may be empty when the action has one outlet; Key nil means
@@ -109,6 +113,8 @@ type Message struct {
 	Timestamp      int64           `json:"timestamp,omitempty"`
 	Attempt        int             `json:"attempt,omitempty"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Traceparent    string          `json:"traceparent,omitempty"` // W3C: the attempt's span
+	Tracestate     string          `json:"tracestate,omitempty"`
 
 	// emit
 	Outlet string `json:"outlet,omitempty"`

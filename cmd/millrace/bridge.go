@@ -16,6 +16,7 @@ import (
 func runBridge(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bridge", "[--config FILE] [NAME --in PORT=SCHEMA … -- COMMAND [ARG…]]\n\n"+
 		"Serves the action as an Ankka Flow streamlet on 127.0.0.1:$FLOW_PROCESS_PORT (9010).\n"+
+		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (README, \"Tracing\").\n"+
 		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION:\n"+
 		"NAME FLAG… -- COMMAND [ARG…] (README, \"The action config line\"), its flags:\n"+configLineHelp()+
 		"Flags of millrace bridge:")
@@ -56,10 +57,15 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 2, msg: err.Error()}
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	tracer, err := bridge.NewTracer(ctx, e.getenv, a.Name, Version(), logger) // nil unless OTEL_* ask for spans
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
 	return bridge.ListenAndServe(ctx, port, bridge.Options{
 		Action:  a,
 		Version: Version(),
 		Logger:  logger,
+		Tracer:  tracer,
 		Budget:  budget,
 
 		ReplayGeneration: gen,

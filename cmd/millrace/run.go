@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -17,7 +19,7 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [-v]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [-v]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
@@ -25,6 +27,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	data := fs.String("data", "", "keep the in-process broker's data in DIR, across runs")
 	partitions := fs.Int("partitions", 0, "partitions of each topic created (default 1); an existing topic (--data, --brokers) must have as many")
 	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
+	metrics := fs.String("metrics", "", "serve Prometheus `ADDR`/metrics (HOST:PORT or :PORT): both halves of every streamlet, the sidecar's and the bridge's, labelled streamlet")
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
 	set := keyValues{}
 	fs.Var(set, "set", "KEY=VALUE: a deploy-time config value of the action (repeatable; in a pipeline file, --set goes on the streamlet's line)")
@@ -34,6 +37,19 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	}
 	if len(pos) != 1 {
 		return fs.usageErr(fmt.Sprintf("expected one action directory, config line (quoted) or pipeline file, got %d arguments", len(pos)))
+	}
+	// A flag that would do nothing is a mistake, not a no-op.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case *data != "" && *brokers != "":
+		return fs.usageErr("--data keeps the in-process broker's data; with --brokers the cluster keeps it: give one or the other")
+	case *partitions < 0 || given["partitions"] && *partitions == 0:
+		return fs.usageErr(fmt.Sprintf("--partitions %d: topics need at least 1 partition", *partitions))
+	case *stall <= 0:
+		return fs.usageErr(fmt.Sprintf("--stall %s: give a positive duration, e.g. 10s", *stall))
+	case *bare && *input == "" && isTerminal(e.stdin):
+		return fs.usageErr("--bare says how input lines are read, and there is no input: give --input FILE, or pipe the lines to stdin")
 	}
 	p, err := loadRunnable(pos[0])
 	if err != nil {
@@ -54,7 +70,16 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	opts := local.Options{
 		Bare: *bare, Follow: *follow, DataDir: *data, Partitions: *partitions, StallAfter: *stall,
 		Out: e.stdout, Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})),
-		Version: Version(),
+		Version: Version(), Getenv: e.getenv,
+	}
+	if *metrics != "" {
+		lis, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics %s: %w; pick a free address, e.g. --metrics 127.0.0.1:9100", *metrics, err)
+		}
+		defer lis.Close()
+		fmt.Fprintf(out, "millrace run: metrics at http://%s/metrics\n", lis.Addr())
+		opts.Metrics = lis
 	}
 	if out.term {
 		opts.Progress = progressWriter{out}

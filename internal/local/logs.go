@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ankka-flow/millrace/internal/kafkalog"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // lastError keeps the last error a streamlet logged, for the reason of a stall.
@@ -68,23 +68,5 @@ func (t *teeHandler) WithGroup(name string) slog.Handler {
 // component, at warn and above: at info franz-go logs every connection and metadata refresh,
 // which would drown the streamlets' own logs.
 func kafkaLogger(log *slog.Logger, component string) kgo.Opt {
-	return kgo.WithLogger(kslog.New(slog.New(minLevel{log.Handler(), slog.LevelWarn}).With("component", component)))
+	return kafkalog.Option(log.With("component", component), slog.LevelWarn)
 }
-
-// minLevel passes on the records of h at min and above.
-type minLevel struct {
-	h   slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.h.Enabled(ctx, l)
-}
-
-func (m minLevel) Handle(ctx context.Context, rec slog.Record) error { return m.h.Handle(ctx, rec) }
-
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{m.h.WithAttrs(as), m.min}
-}
-
-func (m minLevel) WithGroup(name string) slog.Handler { return minLevel{m.h.WithGroup(name), m.min} }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +44,13 @@ type Options struct {
 	Progress   io.Writer     // where a progress line is redrawn every half second (nil: none)
 	StallAfter time.Duration // a batch failing for this long stops the run (default 20s)
 	Version    string        // millrace's version, for discovery
+	// Metrics, when set, serves /metrics of every streamlet, both halves (the sidecar's and the
+	// bridge's registries, each series labelled streamlet); Run closes it. A streamlet whose
+	// config line says --metrics ADDR is served at ADDR too.
+	Metrics net.Listener
+	// Getenv reads the OTEL_* variables that turn on the bridges' span export
+	// (bridge.NewTracer); nil exports no spans.
+	Getenv func(string) string
 }
 
 // runner is one Run.
@@ -91,6 +99,9 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Metrics != nil {
+		defer opts.Metrics.Close() // also when Run fails before serving it
+	}
 	r := &runner{p: p, opts: opts, log: opts.Logger, start: time.Now(), outlets: map[string]outletName{}, out: map[string]int{}, pos: map[string]map[int32]int64{}}
 	for _, s := range p.Streamlets {
 		for _, o := range s.Action.Outlets {
@@ -135,8 +146,20 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		stopPrinting()
 		return nil, err
 	}
+	endpoints, err := r.metricsListeners()
+	if err != nil {
+		stopPrinting()
+		printers.Wait()
+		return nil, err
+	}
+	stopMetrics := func() {
+		for _, ep := range endpoints {
+			ep.lis.Close()
+		}
+	}
 	var started []*running
 	stop := func() {
+		stopMetrics()
 		for _, st := range started { // the sidecars first: they stop their conversations
 			_ = st.sidecar.stop()
 		}
@@ -154,7 +177,10 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		}
 		started = append(started, st)
 	}
+	r.mu.Lock()
 	r.streamlets = started
+	r.mu.Unlock()
+	stopMetrics = r.serveMetrics(endpoints)
 
 	inputDone := make(chan struct{})
 	go r.produceInput(runCtx, inputDone)

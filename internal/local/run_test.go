@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,16 +83,24 @@ func TestRunSingle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run = %v (summary %v)", err, sum)
 	}
-	want := `{"outlet":"out","key":"u1","payload":{"message":"Hello, Ada!"}}
-{"outlet":"out","key":"u2","payload":{"message":"Hello, Zoë!"}}
-{"outlet":"out","payload":{"message":"Hello, Grace!"}}
+	want := `{"outlet":"out","key":"u1","payload":{"message":"Hello, Ada!"},"headers":[{"key":"traceparent","value":"00-…"}]}
+{"outlet":"out","key":"u2","payload":{"message":"Hello, Zoë!"},"headers":[{"key":"traceparent","value":"00-…"}]}
+{"outlet":"out","payload":{"message":"Hello, Grace!"},"headers":[{"key":"traceparent","value":"00-…"}]}
 `
-	if out.String() != want {
+	if maskTrace(out.String()) != want {
 		t.Fatalf("Run printed\n%s\nwant\n%s", out.String(), want)
 	}
 	if !sum.Complete || sum.In != 3 || sum.Total() != 3 || sum.Failed != 0 {
 		t.Fatalf("summary = %+v; want complete, 3 in, 3 out, 0 failed", sum)
 	}
+}
+
+// traceValue matches the traceparent header an output gets from the bridge: trace-id, span.
+var traceValue = regexp.MustCompile(`"traceparent","value":"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}"`)
+
+// maskTrace replaces the traceparent values in s, drawn per run, with 00-….
+func maskTrace(s string) string {
+	return traceValue.ReplaceAllString(s, `"traceparent","value":"00-…"`)
 }
 
 // TestRunLastLineWithoutNewline: the last input line is a line with or without its newline
@@ -107,8 +116,8 @@ func TestRunLastLineWithoutNewline(t *testing.T) {
 		bare bool
 		want string
 	}{
-		{in: `{"name":"Ada"}`, bare: true, want: `{"outlet":"out","payload":{"message":"Hello, Ada!"}}` + "\n"},
-		{in: "{\"payload\": {\"name\": \"Ada\"}}\n{\"key\": \"g\", \"payload\": {\"name\": \"Grace\"}}", want: `{"outlet":"out","payload":{"message":"Hello, Ada!"}}` + "\n" + `{"outlet":"out","key":"g","payload":{"message":"Hello, Grace!"}}` + "\n"},
+		{in: `{"name":"Ada"}`, bare: true, want: `{"outlet":"out","payload":{"message":"Hello, Ada!"},"headers":[{"key":"traceparent","value":"00-…"}]}` + "\n"},
+		{in: "{\"payload\": {\"name\": \"Ada\"}}\n{\"key\": \"g\", \"payload\": {\"name\": \"Grace\"}}", want: `{"outlet":"out","payload":{"message":"Hello, Ada!"},"headers":[{"key":"traceparent","value":"00-…"}]}` + "\n" + `{"outlet":"out","key":"g","payload":{"message":"Hello, Grace!"},"headers":[{"key":"traceparent","value":"00-…"}]}` + "\n"},
 	} {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -120,7 +129,7 @@ func TestRunLastLineWithoutNewline(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run(%q) = %v (summary %v)", tt.in, err, sum)
 		}
-		if out.String() != tt.want || sum.In != strings.Count(tt.want, "\n") {
+		if maskTrace(out.String()) != tt.want || sum.In != strings.Count(tt.want, "\n") {
 			t.Errorf("Run(%q) printed\n%s\nsummary %+v; want\n%s", tt.in, out.String(), sum, tt.want)
 		}
 	}
@@ -197,9 +206,17 @@ func TestRunPipeline(t *testing.T) {
 			t.Errorf("unexpected output line %s", l)
 		}
 	}
-	wantLoud := []string{`{"streamlet":"upper","outlet":"out","payload":{"message":"HI, ADA!"}}`, `{"streamlet":"upper","outlet":"out","payload":{"message":"HI, ZOË!"}}`}
-	if len(greets) != 2 || strings.Join(louds, "\n") != strings.Join(wantLoud, "\n") {
+	wantLoud := []string{`{"streamlet":"upper","outlet":"out","payload":{"message":"HI, ADA!"},"headers":[{"key":"traceparent","value":"00-…"}]}`,
+		`{"streamlet":"upper","outlet":"out","payload":{"message":"HI, ZOË!"},"headers":[{"key":"traceparent","value":"00-…"}]}`}
+	if len(greets) != 2 || maskTrace(strings.Join(louds, "\n")) != strings.Join(wantLoud, "\n") {
 		t.Fatalf("Run printed\n%s\nwant 2 greet lines and\n%s", out.String(), strings.Join(wantLoud, "\n"))
+	}
+	// One trace from the first streamlet's input to the second one's output, a span per hop.
+	for i := range greets {
+		g, u := traceValue.FindStringSubmatch(greets[i]), traceValue.FindStringSubmatch(louds[i])
+		if g[1] != u[1] || g[2] == u[2] {
+			t.Errorf("greet output %s and upper output %s: want the same trace, another parent span", g[0], u[0])
+		}
 	}
 	if sum.In != 2 || sum.Out["greet.out"] != 2 || sum.Out["upper.out"] != 2 || !sum.Complete {
 		t.Fatalf("summary = %+v", sum)

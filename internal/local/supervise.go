@@ -62,15 +62,33 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	name := s.Action.Name
 	st := &running{s: s, metrics: bridge.NewMetrics(0), errs: &lastError{}, group: r.p.Name + "." + name, faults: newFaults(name, s.Action.DeadLetter != "")}
 	blog := slog.New(faultHandler{&teeHandler{h: r.log.Handler(), last: st.errs}, st.faults}).With("part", "bridge") // the bridge names the streamlet
-	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics})
+	var tracer *bridge.Tracer
+	if r.opts.Getenv != nil {
+		tr, err := bridge.NewTracer(ctx, r.opts.Getenv, name, r.opts.Version, blog)
+		if err != nil {
+			return nil, fmt.Errorf("local: the span export of %s: %w", name, err)
+		}
+		tracer = tr
+	}
+	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer})
 	if err != nil {
+		_ = tracer.Shutdown(ctx)
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		_ = tracer.Shutdown(ctx)
 		return nil, fmt.Errorf("local: a loopback port for the bridge of %s: %w", name, err)
 	}
-	st.bridge = startTask(ctx, func(ctx context.Context) error { return srv.Serve(ctx, lis) })
+	st.bridge = startTask(ctx, func(ctx context.Context) error {
+		err := srv.Serve(ctx, lis)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if terr := tracer.Shutdown(sctx); terr != nil { // the spans still buffered, flushed
+			blog.Warn("spans not exported at the end of the run", "error", terr)
+		}
+		return err
+	})
 
 	cfg := &sidecar.Config{
 		Brokers: brokers, Pipeline: r.p.Name, Streamlet: name, Deployed: s.Action.Spec(r.opts.Version),

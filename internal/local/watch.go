@@ -60,7 +60,7 @@ func (r *runner) watchUntil(ctx context.Context, inputDone <-chan struct{}) erro
 			return inErr
 		}
 		if since := time.Since(lastDraw); since >= 500*time.Millisecond {
-			lastCommitted = r.drawProgress(since, lastCommitted)
+			lastCommitted = r.drawProgress(ctx, since, lastCommitted)
 			lastDraw = time.Now()
 		}
 		if !eof || r.opts.Follow {

@@ -244,20 +244,29 @@ func decodeInputRecord(data []byte, in *flowv1.InputRecord, rec *flowv1.Record, 
 	return values, true
 }
 
+// bytesField consumes one length-delimited field of number 1 to max from data: every field of
+// Record and Header is one. ok is false for any other field or a truncated one.
+func bytesField(data []byte, max protowire.Number) (num protowire.Number, v, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || typ != protowire.BytesType || num < 1 || num > max {
+		return 0, nil, nil, false
+	}
+	v, m := protowire.ConsumeBytes(data[n:])
+	if m < 0 {
+		return 0, nil, nil, false
+	}
+	return num, v, data[n+m:], true
+}
+
 // decodeRecord merges one encoded Record into rec (a message field seen twice merges, as
 // the runtime does), its key and value appended to values, which it returns extended.
 func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool) {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 || typ != protowire.BytesType || num < 1 || num > 3 {
+		num, v, rest, ok := bytesField(data, 3)
+		if !ok {
 			return values, false
 		}
-		data = data[n:]
-		v, n := protowire.ConsumeBytes(data)
-		if n < 0 {
-			return values, false
-		}
-		data = data[n:]
+		data = rest
 		switch num {
 		case 1, 3: // key (present even when empty), value
 			values = append(values, v...)
@@ -282,16 +291,11 @@ func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool)
 // decodeHeader decodes one encoded Header into h, its value appended to values.
 func decodeHeader(data []byte, h *flowv1.Header, values []byte) ([]byte, bool) {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 || typ != protowire.BytesType || num < 1 || num > 2 {
+		num, v, rest, ok := bytesField(data, 2)
+		if !ok {
 			return values, false
 		}
-		data = data[n:]
-		v, n := protowire.ConsumeBytes(data)
-		if n < 0 {
-			return values, false
-		}
-		data = data[n:]
+		data = rest
 		if num == 1 {
 			if !utf8.Valid(v) {
 				return values, false

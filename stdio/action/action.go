@@ -109,6 +109,15 @@ func (c Context[C]) Offset() int64 { return c.s.item.Offset }
 // Timestamp returns the record's timestamp (milliseconds on the wire).
 func (c Context[C]) Timestamp() time.Time { return time.UnixMilli(c.s.item.Timestamp) }
 
+// Traceparent returns the W3C traceparent of this attempt ("" when the engine sent none): its
+// parent-id is the attempt's span, so spans the action makes are its children. The engine
+// already gives every output a traceparent with that span as parent; an output's own
+// "traceparent" header wins.
+func (c Context[C]) Traceparent() string { return c.s.item.Traceparent }
+
+// Tracestate returns the W3C tracestate that came with the item's traceparent ("" when none).
+func (c Context[C]) Tracestate() string { return c.s.item.Tracestate }
+
 // Abstain returns an error that answers the delivery with "abstain": the engine hands the
 // item to the step's fallback. Return it from the function.
 func (c Context[C]) Abstain(reason string) error { return &abstainError{reason: reason} }

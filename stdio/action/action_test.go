@@ -125,9 +125,11 @@ func TestServeKeyed(t *testing.T) {
 func TestItemFields(t *testing.T) {
 	in := lines(`{"type":"hello","protocol":1,"action":"k"}`,
 		`{"type":"item","delivery":"d7","id":"orders/2/9","run":"r1","key":"k1","payload":1,"headers":[{"key":"h","value":"v"},{"key":"b","valueBase64":"/w=="}],`+
-			`"inlet":"orders","topic":"shop.orders","partition":2,"offset":9,"timestamp":1767225600000,"attempt":3,"idempotencyKey":"idem"}`)
+			`"inlet":"orders","topic":"shop.orders","partition":2,"offset":9,"timestamp":1767225600000,"attempt":3,"idempotencyKey":"idem",`+
+			`"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"vendor=1"}`)
 	type seen struct {
 		id, delivery, run, key, inlet, topic, idem string
+		traceparent, tracestate                    string
 		hasKey                                     bool
 		headers                                    []stdio.Header
 		partition                                  int32
@@ -138,7 +140,8 @@ func TestItemFields(t *testing.T) {
 	var got seen
 	err := action.Serve(strings.NewReader(in), &bytes.Buffer{}, &bytes.Buffer{}, func(ctx action.Context[action.NoConfig], _ json.RawMessage) ([]json.RawMessage, error) {
 		got = seen{id: ctx.ID(), delivery: ctx.Delivery(), run: ctx.Run(), inlet: ctx.Inlet(), topic: ctx.Topic(), idem: ctx.IdempotencyKey(),
-			headers: ctx.Headers(), partition: ctx.Partition(), offset: ctx.Offset(), ts: ctx.Timestamp(), attempt: ctx.Attempt()}
+			headers: ctx.Headers(), partition: ctx.Partition(), offset: ctx.Offset(), ts: ctx.Timestamp(), attempt: ctx.Attempt(),
+			traceparent: ctx.Traceparent(), tracestate: ctx.Tracestate()}
 		got.key, got.hasKey = ctx.Key()
 		return nil, nil
 	})
@@ -147,6 +150,7 @@ func TestItemFields(t *testing.T) {
 	}
 	if got.id != "orders/2/9" || got.delivery != "d7" || got.run != "r1" || got.key != "k1" || !got.hasKey || got.inlet != "orders" ||
 		got.topic != "shop.orders" || got.partition != 2 || got.offset != 9 || got.attempt != 3 || got.idem != "idem" ||
+		got.traceparent != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" || got.tracestate != "vendor=1" ||
 		!got.ts.Equal(time.UnixMilli(1767225600000)) {
 		t.Errorf("the function saw %+v", got)
 	}

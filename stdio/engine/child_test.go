@@ -190,7 +190,11 @@ func runChild(mode string) int {
 				fmt.Fprintln(os.Stderr, "crashing on attempt 1")
 				return 2
 			}
-			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(fmt.Sprintf(`{"attempt":%d,"idem":%q}`, m.Attempt, m.IdempotencyKey))})
+			payload := fmt.Sprintf(`{"attempt":%d,"idem":%q}`, m.Attempt, m.IdempotencyKey)
+			if m.Traceparent != "" {
+				payload = fmt.Sprintf(`{"attempt":%d,"traceparent":%q,"tracestate":%q}`, m.Attempt, m.Traceparent, m.Tracestate)
+			}
+			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(payload)})
 			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
 		case "errors":
 			switch payload {

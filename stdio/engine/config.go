@@ -82,6 +82,10 @@ type Config struct {
 type Hooks struct {
 	// ProcessStarted is called when a process answered ready.
 	ProcessStarted func(pid int)
+	// ProcessRestarted is called, after ProcessStarted, for a process started to replace one
+	// that ended other than by a clean shutdown (a crash, a kill, a timeout); not for the
+	// fresh process of each item in per-item mode.
+	ProcessRestarted func(pid int)
 	// ProcessExited is called when a process ended; err is nil for a clean shutdown, else it
 	// names the exit status, the cause and the last stderr lines.
 	ProcessExited func(pid int, err error)

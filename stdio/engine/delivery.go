@@ -314,6 +314,9 @@ func (pr *process) register(t *task) bool {
 	t.attempts++
 	t.seq = p.seq.Add(1)
 	t.item.Attempt = t.attempts
+	if t.item.Trace.IsValid() { // each attempt is a span of its own, a child of the input's
+		t.item.Trace.SpanID = stdio.NewSpanID()
+	}
 	var id [64]byte
 	t.item.Delivery = string(strconv.AppendUint(append(id[:0], p.prefix...), t.seq, 36))
 	t.emits = t.emit1[:0:1]

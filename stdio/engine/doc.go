@@ -12,6 +12,10 @@
 // Every child runs under a [Child]: its own process group, its pipes read to their end, and
 // no signal to its group once its leader is reaped. The conformance kit uses the same one.
 //
+// An item that carries a trace context (stdio.Item.Trace) gets a new span for each attempt,
+// written on its item line; Result.Trace names the last one. [Pool.Stats] reads the pool's
+// load for metrics at no cost per item.
+//
 // Errors wrap the sentinels of errors.go (or stdio.ErrProtocol), so callers test with
 // errors.Is; their text names the action, the delivery and the last stderr lines.
 package engine

@@ -150,6 +150,8 @@ func (p *Pool) Window() int { return p.window }
 // Ordering: items with the same key (Key, or KeyBase64) run one after another in Submit order,
 // each finishing (retries included) before the next starts; keyless items and different keys
 // run in parallel, in any order. it.Delivery and it.Attempt are ignored: the pool sets them.
+// A valid it.Trace gets a new SpanID for each attempt (Trace.Parent and the rest kept): the
+// item line carries the attempt's span, and Result.Trace the last one's.
 // A payload holding raw newlines (whitespace) is compacted; otherwise its bytes are sent as
 // given.
 func (p *Pool) Submit(ctx context.Context, it stdio.Item, done func(Result)) error {
@@ -175,7 +177,10 @@ func framePayload(it *stdio.Item) (json.RawMessage, error) {
 		}
 		payload = b.Bytes()
 	}
-	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + 256
+	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + len(it.Tracestate) + 256
+	if it.Trace.IsValid() {
+		size += stdio.TraceparentLen + 32
+	}
 	if it.Key != nil {
 		size += len(*it.Key)
 	}

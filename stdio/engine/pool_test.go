@@ -116,6 +116,42 @@ func TestRetryCountsAttempts(t *testing.T) {
 	}
 }
 
+// TestTraceSpanPerAttempt: an item with a trace context gets a new span for each attempt,
+// sent on the item line as the traceparent's parent-id; the trace-id, the input's span and the
+// tracestate stay, and the Result names the last attempt's span.
+func TestTraceSpanPerAttempt(t *testing.T) {
+	var mu sync.Mutex
+	var spans []stdio.TraceContext
+	p := start(t, config("crashonce", func(c *engine.Config) {
+		c.Retries = 1
+		c.Hooks.AttemptFinished = func(a engine.AttemptInfo) {
+			mu.Lock()
+			spans = append(spans, a.Item.Trace)
+			mu.Unlock()
+		}
+	}))
+	it := item("it-8", `{}`)
+	it.Trace = stdio.TraceContext{TraceID: [16]byte{0xab, 15: 1}, Parent: [8]byte{0xcd, 7: 2}, Flags: 1}
+	it.Tracestate = "vendor=1"
+	r := run(t, p, it)
+	mu.Lock()
+	defer mu.Unlock()
+	if r.Outcome != engine.Done || len(spans) != 2 {
+		t.Fatalf("result = %v after %d attempts, %d spans seen; want done after 2", r.Outcome, r.Attempts, len(spans))
+	}
+	a, b := spans[0], spans[1]
+	if a.SpanID == b.SpanID || a.SpanID == [8]byte{} || a.TraceID != it.Trace.TraceID || b.Parent != it.Trace.Parent || b.Flags != 1 {
+		t.Errorf("attempt spans = %+v, %+v; want distinct non-zero spans in trace %x, parent %x", a, b, it.Trace.TraceID, it.Trace.Parent)
+	}
+	if r.Trace != b {
+		t.Errorf("Result.Trace = %+v; want the last attempt's %+v", r.Trace, b)
+	}
+	want := fmt.Sprintf(`{"attempt":2,"traceparent":"00-ab000000000000000000000000000001-%x-01","tracestate":"vendor=1"}`, b.SpanID)
+	if got := string(r.Emits[0].Payload); got != want {
+		t.Errorf("the action saw %s; want %s", got, want)
+	}
+}
+
 func TestActionAnswers(t *testing.T) {
 	p := start(t, config("errors", func(c *engine.Config) { c.Retries = 2 }))
 	r := run(t, p, item("a", `"retryable"`))

@@ -55,6 +55,7 @@ type process struct {
 	answered time.Time    // when the last delivery was answered, for item timeouts
 	armed    bool
 	exitErr  error // cmd.Wait's
+	crashed  bool  // ended other than by a clean shutdown; set by reap before dead is closed
 
 	tailMu sync.Mutex
 	tail   []string
@@ -183,6 +184,7 @@ func (pr *process) reap() {
 	if h := pr.pool.cfg.Hooks.ProcessExited; h != nil {
 		h(pr.pid, endErr)
 	}
+	pr.crashed = endErr != nil // read by the worker after dead is closed
 	for _, t := range inflight {
 		pr.pool.attemptEnded(t, Failed, pr.deliveryError(t, cause, err), "")
 	}

@@ -11,6 +11,7 @@ import (
 type AttemptInfo struct {
 	Item    *stdio.Item   // the item as delivered (Delivery and Attempt set); read only, valid during the call
 	Outcome Outcome       // Done, Failed (this attempt), Abstained or Abandoned
+	Written time.Time     // when the attempt was written to the process
 	Latency time.Duration // from the item's write to its answer
 	Err     error         // why the attempt failed
 	Retry   bool          // whether the item will be retried
@@ -42,6 +43,9 @@ type Result struct {
 	Err      error          // Failed/Abandoned: the cause (wraps a sentinel; names exit status and stderr where relevant)
 	Reason   string         // Abstained: the action's reason
 	Attempts int            // attempts made (0 when abandoned before the first)
+	// Trace is the item's trace context with the span of its last attempt (zero when the item
+	// carried none): outputs of a Done item are children of that span.
+	Trace stdio.TraceContext
 	// Held is the bytes of Config.Budget this Done result holds (its emit and metric lines):
 	// the caller returns them with Budget.Release once it let go of Emits. 0 without a budget.
 	Held int64

@@ -72,7 +72,7 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 		p.log.Warn("action attempt failed", "action", p.cfg.Name, "item", t.item.ID, "delivery", t.item.Delivery, "attempt", t.attempts, "retry", retry, "err", err)
 	}
 	if h := p.cfg.Hooks.AttemptFinished; h != nil {
-		h(AttemptInfo{Item: t.item, Outcome: out, Latency: p.clock.Now().Sub(t.written), Err: err, Retry: retry})
+		h(AttemptInfo{Item: t.item, Outcome: out, Written: t.written, Latency: p.clock.Now().Sub(t.written), Err: err, Retry: retry})
 	}
 	if retry {
 		p.mu.Lock()
@@ -92,7 +92,7 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 		}
 		p.mu.Unlock()
 	}
-	res := Result{Outcome: out, Metrics: t.metrics, Attempts: t.attempts}
+	res := Result{Outcome: out, Metrics: t.metrics, Attempts: t.attempts, Trace: t.item.Trace}
 	switch out {
 	case Done:
 		res.Emits = t.emits

@@ -11,10 +11,14 @@ import (
 func (p *Pool) worker(pr *process) {
 	defer p.wg.Done()
 	bo := p.restartBackOff()
+	replacing := false // the process before ended other than by a clean shutdown
 	for {
 		if pr == nil {
 			if pr = p.respawn(bo); pr == nil {
 				return
+			}
+			if h := p.cfg.Hooks.ProcessRestarted; h != nil && replacing {
+				h(pr.pid)
 			}
 		}
 		if !p.serve(pr) {
@@ -27,6 +31,7 @@ func (p *Pool) worker(pr *process) {
 		}
 		<-pr.dead
 		p.forget(pr)
+		replacing = pr.crashed
 		pr = nil
 	}
 }
