@@ -169,10 +169,7 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 	c.batches.Add(1)
 	c.mu.Unlock()
 	c.log.Debug("batch taken", "batch", id, "inlet", b.GetInlet(), "partition", b.GetPartition(), "records", len(b.GetRecords()))
-	go func() {
-		defer c.batches.Done()
-		c.process(b, topic)
-	}()
+	go c.process(b, topic) // it calls c.batches.Done once the batch is answered or abandoned
 	return nil
 }
 
@@ -180,56 +177,121 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 // it and the records before it are done, in record order, so that the bridge holds no
 // batch's output waiting on the batch's last record; then it answers the batch with Ack or
 // Fail. A record that fails for good stops the sending of the batch's output (the sidecar
-// discards a failed batch's emits).
+// discards a failed batch's emits). The sending is done by whichever goroutine finishes a
+// record (see batchRun), so process returns once the records are handed to the pool; the
+// batch is answered, and c.batches.Done called, when its last record is done.
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
-	type finished struct {
-		i   int
-		res engine.Result
+	r := &batchRun{c: c, b: b, topic: topic, sending: true, batchBlocks: getBlocks(len(recs))}
+	if len(recs) == 0 {
+		r.answer()
+		return
 	}
-	results := make(chan finished, len(recs)) // never blocks the pool's goroutine
 	// The records go to the pool together (one queueing, one callback), so that a process's
 	// worker writes them to the child in runs.
-	items := make([]stdio.Item, len(recs))
-	for i, r := range recs {
-		items[i] = c.item(b, topic, r)
+	items := r.items
+	for i, in := range recs {
+		items[i] = c.item(b, topic, in)
 	}
-	errs := c.pool.SubmitBatch(c.ctx, items, func(i int, res engine.Result) {
-		results <- finished{i, res}
-	})
+	errs := c.pool.SubmitBatch(c.ctx, items, r.finished)
 	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line
-			results <- finished{i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)}}
+			r.finished(i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)})
 		default: // the pool is closed or the conversation over
-			results <- finished{i, engine.Result{Outcome: engine.Abandoned, Err: err}}
+			r.finished(i, engine.Result{Outcome: engine.Abandoned, Err: err})
 		}
 	}
-	settledAll := make([]settled, len(recs))
-	waiting := make([]*engine.Result, len(recs)) // done out of order: held until those before are
-	next, sending := 0, true
-	for range recs {
-		f := <-results
-		waiting[f.i] = &f.res
-		for next < len(recs) && waiting[next] != nil {
-			r := c.settle(b, topic, recs[next], *waiting[next], sending)
-			waiting[next] = nil
-			settledAll[next] = r
-			if r.kind == "failed" || r.kind == "abandoned" {
-				sending = false
-			}
-			next++
-		}
+}
+
+// batchRun is one batch in flight. Each record's result is settled, and its output sent, by
+// the goroutine that finished it (the pool's, or the batch's own for a record the pool
+// refused) under mu, together with the run of later records already done: no result is
+// handed to another goroutine to be sent, so no goroutine wakes per record. While the
+// stream's flow control holds a send, the process whose answer it is waits with it (its
+// answers stay in its pipe): that is the backpressure; the sidecar reads Emits without
+// waiting on the bridge, and the pool calls finished holding none of its locks.
+type batchRun struct {
+	c     *conversation
+	b     *flowv1.Batch
+	topic string
+
+	mu sync.Mutex
+	*batchBlocks
+	next    int  // the first record not settled
+	sending bool // false once a record failed for good or was abandoned
+}
+
+// batchBlocks are the per-record blocks of a batch in flight, reused from batch to batch
+// (blockPool) to spare the collector: once a batch is answered, every record of it is done
+// and nothing refers to them any more (the pool lets go of items once they are done).
+type batchBlocks struct {
+	items   []stdio.Item    // handed to the pool
+	results []engine.Result // done out of order: held until those before are
+	done    []bool
+	settled []settled
+}
+
+var blockPool sync.Pool // of *batchBlocks
+
+// getBlocks returns blocks for n records, zeroed.
+func getBlocks(n int) *batchBlocks {
+	bl, _ := blockPool.Get().(*batchBlocks)
+	if bl == nil || cap(bl.items) < n {
+		return &batchBlocks{items: make([]stdio.Item, n), results: make([]engine.Result, n), done: make([]bool, n), settled: make([]settled, n)}
 	}
-	final := c.finalFor(b, topic, settledAll)
-	if final == nil {
-		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", b.GetBatchId())
-		c.forget(b.GetBatchId())
+	bl.items, bl.results, bl.done, bl.settled = bl.items[:n], bl.results[:n], bl.done[:n], bl.settled[:n]
+	return bl
+}
+
+// putBlocks zeroes bl, so that it holds nothing of its batch, and pools it.
+func putBlocks(bl *batchBlocks) {
+	clear(bl.items)
+	clear(bl.results)
+	clear(bl.done)
+	clear(bl.settled)
+	blockPool.Put(bl)
+}
+
+// finished takes record i's result; the pool calls it exactly once per accepted record.
+func (r *batchRun) finished(i int, res engine.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	recs := r.b.GetRecords()
+	r.results[i], r.done[i] = res, true
+	if i != r.next {
 		return
 	}
-	c.send(b.GetBatchId(), []*flowv1.FromProcess{final})
-	c.forget(b.GetBatchId())
+	for r.next < len(recs) && r.done[r.next] {
+		s := r.c.settle(r.b, r.topic, recs[r.next], r.results[r.next], r.sending)
+		r.results[r.next] = engine.Result{} // its emits are sent: let them go
+		r.settled[r.next] = s
+		if s.kind == "failed" || s.kind == "abandoned" {
+			r.sending = false
+		}
+		r.next++
+	}
+	if r.next == len(recs) {
+		r.answer()
+	}
+}
+
+// answer sends the batch's last message once every record is settled and takes the batch out
+// of flight.
+func (r *batchRun) answer() {
+	c, id := r.c, r.b.GetBatchId()
+	defer c.batches.Done()
+	final := c.finalFor(r.b, r.topic, r.settled)
+	putBlocks(r.batchBlocks)
+	r.batchBlocks = nil
+	if final == nil {
+		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", id)
+		c.forget(id)
+		return
+	}
+	c.send(id, []*flowv1.FromProcess{final})
+	c.forget(id)
 }
 
 // answer sends msgs, the whole answer of one batch, unless the conversation is void.
