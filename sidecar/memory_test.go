@@ -45,6 +45,9 @@ func TestMemoryBounded(t *testing.T) {
 		want[p] = perPart
 	}
 	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, want) })
+	// The broker has the commits before the sidecar counts them and drops the records from its
+	// buffer (one critical section, after the commit's response): wait for its count too.
+	waitFor(t, "the sidecar to count every record committed", func() bool { return r.sc.Stats().RecordsCommitted >= parts*perPart })
 	st := r.sc.Stats()
 	// Per partition: the high water mark (4 batches), one fetch of about one batch, and one
 	// producer batch Kafka returns whole.

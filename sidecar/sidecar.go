@@ -221,6 +221,10 @@ func (s *Sidecar) RecordsCommitted() int64 { return s.snapshot().RecordsCommitte
 // is safe to call concurrently with Run.
 func (s *Sidecar) StallWarnings() int { return s.snapshot().StallWarnings }
 
+// Conversations returns how many conversations the sidecar has started (Starts sent): none
+// until discovery accepted the process. It is safe to call concurrently with Run.
+func (s *Sidecar) Conversations() int { return s.snapshot().Conversations }
+
 // Run removes a stale readiness file, serves the metrics and health endpoints when
 // FLOW_METRICS_ADDR is set, then discovers the process and converses with it, failing and
 // recovering from every stream failure indefinitely, until ctx is done. When ctx is done it

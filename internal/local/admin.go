@@ -212,13 +212,20 @@ func (r *runner) uncommitted(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// caughtUp reports whether every streamlet committed everything on its inlets and the printer
-// read everything on the outlets. Commits are read before end offsets: a commit comes after
-// its emits were written, so every emit of a commit seen here is under the end offsets read
-// after it. In exactly-once mode an inlet another streamlet writes ends with a transaction's
-// marker, which no commit covers: there the commit must reach the last record the printer
-// read, and the printer the end.
+// caughtUp reports whether every streamlet started a conversation, committed everything on
+// its inlets, and the printer read everything on the outlets. A streamlet whose sidecar has
+// not started one yet is not caught up even with nothing to commit: its discovery may still
+// be refused (an empty input is caught up at once, before any discovery answered). Commits
+// are read before end offsets: a commit comes after its emits were written, so every emit of
+// a commit seen here is under the end offsets read after it. In exactly-once mode an inlet
+// another streamlet writes ends with a transaction's marker, which no commit covers: there the
+// commit must reach the last record the printer read, and the printer the end.
 func (r *runner) caughtUp(ctx context.Context) (bool, error) {
+	for _, st := range r.streamlets {
+		if st.sc.Conversations() == 0 {
+			return false, nil
+		}
+	}
 	commits := map[*running]map[string]map[int32]int64{}
 	for _, st := range r.streamlets {
 		c, err := r.committed(ctx, st)
