@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
@@ -72,6 +74,31 @@ func (b *broker) topic(t testing.TB, what string, partitions int32) string {
 // partition has a leader.
 func (b *broker) createTopic(name string, partitions int32) error {
 	return b.CreateTopic(context.Background(), name, partitions, "max.message.bytes", strconv.Itoa(maxMessage))
+}
+
+// deleteTopicGone deletes a topic mid-run and waits until the broker's metadata no longer
+// knows it. A real broker applies a deletion in the background: a produce that reaches the
+// partition's leader before it has applied it is acknowledged and then deleted with the topic,
+// a loss no client can see — so a case that deletes an outlet sends no more input until the
+// topic is gone.
+func (b *broker) deleteTopicGone(t testing.TB, name string) {
+	t.Helper()
+	if err := b.DeleteTopic(context.Background(), name); err != nil {
+		t.Fatalf("delete topic %s: %v", name, err)
+	}
+	gone := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		md := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		md.Topics = append(md.Topics, mt)
+		resp, err := md.RequestWith(ctx, b.Admin)
+		return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
+	}
+	if !waitUntil(60*time.Second, gone) {
+		t.Fatalf("topic %s still in the broker's metadata 60 s after its deletion", name)
+	}
 }
 
 // deleteTopic deletes a topic; errors are logged, not fatal (it is used in cleanups).

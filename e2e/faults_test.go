@@ -285,7 +285,7 @@ func TestFaultOutletDeleted(t *testing.T) {
 
 	out := pl.outTopics["scores"]
 	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
-	b.deleteTopic(t, out)
+	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
 	if !waitUntil(120*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
 		t.Errorf("no stall warning within 120 s of the outlet topic being deleted (FLOW_STALL_WARNING_AFTER=3s); %d stream failures logged",
@@ -347,7 +347,7 @@ func TestFaultOutletRecreated(t *testing.T) {
 
 	out := pl.outTopics["scores"]
 	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
-	b.deleteTopic(t, out)
+	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
 	time.Sleep(time.Second)
 	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {

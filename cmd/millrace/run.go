@@ -19,7 +19,7 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [-v] [--exactly-once]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [--exactly-once] [-v]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")

@@ -81,6 +81,7 @@ var sidecarEnv = []struct{ name, def, help string }{
 	{"FLOW_METRICS_ADDR", "off", "host:port or :port serving /metrics, /healthz and /readyz"},
 	{"FLOW_MAX_BATCH_EMIT_BYTES", "32Mi", "emits one batch may hold until its Ack; over it the partition is redelivered in halves"},
 	{"FLOW_MAX_HELD_EMIT_BYTES", "64Mi", "emits held in all until written; past it no new batch is sent"},
+	{"FLOW_DELIVERY", "at-least-once", "exactly-once: each commit round is one Kafka transaction (emits and offsets)"},
 	{"FLOW_SESSION_TIMEOUT", "45s", "the consumer group session timeout"},
 	{"FLOW_LEAVE_GROUP_ON_SHUTDOWN", "true", "with FLOW_POD_NAME (static membership): leave the group on SIGTERM"},
 	{"FLOW_KAFKA_TLS", "false", "true for TLS to the brokers"},
