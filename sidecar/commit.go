@@ -178,6 +178,27 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
 	}
 
+	s.settle(committed)
+	return nil
+}
+
+// commitProblems are the errors of one offset commit, written on one line; errors.Is and
+// errors.As see each of them (kerr's codes among them).
+type commitProblems []error
+
+func (ps commitProblems) Error() string {
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (ps commitProblems) Unwrap() []error { return ps }
+
+// settle records committed batches: their records leave the queues (fetching resumes below
+// low water), their partitions' stall tracking is reset, and the counters move.
+func (s *Sidecar) settle(committed []*batch) {
 	resume := map[string][]int32{}
 	s.mu.Lock()
 	for _, b := range committed {
@@ -196,21 +217,6 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	}
 	s.mu.Unlock()
 	if len(resume) > 0 {
-		cl.ResumeFetchPartitions(resume)
+		s.kafka.cl.ResumeFetchPartitions(resume)
 	}
-	return nil
 }
-
-// commitProblems are the errors of one offset commit, written on one line; errors.Is and
-// errors.As see each of them (kerr's codes among them).
-type commitProblems []error
-
-func (ps commitProblems) Error() string {
-	msgs := make([]string, len(ps))
-	for i, p := range ps {
-		msgs[i] = p.Error()
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func (ps commitProblems) Unwrap() []error { return ps }

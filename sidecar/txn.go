@@ -279,27 +279,3 @@ func (s *Sidecar) txnFailure(what string, err error) error {
 	}
 	return fmt.Errorf("%w: %w: %s for group %s: %w: the records are delivered again from the last commit", errStreamFailed, errCommit, what, s.cfg.ConsumerGroup, err)
 }
-
-// settle records committed batches: their records leave the queues (fetching resumes below
-// low water), their partitions' stall tracking is reset, and the counters move.
-func (s *Sidecar) settle(committed []*batch) {
-	resume := map[string][]int32{}
-	s.mu.Lock()
-	for _, b := range committed {
-		if b.p.epoch != b.epoch {
-			continue
-		}
-		if s.dropHead(b.p, b.n) {
-			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
-		}
-		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
-		b.p.committed = b.last.in.GetOffset() + 1
-		s.stats.BatchesCommitted++
-		s.stats.RecordsCommitted += int64(b.n)
-		s.metrics.inlet(b.p.topic).committed.Add(float64(b.n))
-	}
-	s.mu.Unlock()
-	if len(resume) > 0 {
-		s.kafka.cl.ResumeFetchPartitions(resume)
-	}
-}
