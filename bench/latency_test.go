@@ -1,11 +1,7 @@
 package bench_test
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // BenchmarkLatency measures the latency of a quiet stream: one record at a time (each
@@ -36,30 +32,7 @@ func BenchmarkLatency(b *testing.B) {
 				a := parseAction(b, actionLine(s.argv, 1, s.window))
 				p = startPipeline(b, br, a, 1, batchLimits{}, serveBridge(b, a))
 			}
-			prod := br.producer(b)
-			cnt := br.counter(b, p.out)
-			ctx := context.Background()
-			one := func(i int) time.Duration {
-				start := time.Now()
-				if err := prod.ProduceSync(ctx, &kgo.Record{Topic: p.in, Value: value(i, valueSize)}).FirstErr(); err != nil {
-					b.Fatal(err)
-				}
-				if err := cnt.waitFor(i+1, time.Minute); err != nil {
-					b.Fatal(err)
-				}
-				return time.Since(start)
-			}
-			for i := range 20 { // warm-up: the group joins, the process starts
-				one(i)
-			}
-			i := 20
-			var lat []time.Duration
-			for b.Loop() {
-				lat = append(lat, one(i))
-				i++
-			}
-			b.ReportMetric(ms(percentile(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(percentile(lat, 99)), "p99-ms")
+			quiet(b, br, p, 1)
 		})
 	}
 }
