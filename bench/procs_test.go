@@ -184,7 +184,7 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 	}
 	env = append(append(env, how.sidecarEnv...), sidecarEnv...)
 	env = append(env, strings.Fields(os.Getenv("BENCH_SIDECAR_ENV"))...) // experiments: GOMAXPROCS=1, GOGC=200, FLOW_*
-	p.sidecar = startProc(b, "sidecar", how.sidecar, env) // cleaned up first
+	p.sidecar = startProc(b, "sidecar", how.sidecar, env)                // cleaned up first
 	return p
 }
 
