@@ -17,12 +17,13 @@ import (
 )
 
 // results maps a benchmark's name (without Benchmark and the -GOMAXPROCS suffix) to its
-// metrics by unit. A benchmark run more than once (scripts/bench's interleaved rounds) has the
+// metrics by unit, the suffix among them as "gomaxprocs" (the cores the run had, as the
+// benchmarks run at their default GOMAXPROCS). A benchmark run more than once (scripts/bench's interleaved rounds) has the
 // median of its runs' figures.
 type results map[string]map[string]float64
 
 // line matches a result line: name, iterations, then value-unit pairs.
-var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+(.*)$`)
 
 func parse(r io.Reader) (results, error) {
 	all := map[string]map[string][]float64{}
@@ -33,9 +34,12 @@ func parse(r io.Reader) (results, error) {
 		if m == nil {
 			continue
 		}
-		f := strings.Fields(m[2])
+		f := strings.Fields(m[3])
 		if all[m[1]] == nil {
 			all[m[1]] = map[string][]float64{}
+		}
+		if m[2] != "" {
+			f = append(f, m[2], "gomaxprocs")
 		}
 		for i := 0; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
@@ -152,6 +156,7 @@ func main() {
 	gap(w, res)
 	targets(w, res)
 	peerTargets(w, res)
+	peerBounds(w, res)
 }
 
 func throughput(w io.Writer, r results) {
