@@ -143,19 +143,18 @@ func bytesOf(text *string, b64, what string) ([]byte, error) {
 	return nil, nil
 }
 
-// settled is what became of one record of a batch: done, fallback or dead_letter (its
-// messages were sent), failed (cause says why; the batch fails) or abandoned.
+// settled is what became of one record of a batch: done, fallback or dead_letter (msgs are
+// its messages, to send), failed (cause says why; the batch fails) or abandoned.
 type settled struct {
 	kind     string
 	cause    error
 	attempts int
+	msgs     []*flowv1.FromProcess
 }
 
-// settle turns one record's result into its messages and sends them at once (unless send is
-// false: the batch is failing or abandoned, and they would be discarded), so that no record's
-// output waits on its batch's others. It releases the bytes the result held of the budget.
-func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, send bool) settled {
-	defer c.s.budget.Release(res.Held)
+// settle turns one record's result into its messages, for the caller to send (batchRun.hold);
+// the bytes the result held of the budget stay held until the caller releases them.
+func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result) settled {
 	a := c.s.opts.Action
 	id := b.GetBatchId()
 	var cause error
@@ -171,10 +170,7 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 		}
 		emits, err := c.emits(id, res.Emits, &res.Trace, state)
 		if err == nil {
-			if send {
-				c.send(id, emits)
-			}
-			return settled{kind: "done"}
+			return settled{kind: "done", msgs: emits}
 		}
 		cause = err
 	case engine.Abstained:
@@ -182,10 +178,7 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			msg, err := c.route(id, a.Fallback, in, b, topic,
 				&flowv1.Header{Key: headerAbstainReason, Value: []byte(res.Reason)})
 			if err == nil {
-				if send {
-					c.send(id, []*flowv1.FromProcess{msg})
-				}
-				return settled{kind: "fallback"}
+				return settled{kind: "fallback", msgs: []*flowv1.FromProcess{msg}}
 			}
 			cause = err
 		} else {
@@ -208,10 +201,7 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			&flowv1.Header{Key: headerError, Value: []byte(errText)},
 			&flowv1.Header{Key: headerAttempts, Value: []byte(strconv.Itoa(attempts))})
 		if err == nil {
-			if send {
-				c.send(id, []*flowv1.FromProcess{msg})
-			}
-			return settled{kind: "dead_letter"}
+			return settled{kind: "dead_letter", msgs: []*flowv1.FromProcess{msg}}
 		}
 		cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
 	}

@@ -41,8 +41,8 @@ func BenchmarkRecordPath(b *testing.B) {
 				it := c.item(batch, "in-topic", in)
 				it.Trace.SpanID = stdio.NewSpanID() // what the engine does per attempt
 				res := engine.Result{Outcome: engine.Done, Attempts: 1, Trace: it.Trace, Emits: []stdio.Emit{{Payload: it.Payload}}}
-				// The emits built and checked, not sent (no stream here).
-				if st := c.settle(batch, "in-topic", in, res, false); st.kind != "done" {
+				// The emits built and checked (settle sends nothing).
+				if st := c.settle(batch, "in-topic", in, res); st.kind != "done" {
 					b.Fatalf("settled %+v", st)
 				}
 			}
