@@ -45,8 +45,9 @@ func TestNewStartMidBatch(t *testing.T) {
 		t.Errorf("answer of the new conversation = %v; want Ack after 2 emits", a)
 	}
 	expectEOF(t, s.stop())
-	// The bridge sends a record's emits as soon as it and the records before it are done, so
-	// record 0's one emit may have gone out before the new Start arrived; the hanging record 1
+	// The bridge sends a record's emits once it and the records before it are done (in runs of
+	// up to 64 KiB, or with the Ack), so record 0's one emit may have gone out before the new
+	// Start arrived; the hanging record 1
 	// never finishes, so the voided batch gets no more than that, and never an Ack or Fail.
 	s.mu.Lock()
 	if a := s.answers[100]; a != nil && (a.ack || a.fail != nil || len(a.emits) > 1) {
