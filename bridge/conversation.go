@@ -189,9 +189,16 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 	}
 	// The records go to the pool together (one queueing, one callback), so that a process's
 	// worker writes them to the child in runs.
-	items := r.items
+	items, names, ends := r.items, r.names[:0], r.ends
 	for i, in := range recs {
-		items[i] = c.item(b, topic, in)
+		names = c.appendNames(names, b, topic, in)
+		ends[i] = len(names)
+	}
+	r.names = names
+	all, start := string(names), 0
+	for i, in := range recs {
+		items[i] = c.item(b, topic, in, all[start:ends[i]])
+		start = ends[i]
 	}
 	errs := c.pool.SubmitBatch(c.ctx, items, r.finished)
 	for i, err := range errs {
@@ -231,6 +238,9 @@ type batchBlocks struct {
 	results []engine.Result // done out of order: held until those before are
 	done    []bool
 	settled []settled
+	emits   emitScratch // the Emit messages of the record being settled
+	names   []byte      // the items' ids and idempotency keys, before they are one string
+	ends    []int       // where each item's names end in names
 }
 
 var blockPool sync.Pool // of *batchBlocks
@@ -239,9 +249,9 @@ var blockPool sync.Pool // of *batchBlocks
 func getBlocks(n int) *batchBlocks {
 	bl, _ := blockPool.Get().(*batchBlocks)
 	if bl == nil || cap(bl.items) < n {
-		return &batchBlocks{items: make([]stdio.Item, n), results: make([]engine.Result, n), done: make([]bool, n), settled: make([]settled, n)}
+		return &batchBlocks{items: make([]stdio.Item, n), results: make([]engine.Result, n), done: make([]bool, n), settled: make([]settled, n), ends: make([]int, n)}
 	}
-	bl.items, bl.results, bl.done, bl.settled = bl.items[:n], bl.results[:n], bl.done[:n], bl.settled[:n]
+	bl.items, bl.results, bl.done, bl.settled, bl.ends = bl.items[:n], bl.results[:n], bl.done[:n], bl.settled[:n], bl.ends[:n]
 	return bl
 }
 
@@ -251,6 +261,7 @@ func putBlocks(bl *batchBlocks) {
 	clear(bl.results)
 	clear(bl.done)
 	clear(bl.settled)
+	bl.emits.release()
 	blockPool.Put(bl)
 }
 
@@ -264,7 +275,7 @@ func (r *batchRun) finished(i int, res engine.Result) {
 		return
 	}
 	for r.next < len(recs) && r.done[r.next] {
-		s := r.c.settle(r.b, r.topic, recs[r.next], r.results[r.next], r.sending)
+		s := r.c.settle(r.b, r.topic, recs[r.next], r.results[r.next], r.sending, &r.emits)
 		r.results[r.next] = engine.Result{} // its emits are sent: let them go
 		r.settled[r.next] = s
 		if s.kind == "failed" || s.kind == "abandoned" {

@@ -81,24 +81,29 @@ func appendRecordID(dst []byte, topic string, partition int32, offset int64) []b
 	return strconv.AppendInt(dst, offset, 10)
 }
 
-// item maps one input record to an action item.
-func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) stdio.Item {
+// idempotencyKeyLen is the length of an idempotency key: hex of 16 bytes.
+const idempotencyKeyLen = 2 * 16
+
+// appendNames appends the item id of record in and its idempotency key to dst, the key last.
+func (c *conversation) appendNames(dst []byte, b *flowv1.Batch, topic string, in *flowv1.InputRecord) []byte {
+	dst = appendRecordID(dst, topic, b.GetPartition(), in.GetOffset())
+	return appendIdempotencyKey(dst, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
+}
+
+// item maps one input record to an action item; names is appendNames' text for it (the
+// batch's items share one string, one allocation for the whole batch).
+func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord, names string) stdio.Item {
 	r := in.GetRecord()
-	// The id and the idempotency key in one string: one allocation for the two.
-	var stack [192]byte
-	buf := appendRecordID(stack[:0], topic, b.GetPartition(), in.GetOffset())
-	n := len(buf)
-	buf = appendIdempotencyKey(buf, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
-	both := string(buf)
+	n := len(names) - idempotencyKeyLen
 	it := stdio.Item{
-		ID:             both[:n],
+		ID:             names[:n],
 		Run:            c.id,
 		Inlet:          b.GetInlet(),
 		Topic:          topic,
 		Partition:      b.GetPartition(),
 		Offset:         in.GetOffset(),
 		Timestamp:      in.GetTimestampMs(),
-		IdempotencyKey: both[n:],
+		IdempotencyKey: names[n:],
 	}
 	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.
@@ -154,7 +159,10 @@ type settled struct {
 // settle turns one record's result into its messages and sends them at once (unless send is
 // false: the batch is failing or abandoned, and they would be discarded), so that no record's
 // output waits on its batch's others. It releases the bytes the result held of the budget.
-func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, send bool) settled {
+//
+// The Emit messages are built in sc (nil: new ones), which may be reused as soon as settle
+// returns: a message is encoded when its send returns.
+func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, send bool, sc *emitScratch) settled {
 	defer c.s.budget.Release(res.Held)
 	a := c.s.opts.Action
 	id := b.GetBatchId()
@@ -169,7 +177,7 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 				state = []byte(st)
 			}
 		}
-		emits, err := c.emits(id, res.Emits, &res.Trace, state)
+		emits, err := c.emits(id, res.Emits, &res.Trace, state, sc)
 		if err == nil {
 			if send {
 				c.send(id, emits)
@@ -255,13 +263,40 @@ type emitMessage struct {
 	trace traceHeader
 }
 
+// emitScratch is the room of one record's Emit messages, reused from record to record of a
+// batch (a record's messages are encoded when its sends return, see settle): it spares two
+// allocations a record.
+type emitScratch struct {
+	msgs []emitMessage
+	out  []*flowv1.FromProcess
+}
+
+// next returns the scratch's messages for n emits, zeroed, and an empty slice for them.
+func (sc *emitScratch) next(n int) ([]emitMessage, []*flowv1.FromProcess) {
+	if cap(sc.msgs) < n {
+		sc.msgs, sc.out = make([]emitMessage, n), make([]*flowv1.FromProcess, 0, n)
+	}
+	msgs := sc.msgs[:n]
+	clear(msgs)
+	return msgs, sc.out[:0]
+}
+
+// release lets go of what the messages of the last record referred to (its payloads).
+func (sc *emitScratch) release() {
+	clear(sc.msgs[:cap(sc.msgs)])
+	clear(sc.out[:cap(sc.out)])
+}
+
 // emits maps a record's staged emits to Emit messages, checking each: a declared outlet
 // bound by Start (when the emit names none, the one outlet that is neither --dead-letter nor --fallback), a key and header values that
 // decode, and a message under max_message_bytes. Each gets the trace headers of tc and state
-// (emitTrace).
-func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte) ([]*flowv1.FromProcess, error) {
+// (emitTrace). The messages are built in sc (nil: newly allocated).
+func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte, sc *emitScratch) ([]*flowv1.FromProcess, error) {
 	a := c.s.opts.Action
-	out := make([]*flowv1.FromProcess, 0, len(staged))
+	if sc == nil {
+		sc = &emitScratch{}
+	}
+	msgs, out := sc.next(len(staged))
 	for i, e := range staged {
 		outlet := e.Outlet
 		if outlet == "" {
@@ -277,7 +312,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 		if _, ok := c.outlets[outlet]; !ok {
 			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
 		}
-		m := new(emitMessage)
+		m := &msgs[i]
 		rec := &m.rec
 		rec.Value = e.Payload
 		key, err := bytesOf(e.Key, e.KeyBase64, "key")

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio"
 )
 
 // FuzzTextOrBase64 checks that key and header bytes survive the trip to an item and back from
@@ -91,4 +92,42 @@ func FuzzSizeBound(f *testing.F) {
 			t.Fatalf("sizeBound = %d; want at least proto.Size = %d", b, n)
 		}
 	})
+}
+
+// TestEmitsScratchReused checks that Emits built in a reused scratch keep nothing of the
+// record before: no key, header or trace header of an earlier emit shows up in a later one.
+func TestEmitsScratchReused(t *testing.T) {
+	a, err := ParseLine(strings.Fields("s --in in=x.v1 --out out=y.v1 -- prog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(Options{Action: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &conversation{s: s, id: "c", start: &flowv1.Start{Pipeline: "p"}, outlets: map[string]string{"out": "out-topic"}, maxBytes: 4 << 20}
+	k, hv := "k1", "v1"
+	tc := stdio.TraceContext{TraceID: stdio.NewTraceID(), Parent: [8]byte{1}, SpanID: stdio.NewSpanID(), Flags: 1}
+	var sc emitScratch
+	first, err := c.emits(1, []stdio.Emit{
+		{Payload: []byte(`{"a":1}`), Key: &k, Headers: []stdio.Header{{Key: "h", Value: &hv}}},
+		{Payload: []byte(`{"a":2}`)},
+	}, &tc, []byte("v=1"), &sc)
+	if err != nil || len(first) != 2 || len(first[0].GetEmit().GetRecord().GetHeaders()) != 3 {
+		t.Fatalf("first record's emits = %v, %v; want 2, the first with its header, traceparent and tracestate", first, err)
+	}
+	second, err := c.emits(2, []stdio.Emit{{Payload: []byte(`{"b":1}`)}}, &stdio.TraceContext{}, nil, &sc)
+	if err != nil || len(second) != 1 {
+		t.Fatalf("second record's emits = %v, %v; want 1", second, err)
+	}
+	want := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 2, Outlet: "out", Record: &flowv1.Record{Value: []byte(`{"b":1}`)}}}}
+	if !proto.Equal(second[0], want) {
+		t.Errorf("second record's emit = %v; want %v (nothing of the first record's)", second[0], want)
+	}
+	sc.release()
+	for i := range sc.msgs[:cap(sc.msgs)] {
+		if m := &sc.msgs[i]; m.rec.Value != nil || m.emit.Record != nil {
+			t.Errorf("scratch message %d still refers to a record after release", i)
+		}
+	}
 }
