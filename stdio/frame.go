@@ -384,12 +384,30 @@ func appendFloat(dst []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plain[c] reports whether byte c stands for itself in a JSON string as appendString writes
+// it: ASCII from the space up, except the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD, as
-// encoding/json does.
+// encoding/json does. A string of plain bytes only (ids, topics, keys: nearly every string of
+// an item line) is found so with one table look-up a byte and copied whole.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
+	i := 0
+	for i < len(s) && plain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
