@@ -238,9 +238,23 @@ func (c *conversation) finalFor(b *flowv1.Batch, topic string, records []settled
 			return nil
 		}
 	}
+	// The records' outcomes counted once a kind for the batch, not once a record.
+	var done, fallback, deadLetter int
+	defer func() {
+		m.items("done", done)
+		m.items("fallback", fallback)
+		m.items("dead_letter", deadLetter)
+	}()
 	for i, r := range records {
-		if r.kind != "failed" {
-			m.items(r.kind, 1)
+		switch r.kind {
+		case "done":
+			done++
+			continue
+		case "fallback":
+			fallback++
+			continue
+		case "dead_letter":
+			deadLetter++
 			continue
 		}
 		in := b.GetRecords()[i]
