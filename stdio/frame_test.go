@@ -319,3 +319,29 @@ func FuzzAppendItemString(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendItemIsAppendMessage: AppendItem writes exactly what AppendMessage writes of the
+// same item, field for field, with and without a trace context.
+func TestAppendItemIsAppendMessage(t *testing.T) {
+	key, hv := "k\"1", "v\n"
+	it := stdio.Item{
+		Delivery: "d7", ID: "t/3/42", Run: "c1", Key: &key, Payload: []byte(`{"a":1}`),
+		Headers: []stdio.Header{{Key: "h", Value: &hv}, {Key: "b", ValueBase64: "/w=="}}, Inlet: "in", Topic: "t",
+		Partition: 3, Offset: 42, Timestamp: 1700000000000, Attempt: 2, IdempotencyKey: "25ec15e1e9cdf74d5a74c078f578c602",
+	}
+	m := stdio.Message{
+		Type: stdio.TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key, Payload: it.Payload,
+		Headers: it.Headers, Inlet: it.Inlet, Topic: it.Topic, Partition: it.Partition, Offset: it.Offset,
+		Timestamp: it.Timestamp, Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
+	}
+	if got, want := string(stdio.AppendItem(nil, &it)), string(stdio.AppendMessage(nil, &m)); got != want {
+		t.Errorf("AppendItem = %s\nAppendMessage = %s", got, want)
+	}
+	it.Trace = stdio.TraceContext{TraceID: stdio.NewTraceID(), SpanID: stdio.NewSpanID(), Flags: 1}
+	it.Tracestate = "vendor=1"
+	tp := it.Trace.Traceparent(it.Trace.SpanID)
+	m.Traceparent, m.Tracestate = string(tp[:]), it.Tracestate
+	if got, want := string(stdio.AppendItem(nil, &it)), string(stdio.AppendMessage(nil, &m)); got != want {
+		t.Errorf("AppendItem(trace) = %s\nAppendMessage = %s", got, want)
+	}
+}
