@@ -190,9 +190,16 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 	}
 	// The records go to the pool together (one queueing, one callback), so that a process's
 	// worker writes them to the child in runs.
-	items := r.items
+	items, names, ends := r.items, r.names[:0], r.ends
 	for i, in := range recs {
-		items[i] = c.item(b, topic, in)
+		names = c.appendNames(names, b, topic, in)
+		ends[i] = len(names)
+	}
+	r.names = names
+	all, start := string(names), 0
+	for i, in := range recs {
+		items[i] = c.item(b, topic, in, all[start:ends[i]])
+		start = ends[i]
 	}
 	errs := c.pool.SubmitBatch(c.ctx, items, r.finished)
 	for i, err := range errs {
@@ -231,8 +238,8 @@ type batchRun struct {
 	next    int  // the first record not settled
 	sending bool // false once a record failed for good or was abandoned
 
-	// The settled records' messages not sent yet, their size and the budget bytes they hold.
-	pending      []*flowv1.FromProcess
+	// The size of the settled records' messages not sent yet (batchBlocks.pending) and the
+	// budget bytes they hold.
 	pendingBytes int
 	pendingHeld  int64
 }
@@ -245,6 +252,10 @@ type batchBlocks struct {
 	results []engine.Result // done out of order: held until those before are
 	done    []bool
 	settled []settled
+	emits   emitScratch           // the Emit messages of the records settled and not sent yet
+	pending []*flowv1.FromProcess // those messages, and the routed ones, in record order
+	names   []byte                // the items' ids and idempotency keys, before they are one string
+	ends    []int                 // where each item's names end in names
 }
 
 var blockPool sync.Pool // of *batchBlocks
@@ -253,9 +264,9 @@ var blockPool sync.Pool // of *batchBlocks
 func getBlocks(n int) *batchBlocks {
 	bl, _ := blockPool.Get().(*batchBlocks)
 	if bl == nil || cap(bl.items) < n {
-		return &batchBlocks{items: make([]stdio.Item, n), results: make([]engine.Result, n), done: make([]bool, n), settled: make([]settled, n)}
+		return &batchBlocks{items: make([]stdio.Item, n), results: make([]engine.Result, n), done: make([]bool, n), settled: make([]settled, n), ends: make([]int, n)}
 	}
-	bl.items, bl.results, bl.done, bl.settled = bl.items[:n], bl.results[:n], bl.done[:n], bl.settled[:n]
+	bl.items, bl.results, bl.done, bl.settled, bl.ends = bl.items[:n], bl.results[:n], bl.done[:n], bl.settled[:n], bl.ends[:n]
 	return bl
 }
 
@@ -265,6 +276,9 @@ func putBlocks(bl *batchBlocks) {
 	clear(bl.results)
 	clear(bl.done)
 	clear(bl.settled)
+	bl.emits.reset()
+	clear(bl.pending[:cap(bl.pending)])
+	bl.pending = bl.pending[:0]
 	blockPool.Put(bl)
 }
 
@@ -279,13 +293,14 @@ func (r *batchRun) finished(i int, res engine.Result) {
 	}
 	for r.next < len(recs) && r.done[r.next] {
 		res := r.results[r.next]
-		s := r.c.settle(r.b, r.topic, recs[r.next], res)
+		n := len(r.pending)
+		var s settled
+		s, r.pending = r.c.settle(r.b, r.topic, recs[r.next], res, &r.emits, r.pending)
 		r.results[r.next] = engine.Result{} // its emits are now its messages: let them go
 		if s.kind == "failed" || s.kind == "abandoned" {
 			r.sending = false
 		}
-		r.hold(s.msgs, res.Held)
-		s.msgs = nil
+		r.hold(n, res.Held)
 		r.settled[r.next] = s
 		r.next++
 	}
@@ -298,24 +313,33 @@ func (r *batchRun) finished(i int, res engine.Result) {
 	}
 }
 
-// hold adds a settled record's messages to the batch's unsent output, held bytes included;
-// once the batch stops sending (a record failed for good: the sidecar would discard them),
-// they and what is pending are let go instead. r.mu is held.
-func (r *batchRun) hold(msgs []*flowv1.FromProcess, held int64) {
+// hold counts the messages a record just added to the batch's unsent output (pending[n:])
+// and the bytes its result holds of the budget; once the batch stops sending (a record failed
+// for good: the sidecar would discard them), they and what was pending are let go instead.
+// r.mu is held.
+func (r *batchRun) hold(n int, held int64) {
 	if !r.sending {
 		r.c.s.budget.Release(held + r.pendingHeld)
-		r.pending, r.pendingBytes, r.pendingHeld = r.pending[:0], 0, 0
+		r.drop()
 		return
 	}
-	for _, m := range msgs {
+	for _, m := range r.pending[n:] {
 		r.pendingBytes += outputBytes(m)
 	}
-	r.pending = append(r.pending, msgs...)
 	r.pendingHeld += held
 }
 
+// drop lets go of the pending output, sent or not (the bytes it held are the caller's to
+// release). r.mu is held.
+func (r *batchRun) drop() {
+	r.emits.reset()
+	clear(r.pending)
+	r.pending, r.pendingBytes, r.pendingHeld = r.pending[:0], 0, 0
+}
+
 // flush sends the pending output, then last if not nil, and releases the bytes they held.
-// r.mu is held.
+// Their messages are encoded when the sends return, so their room is reused after. r.mu is
+// held.
 func (r *batchRun) flush(last *flowv1.FromProcess) {
 	msgs := r.pending
 	if last != nil {
@@ -323,8 +347,8 @@ func (r *batchRun) flush(last *flowv1.FromProcess) {
 	}
 	r.c.send(r.b.GetBatchId(), msgs)
 	r.c.s.budget.Release(r.pendingHeld)
-	clear(r.pending)
-	r.pending, r.pendingBytes, r.pendingHeld = r.pending[:0], 0, 0
+	r.pending = msgs
+	r.drop()
 }
 
 // outputBytes is what a message to send carries: its record's value, key and headers.
@@ -343,16 +367,15 @@ func (r *batchRun) answer() {
 	c, id := r.c, r.b.GetBatchId()
 	defer c.batches.Done()
 	final := c.finalFor(r.b, r.topic, r.settled)
-	putBlocks(r.batchBlocks)
-	r.batchBlocks = nil
 	if final == nil {
 		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", id)
 		c.s.budget.Release(r.pendingHeld)
-		r.pending, r.pendingHeld = nil, 0
-		c.forget(id)
-		return
+		r.drop()
+	} else {
+		r.flush(final)
 	}
-	r.flush(final)
+	putBlocks(r.batchBlocks)
+	r.batchBlocks = nil
 	c.forget(id)
 }
 

@@ -13,38 +13,33 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// sentStream is the server side of a Run stream that keeps what is sent on it.
+// sentStream is the server side of a Run stream that keeps what is sent on it, described at
+// once as a real stream encodes it at once ("emit:VALUE", "ack", "fail"): the sender may
+// reuse a message once Send returns.
 type sentStream struct {
 	grpc.ServerStream
-	sent []*flowv1.FromProcess
+	sent []string
 }
 
 func (s *sentStream) Recv() (*flowv1.ToProcess, error) { return nil, errors.New("nothing to receive") }
 
 func (s *sentStream) Send(m *flowv1.FromProcess) error {
-	s.sent = append(s.sent, m)
+	switch {
+	case m.GetEmit() != nil:
+		v := string(m.GetEmit().GetRecord().GetValue())
+		if len(v) > 8 {
+			v = v[:8]
+		}
+		s.sent = append(s.sent, "emit:"+v)
+	case m.GetAck() != nil:
+		s.sent = append(s.sent, "ack")
+	case m.GetFail() != nil:
+		s.sent = append(s.sent, "fail")
+	}
 	return nil
 }
 
-// kinds names the messages sent: "emit:VALUE", "ack", "fail".
-func (s *sentStream) kinds() string {
-	var k []string
-	for _, m := range s.sent {
-		switch {
-		case m.GetEmit() != nil:
-			v := string(m.GetEmit().GetRecord().GetValue())
-			if len(v) > 8 {
-				v = v[:8]
-			}
-			k = append(k, "emit:"+v)
-		case m.GetAck() != nil:
-			k = append(k, "ack")
-		case m.GetFail() != nil:
-			k = append(k, "fail")
-		}
-	}
-	return strings.Join(k, " ")
-}
+func (s *sentStream) kinds() string { return strings.Join(s.sent, " ") }
 
 // TestOutputSentInRuns: a batch's settled output is gathered and sent in runs of flushBytes
 // and with the batch's last message, not record by record; once a record fails for good,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,10 @@ type Metrics struct {
 	restarts      prometheus.Counter
 	action        *actionMetrics
 	pool          poolCollector
+
+	// latencyOf caches latency's histogram of each outcome: a record's attempt observes it
+	// without WithLabelValues' hashing and lookup.
+	latencyOf [engine.Abandoned + 1]atomic.Pointer[prometheus.Observer]
 }
 
 func counter(name, help string) prometheus.Counter {
@@ -166,10 +171,23 @@ func (m *Metrics) attempt(ai engine.AttemptInfo) {
 	if m == nil {
 		return
 	}
-	m.latency.WithLabelValues(ai.Outcome.String()).Observe(ai.Latency.Seconds())
+	m.latencyFor(ai.Outcome).Observe(ai.Latency.Seconds())
 	if ai.Retry {
 		m.retries.Inc()
 	}
+}
+
+// latencyFor returns the attempt latency histogram of outcome o, looked up once per outcome.
+func (m *Metrics) latencyFor(o engine.Outcome) prometheus.Observer {
+	if o < 0 || int(o) >= len(m.latencyOf) {
+		return m.latency.WithLabelValues(o.String())
+	}
+	if h := m.latencyOf[o].Load(); h != nil {
+		return *h
+	}
+	h := m.latency.WithLabelValues(o.String())
+	m.latencyOf[o].Store(&h) // a racing store stores the same histogram
+	return h
 }
 
 // actionMetrics exports the action's metric lines: for each name a summary (count and sum of

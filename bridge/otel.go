@@ -144,7 +144,7 @@ func (t *Tracer) attempt(ai engine.AttemptInfo, end time.Time) {
 			attribute.Int64("messaging.kafka.offset", it.Offset),
 			attribute.String("millrace.action", t.action),
 			attribute.String("millrace.inlet", it.Inlet),
-			attribute.String("millrace.item", it.ID),
+			attribute.String("millrace.item", strings.Clone(it.ID)), // not the batch's string of names it is part of
 			attribute.String("millrace.delivery", it.Delivery),
 			attribute.String("millrace.conversation", it.Run),
 			attribute.Int("millrace.attempt", it.Attempt),

@@ -81,24 +81,29 @@ func appendRecordID(dst []byte, topic string, partition int32, offset int64) []b
 	return strconv.AppendInt(dst, offset, 10)
 }
 
-// item maps one input record to an action item.
-func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord) stdio.Item {
+// idempotencyKeyLen is the length of an idempotency key: hex of 16 bytes.
+const idempotencyKeyLen = 2 * 16
+
+// appendNames appends the item id of record in and its idempotency key to dst, the key last.
+func (c *conversation) appendNames(dst []byte, b *flowv1.Batch, topic string, in *flowv1.InputRecord) []byte {
+	dst = appendRecordID(dst, topic, b.GetPartition(), in.GetOffset())
+	return appendIdempotencyKey(dst, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
+}
+
+// item maps one input record to an action item; names is appendNames' text for it (the
+// batch's items share one string, one allocation for the whole batch).
+func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord, names string) stdio.Item {
 	r := in.GetRecord()
-	// The id and the idempotency key in one string: one allocation for the two.
-	var stack [192]byte
-	buf := appendRecordID(stack[:0], topic, b.GetPartition(), in.GetOffset())
-	n := len(buf)
-	buf = appendIdempotencyKey(buf, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
-	both := string(buf)
+	n := len(names) - idempotencyKeyLen
 	it := stdio.Item{
-		ID:             both[:n],
+		ID:             names[:n],
 		Run:            c.id,
 		Inlet:          b.GetInlet(),
 		Topic:          topic,
 		Partition:      b.GetPartition(),
 		Offset:         in.GetOffset(),
 		Timestamp:      in.GetTimestampMs(),
-		IdempotencyKey: both[n:],
+		IdempotencyKey: names[n:],
 	}
 	// A value that is not JSON is refused by Submit (engine.ErrBadItem): it never reaches the
 	// action.
@@ -143,24 +148,25 @@ func bytesOf(text *string, b64, what string) ([]byte, error) {
 	return nil, nil
 }
 
-// settled is what became of one record of a batch: done, fallback or dead_letter (msgs are
-// its messages, to send), failed (cause says why; the batch fails) or abandoned.
+// settled is what became of one record of a batch: done, fallback or dead_letter (its
+// messages are to be sent), failed (cause says why; the batch fails) or abandoned.
 type settled struct {
 	kind     string
 	cause    error
 	attempts int
-	msgs     []*flowv1.FromProcess
 }
 
-// settle turns one record's result into its messages, for the caller to send (batchRun.hold);
-// the bytes the result held of the budget stay held until the caller releases them.
-func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result) settled {
+// settle turns one record's result into its messages, appended to out for the caller to send
+// (batchRun.hold); the bytes the result held of the budget stay held until the caller
+// releases them. Its Emit messages are built in sc (nil: new ones), which the caller reuses
+// once they are sent.
+func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, sc *emitScratch, out []*flowv1.FromProcess) (settled, []*flowv1.FromProcess) {
 	a := c.s.opts.Action
 	id := b.GetBatchId()
 	var cause error
 	switch res.Outcome {
 	case engine.Abandoned:
-		return settled{kind: "abandoned"}
+		return settled{kind: "abandoned"}, out
 	case engine.Done:
 		var state []byte
 		if res.Trace.Parent != [8]byte{} { // a child of the record's valid traceparent
@@ -168,9 +174,9 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 				state = []byte(st)
 			}
 		}
-		emits, err := c.emits(id, res.Emits, &res.Trace, state)
+		emits, err := c.emits(id, res.Emits, &res.Trace, state, sc, out)
 		if err == nil {
-			return settled{kind: "done", msgs: emits}
+			return settled{kind: "done"}, emits
 		}
 		cause = err
 	case engine.Abstained:
@@ -178,7 +184,7 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			msg, err := c.route(id, a.Fallback, in, b, topic,
 				&flowv1.Header{Key: headerAbstainReason, Value: []byte(res.Reason)})
 			if err == nil {
-				return settled{kind: "fallback", msgs: []*flowv1.FromProcess{msg}}
+				return settled{kind: "fallback"}, append(out, msg)
 			}
 			cause = err
 		} else {
@@ -201,11 +207,11 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			&flowv1.Header{Key: headerError, Value: []byte(errText)},
 			&flowv1.Header{Key: headerAttempts, Value: []byte(strconv.Itoa(attempts))})
 		if err == nil {
-			return settled{kind: "dead_letter", msgs: []*flowv1.FromProcess{msg}}
+			return settled{kind: "dead_letter"}, append(out, msg)
 		}
 		cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
 	}
-	return settled{kind: "failed", cause: cause, attempts: attempts}
+	return settled{kind: "failed", cause: cause, attempts: attempts}, out
 }
 
 // finalFor is the last message of batch b once every record settled: Ack, or a single Fail
@@ -220,9 +226,23 @@ func (c *conversation) finalFor(b *flowv1.Batch, topic string, records []settled
 			return nil
 		}
 	}
+	// The records' outcomes counted once a kind for the batch, not once a record.
+	var done, fallback, deadLetter int
+	defer func() {
+		m.items("done", done)
+		m.items("fallback", fallback)
+		m.items("dead_letter", deadLetter)
+	}()
 	for i, r := range records {
-		if r.kind != "failed" {
-			m.items(r.kind, 1)
+		switch r.kind {
+		case "done":
+			done++
+			continue
+		case "fallback":
+			fallback++
+			continue
+		case "dead_letter":
+			deadLetter++
 			continue
 		}
 		in := b.GetRecords()[i]
@@ -245,13 +265,43 @@ type emitMessage struct {
 	trace traceHeader
 }
 
+// emitScratch is the room of a batch's Emit messages until they are sent, reused from run to
+// run of the batch and from batch to batch (batchBlocks): it spares two allocations a record.
+// Room once handed out stays the message's until reset: a block too small for the next
+// record is left to the messages in it (the collector takes it once they are sent) and a
+// larger one is made.
+type emitScratch struct {
+	msgs []emitMessage
+	used int
+}
+
+// next returns zeroed room for n messages.
+func (sc *emitScratch) next(n int) []emitMessage {
+	if sc.used+n > len(sc.msgs) {
+		sc.msgs, sc.used = make([]emitMessage, max(n, 2*len(sc.msgs), 16)), 0
+	}
+	m := sc.msgs[sc.used : sc.used+n : sc.used+n]
+	sc.used += n
+	return m
+}
+
+// reset makes the room reusable once every message built in it was sent (encoded), letting go
+// of what they referred to (their payloads).
+func (sc *emitScratch) reset() {
+	clear(sc.msgs[:sc.used])
+	sc.used = 0
+}
+
 // emits maps a record's staged emits to Emit messages, checking each: a declared outlet
 // bound by Start (when the emit names none, the one outlet that is neither --dead-letter nor --fallback), a key and header values that
 // decode, and a message under max_message_bytes. Each gets the trace headers of tc and state
-// (emitTrace).
-func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte) ([]*flowv1.FromProcess, error) {
+// (emitTrace). The messages are built in sc (nil: newly allocated) and appended to out.
+func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte, sc *emitScratch, out []*flowv1.FromProcess) ([]*flowv1.FromProcess, error) {
 	a := c.s.opts.Action
-	out := make([]*flowv1.FromProcess, 0, len(staged))
+	if sc == nil {
+		sc = &emitScratch{}
+	}
+	msgs := sc.next(len(staged))
 	for i, e := range staged {
 		outlet := e.Outlet
 		if outlet == "" {
@@ -267,7 +317,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 		if _, ok := c.outlets[outlet]; !ok {
 			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
 		}
-		m := new(emitMessage)
+		m := &msgs[i]
 		rec := &m.rec
 		rec.Value = e.Payload
 		key, err := bytesOf(e.Key, e.KeyBase64, "key")

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
 	"github.com/ankka-flow/millrace/protocol"
@@ -112,10 +113,11 @@ func NewServer(opts Options) (*Server, error) {
 }
 
 // GRPCOptions returns the server options the bridge needs: message limits above the protocol's
-// 4 MiB, and the protocol's codec (the same bytes, encoded without reflection). Keepalive is
-// left at the gRPC library's defaults, as the protocol asks.
+// 4 MiB, the protocol's codec (the same bytes, encoded without reflection) and its buffer pool
+// (frames read into buffers that are not zeroed first; see codec.Pool). Keepalive is left at
+// the gRPC library's defaults, as the protocol asks.
 func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit), codec.ServerOption()}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit), codec.ServerOption(), experimental.BufferPool(codec.Pool)}
 }
 
 // register registers the Discovery and Streamlet services on gs.

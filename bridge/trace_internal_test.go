@@ -38,11 +38,11 @@ func BenchmarkRecordPath(b *testing.B) {
 			batch := &flowv1.Batch{BatchId: 1, Inlet: "in", Partition: 3, Records: []*flowv1.InputRecord{in}}
 			b.ReportAllocs()
 			for b.Loop() {
-				it := c.item(batch, "in-topic", in)
+				it := c.item(batch, "in-topic", in, string(c.appendNames(nil, batch, "in-topic", in)))
 				it.Trace.SpanID = stdio.NewSpanID() // what the engine does per attempt
 				res := engine.Result{Outcome: engine.Done, Attempts: 1, Trace: it.Trace, Emits: []stdio.Emit{{Payload: it.Payload}}}
 				// The emits built and checked (settle sends nothing).
-				if st := c.settle(batch, "in-topic", in, res); st.kind != "done" {
+				if st, _ := c.settle(batch, "in-topic", in, res, nil, nil); st.kind != "done" {
 					b.Fatalf("settled %+v", st)
 				}
 			}

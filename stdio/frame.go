@@ -250,24 +250,11 @@ func appendBody(dst []byte, m *Message) []byte {
 			dst = strconv.AppendInt(dst, int64(m.Window), 10)
 		}
 	case TypeItem:
-		dst = append(dst, `,"id":`...)
-		dst = appendString(dst, m.ID)
-		dst = appendField(dst, "run", m.Run)
-		dst = appendKey(dst, m.Key, m.KeyBase64)
-		dst = append(dst, `,"payload":`...)
-		dst = appendRaw(dst, m.Payload, "null")
-		dst = appendHeaders(dst, m.Headers)
-		dst = appendField(dst, "inlet", m.Inlet)
-		dst = appendField(dst, "topic", m.Topic)
-		dst = append(dst, `,"partition":`...)
-		dst = strconv.AppendInt(dst, int64(m.Partition), 10)
-		dst = append(dst, `,"offset":`...)
-		dst = strconv.AppendInt(dst, m.Offset, 10)
-		dst = append(dst, `,"timestamp":`...)
-		dst = strconv.AppendInt(dst, m.Timestamp, 10)
-		dst = append(dst, `,"attempt":`...)
-		dst = strconv.AppendInt(dst, int64(m.Attempt), 10)
-		dst = appendField(dst, "idempotencyKey", m.IdempotencyKey)
+		dst = appendItemFields(dst, &Item{
+			ID: m.ID, Run: m.Run, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload,
+			Headers: m.Headers, Inlet: m.Inlet, Topic: m.Topic, Partition: m.Partition,
+			Offset: m.Offset, Timestamp: m.Timestamp, Attempt: m.Attempt, IdempotencyKey: m.IdempotencyKey,
+		})
 		dst = appendField(dst, "traceparent", m.Traceparent)
 		dst = appendField(dst, "tracestate", m.Tracestate)
 	case TypeEmit:
@@ -310,15 +297,15 @@ func appendBody(dst []byte, m *Message) []byte {
 }
 
 // AppendItem appends it as an item line; a valid it.Trace is written as "traceparent" (the
-// attempt's span as parent-id) without a string made for it.
+// attempt's span as parent-id) without a string made for it. It writes what AppendMessage
+// writes of the same item, without copying it into a Message.
 func AppendItem(dst []byte, it *Item) []byte {
-	m := Message{
-		Type: TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key,
-		KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers, Inlet: it.Inlet,
-		Topic: it.Topic, Partition: it.Partition, Offset: it.Offset, Timestamp: it.Timestamp,
-		Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
+	dst = append(dst, `{"type":"`+TypeItem+`"`...)
+	if it.Delivery != "" {
+		dst = append(dst, `,"delivery":`...)
+		dst = appendString(dst, it.Delivery)
 	}
-	dst = appendBody(dst, &m)
+	dst = appendItemFields(dst, it)
 	if it.Trace.IsValid() {
 		dst = append(dst, `,"traceparent":"`...)
 		dst = it.Trace.AppendTraceparent(dst, it.Trace.SpanID)
@@ -326,6 +313,28 @@ func AppendItem(dst []byte, it *Item) []byte {
 		dst = appendField(dst, "tracestate", it.Tracestate)
 	}
 	return append(dst, '}', '\n')
+}
+
+// appendItemFields appends the fields of an item line from "id" to "idempotencyKey".
+func appendItemFields(dst []byte, it *Item) []byte {
+	dst = append(dst, `,"id":`...)
+	dst = appendString(dst, it.ID)
+	dst = appendField(dst, "run", it.Run)
+	dst = appendKey(dst, it.Key, it.KeyBase64)
+	dst = append(dst, `,"payload":`...)
+	dst = appendRaw(dst, it.Payload, "null")
+	dst = appendHeaders(dst, it.Headers)
+	dst = appendField(dst, "inlet", it.Inlet)
+	dst = appendField(dst, "topic", it.Topic)
+	dst = append(dst, `,"partition":`...)
+	dst = strconv.AppendInt(dst, int64(it.Partition), 10)
+	dst = append(dst, `,"offset":`...)
+	dst = strconv.AppendInt(dst, it.Offset, 10)
+	dst = append(dst, `,"timestamp":`...)
+	dst = strconv.AppendInt(dst, it.Timestamp, 10)
+	dst = append(dst, `,"attempt":`...)
+	dst = strconv.AppendInt(dst, int64(it.Attempt), 10)
+	return appendField(dst, "idempotencyKey", it.IdempotencyKey)
 }
 
 func appendField(dst []byte, name, v string) []byte {
@@ -384,12 +393,30 @@ func appendFloat(dst []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plain[c] reports whether byte c stands for itself in a JSON string as appendString writes
+// it: ASCII from the space up, except the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD, as
-// encoding/json does.
+// encoding/json does. A string of plain bytes only (ids, topics, keys: nearly every string of
+// an item line) is found so with one table look-up a byte and copied whole.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
+	i := 0
+	for i < len(s) && plain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

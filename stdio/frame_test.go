@@ -278,3 +278,70 @@ func FuzzDecodeLines(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAppendItem measures one item line of a 200-byte record as the bridge writes it to
+// a child: every string field set, a trace context.
+//
+//	go test -run '^$' -bench BenchmarkAppendItem -benchmem ./stdio/
+func BenchmarkAppendItem(b *testing.B) {
+	it := stdio.Item{
+		Delivery: "d3f-18a2c", ID: "listings/3/104217", Run: "conv-7f3a9c2e1b", Inlet: "in", Topic: "listings",
+		Payload:   []byte(`{"id":104217,"name":"listing-42","city":"Lyon","price":1234.5,"tags":["a","b"],"pad":"qmVh3kLs9TzR2wXy7pBn4cJd8fGa1eHu6iKo0lMv5NtQxZ3rYsW9bCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"}`),
+		Partition: 3, Offset: 104217, Timestamp: 1764590000000, Attempt: 1, IdempotencyKey: "25ec15e1e9cdf74d5a74c078f578c602",
+		Trace: stdio.TraceContext{TraceID: stdio.NewTraceID(), SpanID: stdio.NewSpanID(), Flags: 1},
+	}
+	var line []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		line = stdio.AppendItem(line[:0], &it)
+	}
+	b.SetBytes(int64(len(line)))
+}
+
+// FuzzAppendItemString checks the strings of an item line: whatever the bytes, encoding/json
+// reads back the same text (each byte that is not UTF-8 as U+FFFD, as encoding/json writes it).
+func FuzzAppendItemString(f *testing.F) {
+	for _, s := range []string{"", "listings/3/42", `a"b\c`, "tab\tnl\n\x00\x1f\x7f", "é\xff\xc3\x28", "plain then \u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		line := stdio.AppendItem(nil, &stdio.Item{Delivery: "d1", ID: s, Topic: s, Payload: []byte("null")})
+		var got struct{ ID, Topic string }
+		if err := stdjson.Unmarshal(line, &got); err != nil {
+			t.Fatalf("AppendItem(id %q) = %s: not JSON: %v", s, line, err)
+		}
+		var want strings.Builder
+		for _, r := range s { // each byte that is not UTF-8 is U+FFFD
+			want.WriteRune(r)
+		}
+		if got.ID != want.String() || got.Topic != want.String() {
+			t.Fatalf("AppendItem(id %q) read back as %q, %q; want %q", s, got.ID, got.Topic, want.String())
+		}
+	})
+}
+
+// TestAppendItemIsAppendMessage: AppendItem writes exactly what AppendMessage writes of the
+// same item, field for field, with and without a trace context.
+func TestAppendItemIsAppendMessage(t *testing.T) {
+	key, hv := "k\"1", "v\n"
+	it := stdio.Item{
+		Delivery: "d7", ID: "t/3/42", Run: "c1", Key: &key, Payload: []byte(`{"a":1}`),
+		Headers: []stdio.Header{{Key: "h", Value: &hv}, {Key: "b", ValueBase64: "/w=="}}, Inlet: "in", Topic: "t",
+		Partition: 3, Offset: 42, Timestamp: 1700000000000, Attempt: 2, IdempotencyKey: "25ec15e1e9cdf74d5a74c078f578c602",
+	}
+	m := stdio.Message{
+		Type: stdio.TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key, Payload: it.Payload,
+		Headers: it.Headers, Inlet: it.Inlet, Topic: it.Topic, Partition: it.Partition, Offset: it.Offset,
+		Timestamp: it.Timestamp, Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
+	}
+	if got, want := string(stdio.AppendItem(nil, &it)), string(stdio.AppendMessage(nil, &m)); got != want {
+		t.Errorf("AppendItem = %s\nAppendMessage = %s", got, want)
+	}
+	it.Trace = stdio.TraceContext{TraceID: stdio.NewTraceID(), SpanID: stdio.NewSpanID(), Flags: 1}
+	it.Tracestate = "vendor=1"
+	tp := it.Trace.Traceparent(it.Trace.SpanID)
+	m.Traceparent, m.Tracestate = string(tp[:]), it.Tracestate
+	if got, want := string(stdio.AppendItem(nil, &it)), string(stdio.AppendMessage(nil, &m)); got != want {
+		t.Errorf("AppendItem(trace) = %s\nAppendMessage = %s", got, want)
+	}
+}

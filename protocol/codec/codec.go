@@ -60,7 +60,8 @@ func Encode(msgs []*flowv1.FromProcess) ([]Encoded, error) {
 	return out, nil
 }
 
-// Marshal encodes v into one buffer, from gRPC's pool when it is large enough to be pooled.
+// Marshal encodes v into one buffer of Pool, which gRPC's transport returns to it once the
+// message is written.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if e, ok := v.(*Encoded); ok {
 		return mem.BufferSlice{mem.SliceBuffer(*e)}, nil
@@ -70,20 +71,12 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 		return encoding.GetCodecV2("proto").Marshal(v)
 	}
 	size := m.SizeVT()
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf := make([]byte, size)
-		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
-	}
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
-	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
-		pool.Put(buf)
+	buf := Pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVT(*buf); err != nil {
+		Pool.Put(buf)
 		return nil, err
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return mem.BufferSlice{mem.NewBuffer(buf, Pool)}, nil
 }
 
 // Unmarshal decodes data into v, accepting and refusing exactly what the protobuf runtime
@@ -101,9 +94,14 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	default:
 		return encoding.GetCodecV2("proto").Unmarshal(data, v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	b := buf.ReadOnlyData()
+	var b []byte
+	if len(data) == 1 { // one frame: decoded in place (bytes fields are copied out)
+		b = data[0].ReadOnlyData()
+	} else {
+		buf := data.MaterializeToBuffer(Pool)
+		defer buf.Free()
+		b = buf.ReadOnlyData()
+	}
 	switch v := v.(type) {
 	case *flowv1.ToProcess:
 		v.Reset()

@@ -28,10 +28,10 @@ var benchPayload = []byte(`{"id":12345,"name":"listing-42","tags":["a","b"],"pri
 // at a time (lockstep) and streaming. The engine runs pools of 1, 2 and 4 processes, one
 // delivery at a time (lockstep) and with a window of 64.
 //
-//	go test -run '^$' -bench BenchmarkEcho -benchtime 2s ./stdio/
+//	go test -run '^$' -bench BenchmarkEcho -benchtime 2s ./stdio/engine/
 func BenchmarkEcho(b *testing.B) {
 	goEcho := filepath.Join(b.TempDir(), "go-echo")
-	if out, err := exec.Command("go", "build", "-o", goEcho, "../actions/go-echo").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", goEcho, "../../actions/go-echo").CombinedOutput(); err != nil {
 		b.Fatalf("building actions/go-echo: %v\n%s", err, out)
 	}
 	children := []struct {

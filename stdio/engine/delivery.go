@@ -288,7 +288,7 @@ func (pr *process) awaitRoom(quit <-chan struct{}) (alive, quitting bool) {
 // deliver writes t as this process's next delivery. It returns false, having changed nothing,
 // when the process takes no more deliveries or the pool is abandoning.
 func (pr *process) deliver(t *task) bool {
-	if !pr.register(t) {
+	if !pr.register(t, pr.pool.clock.Now()) {
 		return false
 	}
 	pr.wmu.Lock()
@@ -302,9 +302,10 @@ func (pr *process) deliver(t *task) bool {
 }
 
 // register makes t a delivery in flight on this process (attempt counted, delivery id set,
-// timeout running) that the caller then writes. It returns false, having changed nothing,
-// when the process takes no more deliveries or the pool is abandoning.
-func (pr *process) register(t *task) bool {
+// timeout running) that the caller then writes, now being the time of the write (one reading
+// of the clock for a run of items written together). It returns false, having changed
+// nothing, when the process takes no more deliveries or the pool is abandoning.
+func (pr *process) register(t *task, now time.Time) bool {
 	p := pr.pool
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
@@ -321,7 +322,7 @@ func (pr *process) register(t *task) bool {
 	t.item.Delivery = string(strconv.AppendUint(append(id[:0], p.prefix...), t.seq, 36))
 	t.emits = t.emit1[:0:1]
 	t.staged = 0
-	t.written = p.clock.Now()
+	t.written = now
 	if p.cfg.ItemTimeout > 0 {
 		// One watchdog timer per process, armed for the oldest deadline: no timer is made
 		// or stopped per item.

@@ -61,7 +61,8 @@ func (p *Pool) serve(pr *process) bool {
 		case <-p.quit:
 			return false
 		}
-		if !pr.register(t) {
+		now := p.clock.Now() // the run's write time
+		if !pr.register(t, now) {
 			p.requeue(t)
 			if p.abandoning.Load() || !pr.isEnded() {
 				continue
@@ -82,7 +83,7 @@ func (p *Pool) serve(pr *process) bool {
 			default:
 				break fill
 			}
-			if !pr.register(t) {
+			if !pr.register(t, now) {
 				p.requeue(t)
 				break
 			}
