@@ -42,9 +42,10 @@ func (s *Sidecar) release(size int64) {
 // revoked). Called with mu held.
 func (s *Sidecar) drop(b *batch) {
 	s.release(b.emitBytes)
-	// The records come from slabs shared with other batches' emits (newRecord): their bytes
-	// must go, or a slab still in use would keep them.
+	// The records and headers come from slabs shared with other batches' emits (newRecord,
+	// newHeaders): their bytes must go, or a slab still in use would keep them.
 	for _, r := range b.emits {
+		clear(r.Headers)
 		r.Key, r.Value, r.Headers = nil, nil, nil
 	}
 	b.emits, b.emitBytes = nil, 0

@@ -101,6 +101,9 @@ type Config struct {
 	// TransactionalID is the exactly-once producer's id; empty takes "<group>.<host>:<process
 	// port>". ConfigFromEnv sets it from FLOW_POD_NAME where set (see transactionalID).
 	TransactionalID string
+	// Compression is the codec of the emits' record batches (FLOW_PRODUCE_COMPRESSION); the
+	// zero value is none.
+	Compression Compression
 }
 
 // Inlet is one inlet port bound to its topic, with its batch limits.
@@ -281,6 +284,11 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		bad("%v", err)
 	} else {
 		c.Delivery = d
+	}
+	if comp, err := parseCompression(getenv(envCompression)); err != nil {
+		bad("%v", err)
+	} else {
+		c.Compression = comp
 	}
 	if c.Delivery == ExactlyOnce && c.ConsumerGroup != "" {
 		c.TransactionalID = transactionalID(c.ConsumerGroup, getenv("FLOW_POD_NAME"), hostname(), c.ProcessPort)

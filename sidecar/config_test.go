@@ -51,6 +51,7 @@ func TestConfigFromEnvDefaults(t *testing.T) {
 		{"session timeout", cfg.SessionTimeout, 45 * time.Second},
 		{"delivery", cfg.Delivery, sidecar.AtLeastOnce},
 		{"transactional id (at least once: none)", cfg.TransactionalID, ""},
+		{"produce compression", cfg.Compression, sidecar.CompressionNone},
 	} {
 		if c.got != c.want {
 			t.Errorf("ConfigFromEnv(valid) %s = %v; want %v", c.name, c.got, c.want)
@@ -73,6 +74,7 @@ func TestConfigFromEnvSettings(t *testing.T) {
 	e["FLOW_POD_NAME"] = "upper-7d9f-x2"
 	e["FLOW_SESSION_TIMEOUT"] = "2m"
 	e["FLOW_LEAVE_GROUP_ON_SHUTDOWN"] = "false"
+	e["FLOW_PRODUCE_COMPRESSION"] = " ZSTD "
 	cfg, err := sidecar.ConfigFromEnv(e.get, nil)
 	if err != nil {
 		t.Fatalf("ConfigFromEnv() = %v; want nil", err)
@@ -82,6 +84,9 @@ func TestConfigFromEnvSettings(t *testing.T) {
 	}
 	if cfg.Inlets[0].MaxRecords != 500 || cfg.Inlets[0].MaxBytes != 2<<20 || cfg.MaxMessageBytes != 8<<20 || cfg.ConsumerGroup != "g" {
 		t.Errorf("ConfigFromEnv() = %+v; want the values set", cfg)
+	}
+	if cfg.Compression != sidecar.CompressionZstd {
+		t.Errorf("ConfigFromEnv() compression = %q; want zstd", cfg.Compression)
 	}
 	if cfg.SASL == nil || cfg.SASL.Name() != "SCRAM-SHA-512" {
 		t.Errorf("SASL = %v; want SCRAM-SHA-512", cfg.SASL)
@@ -122,6 +127,7 @@ func TestConfigFromEnvProblems(t *testing.T) {
 		{name: "TLS files", set: map[string]string{"FLOW_KAFKA_TLS": "true", "FLOW_KAFKA_TLS_CA_FILE": missingFile, "FLOW_KAFKA_TLS_CERT_FILE": garbage},
 			want: []string{"FLOW_KAFKA_TLS_CA_FILE=" + missingFile + " cannot be read", "go together"}},
 		{name: "delivery", set: map[string]string{"FLOW_DELIVERY": "exactly-twice"}, want: []string{"FLOW_DELIVERY=exactly-twice is not a delivery: write at-least-once (the default) or exactly-once"}},
+		{name: "compression", set: map[string]string{"FLOW_PRODUCE_COMPRESSION": "brotli"}, want: []string{"FLOW_PRODUCE_COMPRESSION=brotli is not a compression codec: write none (the default), gzip, snappy, lz4 or zstd"}},
 		{name: "in Kubernetes without the pod", set: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, want: []string{"FLOW_POD_NAME", "FLOW_POD_UID"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

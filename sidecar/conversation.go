@@ -37,6 +37,8 @@ type conversation struct {
 	acked   []*batch     // acknowledged, waiting to be produced and committed
 	round   []*batch     // being produced and committed by the committer
 	slab    []kgo.Record // where the next emits' records are allocated (newRecord)
+	// headerSlab is where the next emits' headers are allocated (newHeaders).
+	headerSlab []kgo.RecordHeader
 	// produceCtx is the context of every write and commit of the conversation; it is
 	// canceled when the conversation's end has waited FLOW_SHUTDOWN_TIMEOUT, so a write that
 	// cannot finish (an outlet gone) does not hold the end, nor a shutdown, for longer.

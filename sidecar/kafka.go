@@ -158,6 +158,9 @@ func (s *Sidecar) producerOpts() []kgo.Opt {
 		// since an acknowledged batch is waiting on these records.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
+		// Uncompressed unless FLOW_PRODUCE_COMPRESSION says otherwise (franz-go's own
+		// default is snappy; Kafka's producer's is none): see Compression.
+		kgo.ProducerBatchCompression(s.cfg.Compression.codec()),
 		kgo.RecordDeliveryTimeout(produceTimeout),
 		// An emit may be as large as the protocol allows (Start.max_message_bytes), more than
 		// franz-go's default batch cap of about 1 MB; the outlet topic's max.message.bytes

@@ -68,8 +68,11 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		if r.Value == nil {
 			r.Value = []byte{}
 		}
-		for _, h := range e.GetRecord().GetHeaders() {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.GetKey(), Value: h.GetValue()})
+		if hs := e.GetRecord().GetHeaders(); len(hs) > 0 {
+			r.Headers = c.newHeaders(len(hs))
+			for i, h := range hs {
+				r.Headers[i] = kgo.RecordHeader{Key: h.GetKey(), Value: h.GetValue()}
+			}
 		}
 		if err := s.hold(b, r); err != nil {
 			return err
@@ -130,6 +133,17 @@ func (c *conversation) newRecord() *kgo.Record {
 	r := &c.slab[0]
 	c.slab = c.slab[1:]
 	return r
+}
+
+// newHeaders returns n zero headers for an emit, from a slab shared with the emits around it
+// (like newRecord). Called with mu held.
+func (c *conversation) newHeaders(n int) []kgo.RecordHeader {
+	if len(c.headerSlab) < n {
+		c.headerSlab = make([]kgo.RecordHeader, max(emitSlab, n))
+	}
+	hs := c.headerSlab[:n:n]
+	c.headerSlab = c.headerSlab[n:]
+	return hs
 }
 
 // lookup returns the batch in flight with id, or the error naming why it is not.

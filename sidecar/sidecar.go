@@ -191,6 +191,11 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	// Reconnect quickly after the process restarts: the sidecar's own backoff paces retries.
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Static flow-control windows turn gRPC's BDP estimator off: it sends a PING for
+		// nearly every burst of the process's emits (pings the rule above would rather not
+		// send) and each is a write on both sides. See streamWindow.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(streamWindow),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
@@ -205,6 +210,13 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	s.conn = conn
 	return s, nil
 }
+
+// streamWindow is the HTTP/2 flow-control window of the Run stream and of its connection:
+// how much the process may send before the sidecar has read it. 1 MiB lets the emits of
+// several batches stream without a window update (one per 256 KiB read) and is below the
+// 16 MiB the BDP estimator may grow a window to; a message larger than it still goes
+// through (gRPC widens the window for a message it is reading).
+const streamWindow = 1 << 20
 
 // snapshot returns a copy of the counters. It is safe to call concurrently with Run.
 func (s *Sidecar) snapshot() stats {

@@ -82,6 +82,7 @@ var sidecarEnv = []struct{ name, def, help string }{
 	{"FLOW_MAX_BATCH_EMIT_BYTES", "32Mi", "emits one batch may hold until its Ack; over it the partition is redelivered in halves"},
 	{"FLOW_MAX_HELD_EMIT_BYTES", "64Mi", "emits held in all until written; past it no new batch is sent"},
 	{"FLOW_DELIVERY", "at-least-once", "exactly-once: each commit round is one Kafka transaction (emits and offsets)"},
+	{"FLOW_PRODUCE_COMPRESSION", "none", "the emits' record batch compression: none, gzip, snappy, lz4 or zstd"},
 	{"FLOW_SESSION_TIMEOUT", "45s", "the consumer group session timeout"},
 	{"FLOW_LEAVE_GROUP_ON_SHUTDOWN", "true", "with FLOW_POD_NAME (static membership): leave the group on SIGTERM"},
 	{"FLOW_KAFKA_TLS", "false", "true for TLS to the brokers"},

@@ -85,9 +85,9 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 // hand with the runtime's own wire parser (protowire), in a few allocations; anything else is
 // left to the runtime, which decides. Bytes fields are copied out of data.
 //
-// Decoding an Emit into a FromProcess that holds one already reuses its Emit and Record
-// messages: a caller that decodes into the same message again must keep only their fields'
-// values (strings, byte slices), never the messages.
+// Decoding an Emit into a FromProcess that holds one already reuses its Emit, Record and
+// Header messages: a caller that decodes into the same message again must keep only their
+// fields' values (strings, byte slices), never the messages.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch v.(type) {
 	case *flowv1.ToProcess, *flowv1.FromProcess:
@@ -231,7 +231,7 @@ func decodeInputRecord(data []byte, in *flowv1.InputRecord, rec *flowv1.Record, 
 			if in.Record == nil {
 				in.Record = rec
 			}
-			if values, ok = decodeRecord(v, rec, values); !ok {
+			if values, ok = decodeRecord(v, rec, values, false); !ok {
 				return values, false
 			}
 			data = data[n:]
@@ -257,8 +257,10 @@ func bytesField(data []byte, max protowire.Number) (num protowire.Number, v, res
 }
 
 // decodeRecord merges one encoded Record into rec (a message field seen twice merges, as
-// the runtime does), its key and value appended to values, which it returns extended.
-func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool) {
+// the runtime does), its key and value appended to values, which it returns extended. With
+// reuse, the Header messages beyond rec.Headers' length (up to its capacity) are decoded into
+// again, keeping their key's string when the name is the same.
+func decodeRecord(data []byte, rec *flowv1.Record, values []byte, reuse bool) ([]byte, bool) {
 	for len(data) > 0 {
 		num, v, rest, ok := bytesField(data, 3)
 		if !ok {
@@ -275,9 +277,19 @@ func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool)
 				rec.Value = b
 			}
 		case 2:
-			h := &flowv1.Header{}
+			var h *flowv1.Header
+			if n := len(rec.Headers); reuse && n < cap(rec.Headers) {
+				h = rec.Headers[:n+1][n]
+			}
+			key := ""
+			if h == nil {
+				h = &flowv1.Header{}
+			} else {
+				key = h.Key
+				h.Reset()
+			}
 			var ok bool
-			if values, ok = decodeHeader(v, h, values); !ok {
+			if values, ok = decodeHeader(v, h, key, values); !ok {
 				return values, false
 			}
 			rec.Headers = append(rec.Headers, h)
@@ -286,8 +298,9 @@ func decodeRecord(data []byte, rec *flowv1.Record, values []byte) ([]byte, bool)
 	return values, true
 }
 
-// decodeHeader decodes one encoded Header into h, its value appended to values.
-func decodeHeader(data []byte, h *flowv1.Header, values []byte) ([]byte, bool) {
+// decodeHeader decodes one encoded Header into h, its value appended to values; a key equal
+// to prev is prev's string.
+func decodeHeader(data []byte, h *flowv1.Header, prev string, values []byte) ([]byte, bool) {
 	for len(data) > 0 {
 		num, v, rest, ok := bytesField(data, 2)
 		if !ok {
@@ -298,7 +311,11 @@ func decodeHeader(data []byte, h *flowv1.Header, values []byte) ([]byte, bool) {
 			if !utf8.Valid(v) {
 				return values, false
 			}
-			h.Key = string(v)
+			if string(v) == prev {
+				h.Key = prev
+			} else {
+				h.Key = string(v)
+			}
 			continue
 		}
 		values = append(values, v...)
@@ -308,7 +325,8 @@ func decodeHeader(data []byte, h *flowv1.Header, values []byte) ([]byte, bool) {
 }
 
 // decodeFromProcess decodes a FromProcess that is one plain Emit or Ack into m, reusing the
-// Emit and Record m holds. It returns false, m then undefined, for anything else.
+// Emit, Record and Header messages m holds. It returns false, m then undefined, for anything
+// else.
 func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
 	num, typ, n := protowire.ConsumeTag(data)
 	if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
@@ -386,14 +404,16 @@ func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
 				if rec == nil {
 					rec = &flowv1.Record{}
 				}
+				headers := rec.Headers
 				rec.Reset()
+				rec.Headers = headers[:0] // decoded into again (decodeRecord)
 				e.Record = rec
 			}
 			if values == nil {
 				values = make([]byte, 0, len(v))
 			}
 			var ok bool
-			if values, ok = decodeRecord(v, e.Record, values); !ok {
+			if values, ok = decodeRecord(v, e.Record, values, true); !ok {
 				return false
 			}
 		default:
