@@ -43,21 +43,17 @@ type kafka struct {
 // the poller.
 func (s *Sidecar) openKafka() (*kafka, error) {
 	var topics []string
-	// A fetch brings at most about one batch per partition (Kafka still returns a record
-	// batch larger than this whole), so buffering stays near the high water mark.
-	maxPart := int32(0)
 	for _, in := range s.cfg.Inlets {
 		topics = append(topics, in.Topic)
-		maxPart = max(maxPart, int32(in.MaxBytes))
 	}
-	maxPart = max(maxPart, 1)
+	// A fetch brings about two batches per partition (Kafka still returns a record batch
+	// larger than that whole), so buffering stays near the high water mark (fetchsize.go).
+	sizer := newFetchSizer(s.cfg.Inlets)
 	clientCtx, abort := context.WithCancel(context.Background())
-	opts := []kgo.Opt{
+	opts := append([]kgo.Opt{
 		kgo.WithContext(clientCtx),
-		kgo.FetchMaxPartitionBytes(maxPart),
-		kgo.FetchMaxBytes(max(4<<20, maxPart)),
 		kgo.FetchMaxWait(fetchMaxWait),
-	}
+	}, sizer.opts()...)
 	if len(topics) > 0 {
 		opts = append(opts,
 			kgo.ConsumerGroup(s.cfg.ConsumerGroup),
@@ -114,7 +110,7 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); s.poll(ctx, cl) }()
+	go func() { defer wg.Done(); s.poll(ctx, cl, sizer) }()
 	go func() { defer wg.Done(); s.watchWatermarks(ctx, cl) }()
 	go func() { wg.Wait(); close(k.done) }()
 	return k, nil
@@ -240,8 +236,8 @@ func (k *kafka) staticLeave(ctx context.Context) error {
 }
 
 // poll moves fetched records into their partitions' queues until ctx ends, pausing a
-// partition's fetching at high water.
-func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
+// partition's fetching at high water and sizing the next fetches with sizer.
+func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 	for {
 		fetches := cl.PollRecords(ctx, 10000)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -285,6 +281,7 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client) {
 		if pause != nil {
 			cl.PauseFetchPartitions(pause)
 		}
+		sizer.update(cl)
 		cl.AllowRebalance()
 		s.kickSender()
 	}

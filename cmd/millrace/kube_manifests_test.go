@@ -281,11 +281,11 @@ func (r *recorder) getenv(name string) string {
 }
 
 // unread returns the names of the container's own variables (not the kubelet's) that nothing
-// read.
+// read. GOMEMLIMIT is the Go runtime's (TestKubernetesMemory checks it).
 func (r *recorder) unread(c *container) []string {
 	var out []string
 	for _, e := range c.Env {
-		if !r.read[e.Name] {
+		if !r.read[e.Name] && e.Name != envGoMemLimit {
 			out = append(out, e.Name)
 		}
 	}
