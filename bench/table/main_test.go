@@ -29,7 +29,7 @@ PASS
 		{"Latency/go", "p99-ms", 3.69},
 		{"Bare/go/stream", "records/s", 395184},
 		{"Peer/p8", "records/s", 45000}, // the median of three runs
-		{"Peer/p8", "gomaxprocs", 2},     // the name's suffix
+		{"Peer/p8", "gomaxprocs", 2},    // the name's suffix
 	} {
 		if got, ok := res.get(tc.name, tc.unit); !ok || got != tc.want {
 			t.Errorf("parse(…).get(%q, %q) = %v, %v; want %v, true", tc.name, tc.unit, got, ok, tc.want)
