@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 func TestMetrics(t *testing.T) {
@@ -116,24 +117,6 @@ func metricsAddr(t *testing.T, r *running) string {
 	return line.Address
 }
 
-// scrape returns the samples of GET /metrics at addr, by series ("name{labels}").
-func scrape(t *testing.T, addr string) map[string]string {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	samples := map[string]string{}
-	for _, l := range strings.Split(string(body), "\n") {
-		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
-			samples[l[:i]] = l[i+1:]
-		}
-	}
-	return samples
-}
-
 // TestPoolMetrics scrapes the pool's gauges over HTTP while a delivery hangs with two records
 // of its key queued behind it, and the restart of a process that crashed.
 func TestPoolMetrics(t *testing.T) {
@@ -141,7 +124,7 @@ func TestPoolMetrics(t *testing.T) {
 	addr := metricsAddr(t, r)
 	idle := map[string]string{"millrace_pool_processes": "0", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0",
 		"millrace_pool_deliveries_in_flight": "0", "millrace_pool_window_occupancy_ratio": "0", "millrace_process_restarts_total": "0"}
-	got := scrape(t, addr)
+	got := testkit.Scrape(t, addr)
 	for k, v := range idle {
 		if got[k] != v {
 			t.Errorf("before any conversation %s = %q; want %s", k, got[k], v)
@@ -175,7 +158,7 @@ func waitSamples(t *testing.T, addr, when string, want map[string]string) map[st
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for {
-		got := scrape(t, addr)
+		got := testkit.Scrape(t, addr)
 		differs := false
 		for k, v := range want {
 			differs = differs || got[k] != v

@@ -2,9 +2,7 @@ package local_test
 
 import (
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -12,24 +10,6 @@ import (
 	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
-
-// scrapeRun returns GET /metrics of a run at addr, by series.
-func scrapeRun(t *testing.T, addr string) map[string]string {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	samples := map[string]string{}
-	for _, l := range strings.Split(string(body), "\n") {
-		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
-			samples[l[:i]] = l[i+1:]
-		}
-	}
-	return samples
-}
 
 // TestRunMetrics: Options.Metrics serves both halves of the streamlet, each series labelled
 // with it, counting what the run really did; the progress line shows the rate and the lag,
@@ -79,7 +59,7 @@ func TestRunMetrics(t *testing.T) {
 	}
 	var got map[string]string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		got = scrapeRun(t, addr)
+		got = testkit.Scrape(t, addr)
 		ok := true
 		for k, v := range want {
 			ok = ok && got[k] == v
