@@ -121,30 +121,26 @@ func (s *Sidecar) answered(c *conversation, b *batch) {
 	}
 }
 
-// emitSlab is how many emitted records are allocated at once.
+// emitSlab is how many emitted records, or their headers, are allocated at once.
 const emitSlab = 128
 
-// newRecord returns a zero record for an emit, from a slab shared with the emits around it
-// (which stays while one of them waits to be produced). Called with mu held.
-func (c *conversation) newRecord() *kgo.Record {
-	if len(c.slab) == 0 {
-		c.slab = make([]kgo.Record, emitSlab)
+// fromSlab returns n zero values from *slab, shared with the emits around them (a slab stays
+// while one of them waits to be produced), making a new slab when this one is short. Called
+// with mu held.
+func fromSlab[T any](slab *[]T, n int) []T {
+	if len(*slab) < n {
+		*slab = make([]T, max(emitSlab, n))
 	}
-	r := &c.slab[0]
-	c.slab = c.slab[1:]
-	return r
+	vs := (*slab)[:n:n]
+	*slab = (*slab)[n:]
+	return vs
 }
 
-// newHeaders returns n zero headers for an emit, from a slab shared with the emits around it
-// (like newRecord). Called with mu held.
-func (c *conversation) newHeaders(n int) []kgo.RecordHeader {
-	if len(c.headerSlab) < n {
-		c.headerSlab = make([]kgo.RecordHeader, max(emitSlab, n))
-	}
-	hs := c.headerSlab[:n:n]
-	c.headerSlab = c.headerSlab[n:]
-	return hs
-}
+// newRecord returns a zero record for an emit (fromSlab). Called with mu held.
+func (c *conversation) newRecord() *kgo.Record { return &fromSlab(&c.slab, 1)[0] }
+
+// newHeaders returns n zero headers for an emit (fromSlab). Called with mu held.
+func (c *conversation) newHeaders(n int) []kgo.RecordHeader { return fromSlab(&c.headerSlab, n) }
 
 // lookup returns the batch in flight with id, or the error naming why it is not.
 func (c *conversation) lookup(id uint64, what string) (*batch, error) {

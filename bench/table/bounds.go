@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 )
 
 // bound is one of issue 15's throughput targets, with the rows that bound it.
@@ -12,7 +13,7 @@ type bound struct {
 	row   string  // the millrace row the target is about
 	of    string  // what the target is a ratio of: the loop, or the native streamlet
 	want  float64 // the ratio
-	bare  string  // the child-alone row (BenchmarkBare) of the row's action, "" for none
+	bare  string  // the child-alone row (BenchmarkBare) of the row's action
 	procs int     // the action's processes in the row
 }
 
@@ -40,40 +41,38 @@ func peerBounds(w io.Writer, r results) {
 	fmt.Fprintln(w, "| target | needs records/s | CPU allowed per record | now: pipeline + action = total | native | the action alone: records/s (÷ loop), CPU | what it takes |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, b := range bounds {
+		parts := b.row[strings.LastIndexByte(b.row, '/')+1:] // "p1" or "p8"
 		base, ok1 := r.get(b.of, "records/s")
 		cores, ok2 := r.get(b.row, "gomaxprocs")
 		pipe, ok3 := r.get(b.row, "cpu-µs/rec")
 		action, ok4 := r.get(b.row, "children-cpu-µs/rec")
-		native, ok5 := r.get("Native/p"+b.row[len(b.row)-1:], "cpu-µs/rec")
+		native, ok5 := r.get("Native/"+parts, "cpu-µs/rec")
 		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || base == 0 {
 			fmt.Fprintf(w, "| %s | – | – | – | – | – | not measured |\n", b.label)
 			continue
 		}
 		need := b.want * base
 		allowed := cores * 1e6 / need
-		alone := "–"
-		if b.bare != "" {
-			rate, ok1 := r.get(b.bare, "records/s")
-			cpu, ok2 := r.get(b.bare, "children-cpu-µs/rec")
-			loop, ok3 := r.get("Peer/p"+b.row[len(b.row)-1:], "records/s")
-			if ok1 && ok2 && ok3 && loop > 0 {
-				alone = fmt.Sprintf("%s (%.2f×), %.1f", group(rate), rate/loop, cpu)
-				// The action's ceiling: its processes at the bare rate each, within the cores.
-				if ceiling := math.Min(float64(b.procs)*rate, cores*1e6/cpu); ceiling < need {
-					fmt.Fprintf(w, "| %s | %s | %.1f | %.1f + %.1f = %.1f | %.1f | %s | **out of reach of any bridge**: the action alone, %d process(es), does at most %s records/s here |\n",
-						b.label, group(need), allowed, pipe, action, pipe+action, native, alone, b.procs, group(ceiling))
-					continue
-				}
+		alone, verdict := "–", ""
+		rate, haveRate := r.get(b.bare, "records/s")
+		cpu, haveCPU := r.get(b.bare, "children-cpu-µs/rec")
+		loop, haveLoop := r.get("Peer/"+parts, "records/s")
+		if haveRate && haveCPU && haveLoop && loop > 0 {
+			alone = fmt.Sprintf("%s (%.2f×), %.1f", group(rate), rate/loop, cpu)
+			// The action's ceiling: its processes at the bare rate each, within the cores.
+			if ceiling := math.Min(float64(b.procs)*rate, cores*1e6/cpu); ceiling < need {
+				verdict = fmt.Sprintf("**out of reach of any bridge**: the action alone, %d process(es), does at most %s records/s here", b.procs, group(ceiling))
 			}
 		}
-		left := allowed - native - action
-		if left <= 0 {
-			fmt.Fprintf(w, "| %s | %s | %.1f | %.1f + %.1f = %.1f | %.1f | %s | **out of reach even with a bridge that costs nothing**: the rest of the pipeline (native) and the action already spend %.1f µs of the %.1f |\n",
-				b.label, group(need), allowed, pipe, action, pipe+action, native, alone, native+action, allowed)
-			continue
+		switch left := allowed - native - action; {
+		case verdict != "":
+		case left <= 0:
+			verdict = fmt.Sprintf("**out of reach even with a bridge that costs nothing**: the rest of the pipeline (native) and the action already spend %.1f µs of the %.1f", native+action, allowed)
+		default:
+			verdict = fmt.Sprintf("the bridge's share (pipeline − native: now %.1f µs) down to %.1f µs, the action's staying as now", pipe-native, left)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.1f | %.1f + %.1f = %.1f | %.1f | %s | the bridge's share (pipeline − native: now %.1f µs) down to %.1f µs, the action's staying as now |\n",
-			b.label, group(need), allowed, pipe, action, pipe+action, native, alone, pipe-native, left)
+		fmt.Fprintf(w, "| %s | %s | %.1f | %.1f + %.1f = %.1f | %.1f | %s | %s |\n",
+			b.label, group(need), allowed, pipe, action, pipe+action, native, alone, verdict)
 	}
 	fmt.Fprintln(w)
 }

@@ -36,36 +36,9 @@ func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec{}) 
 // Name is gRPC's name of the protobuf codec: the content subtype does not change.
 func (Codec) Name() string { return "proto" }
 
-// Encoded is a message encoded already (see Encode): Marshal sends its bytes as they are.
-// They must stay unchanged until the stream has written them, which may be after SendMsg
-// returns.
-type Encoded []byte
-
-// Encode appends the encoding of each of msgs to one buffer and returns each message's
-// encoding, for SendMsg: one allocation for a whole answer instead of one a message.
-func Encode(msgs []*flowv1.FromProcess) ([]Encoded, error) {
-	n := 0
-	for _, m := range msgs {
-		n += m.SizeVT()
-	}
-	buf := make([]byte, n)
-	out := make([]Encoded, len(msgs))
-	for i, m := range msgs {
-		size := m.SizeVT()
-		if _, err := m.MarshalToSizedBufferVT(buf[:size]); err != nil {
-			return nil, err
-		}
-		out[i], buf = Encoded(buf[:size:size]), buf[size:]
-	}
-	return out, nil
-}
-
 // Marshal encodes v into one buffer of Pool, which gRPC's transport returns to it once the
 // message is written.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	if e, ok := v.(*Encoded); ok {
-		return mem.BufferSlice{mem.SliceBuffer(*e)}, nil
-	}
 	m, ok := v.(vtMessage)
 	if !ok {
 		return encoding.GetCodecV2("proto").Marshal(v)

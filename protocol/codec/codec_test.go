@@ -170,31 +170,3 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
-
-// TestEncode checks that an answer encoded in one buffer is each message as the runtime
-// writes it, and that Marshal sends an Encoded as it is.
-func TestEncode(t *testing.T) {
-	var msgs []*flowv1.FromProcess
-	for _, m := range samples() {
-		if fp, ok := m.(*flowv1.FromProcess); ok {
-			msgs = append(msgs, fp)
-		}
-	}
-	enc, err := codec.Encode(msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range msgs {
-		want, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := codec.Codec{}.Marshal(&enc[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := data.Materialize(); string(got) != string(want) || string(enc[i]) != string(want) {
-			t.Errorf("Encode(…)[%d] = %x, Marshal sends %x; want %x", i, enc[i], got, want)
-		}
-	}
-}
