@@ -255,7 +255,7 @@ func startFault(err error) (string, bool) {
 		return "the program is not executable: chmod +x it (" + text + ")", true
 	case errors.Is(err, syscall.ENOEXEC):
 		return "the program has no #! line (exec format error): add one, e.g. #!/usr/bin/env python3 (" + text + ")", true
-	case strings.Contains(text, "(the ready timeout)"): // the engine's words for a start with no ready
+	case errors.Is(err, engine.ErrNoReady):
 		return "the program never answered hello with ready within its ready timeout: " + text + "; flush stdout after each line and read stdin line by line (or raise --ready-timeout)", true
 	}
 	return "the program exits before answering ready, every time: " + text + "; run it by hand in the action's folder to see why", false

@@ -12,6 +12,9 @@ var (
 	// ErrStart is returned by Start, and reported through Hooks.Health, when a process cannot be
 	// started or does not answer hello with ready in time.
 	ErrStart = errors.New("stdio: action did not start")
+	// ErrNoReady is wrapped, with ErrStart, by the error of a start whose process did not answer
+	// hello with ready within the ready timeout.
+	ErrNoReady = errors.New("did not answer hello with ready")
 	// ErrCrashLoop is reported through Hooks.Health when processes die at start over and over; the
 	// pool keeps retrying with backoff, and queued items wait.
 	ErrCrashLoop = errors.New("stdio: action is crash-looping")

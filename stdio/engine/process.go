@@ -107,7 +107,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 	select {
 	case err = <-pr.ready:
 	case <-timer.C:
-		err = fmt.Errorf("did not answer hello with ready within %v (the ready timeout)", cfg.ReadyTimeout)
+		err = fmt.Errorf("%w within %v (the ready timeout)", ErrNoReady, cfg.ReadyTimeout)
 		pr.fail(err)
 	case <-ctx.Done():
 		err = ctx.Err()

@@ -28,7 +28,7 @@ func TestStartFails(t *testing.T) {
 		isErr error
 	}{
 		{"never ready", config("neverready", func(c *engine.Config) { c.ReadyTimeout = 500 * time.Millisecond }),
-			[]string{"within 500ms", "loading a very large model"}, engine.ErrStart},
+			[]string{"did not answer hello with ready within 500ms (the ready timeout)", "loading a very large model"}, engine.ErrNoReady},
 		{"exit 1 at start", config("exit1"), []string{"exit status 1", "boom: cannot load model weights", "before ready"}, engine.ErrStart},
 		{"banner before ready", config("banner"), []string{"Welcome to my action"}, stdio.ErrProtocol},
 		{"no such command", engine.Config{Name: "ghost", Command: []string{"/no/such/millrace-action"}, Concurrency: 1}, []string{"/no/such/millrace-action", "check the command"}, engine.ErrStart},
@@ -44,6 +44,9 @@ func TestStartFails(t *testing.T) {
 			}
 			if !errors.Is(err, tt.isErr) {
 				t.Errorf("Start(%s) = %v; want errors.Is %v", tt.name, err, tt.isErr)
+			}
+			if errors.Is(err, engine.ErrNoReady) && !errors.Is(err, engine.ErrStart) {
+				t.Errorf("Start(%s) = %v; a start without ready must be an ErrStart too", tt.name, err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
