@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -118,12 +119,14 @@ func metricsAddr(t *testing.T, r *running) string {
 }
 
 // TestPoolMetrics scrapes the pool's gauges over HTTP while a delivery hangs with two records
-// of its key queued behind it, and the restart of a process that crashed.
+// of its key queued behind it and the output of a later record held behind it, and the restart
+// of a process that crashed.
 func TestPoolMetrics(t *testing.T) {
 	r := startBridge(t, oneOutlet+" --concurrency 2 --window 1 --retries 1 --metrics 127.0.0.1:0")
 	addr := metricsAddr(t, r)
 	idle := map[string]string{"millrace_pool_processes": "0", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0",
-		"millrace_pool_deliveries_in_flight": "0", "millrace_pool_window_occupancy_ratio": "0", "millrace_process_restarts_total": "0"}
+		"millrace_pool_deliveries_in_flight": "0", "millrace_pool_window_occupancy_ratio": "0", "millrace_process_restarts_total": "0",
+		"millrace_output_held_bytes": "0", "millrace_output_budget_bytes": strconv.FormatFloat(float64(bridge.DefaultMaxHeldBytes), 'g', -1, 64)}
 	got := testkit.Scrape(t, addr)
 	for k, v := range idle {
 		if got[k] != v {
@@ -139,13 +142,26 @@ func TestPoolMetrics(t *testing.T) {
 	// The retry may run on the other process while the crashed one is replaced.
 	waitSamples(t, addr, "after a crash", map[string]string{"millrace_process_restarts_total": "1", "millrace_pool_processes": "2"})
 
-	s.batch(2, 0, rec(1, []byte("k"), `{"op":"hang","n":9}`), rec(2, []byte("k"), `{}`), rec(3, []byte("k"), `{}`))
-	waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]string{
+	// The last record, of no key, is done on the other process; its 5,000-byte output waits for
+	// the hanging record, before it in the batch.
+	s.batch(2, 0, rec(1, []byte("k"), `{"op":"hang","n":9}`), rec(2, []byte("k"), `{}`), rec(3, []byte("k"), `{}`), rec(4, nil, `{"op":"big","n":5000}`))
+	got = waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]string{
 		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "1", "millrace_pool_items_queued": "2",
 		"millrace_pool_deliveries_in_flight": "1", "millrace_pool_window": "1", "millrace_pool_window_occupancy_ratio": "0.5"})
+	for deadline := time.Now().Add(waitLimit); ; time.Sleep(10 * time.Millisecond) {
+		held, _ := strconv.ParseFloat(got["millrace_output_held_bytes"], 64)
+		if held >= 5000 && held < 5200 { // the emit line: the value and its few fields
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with a record's output held millrace_output_held_bytes = %q; want its emit line's size, 5000 to 5200", got["millrace_output_held_bytes"])
+		}
+		got = testkit.Scrape(t, addr)
+	}
 	s.sendStart(r, "c2", 0, `{}`) // voids the hanging conversation; a fresh pool, idle
 	got = waitSamples(t, addr, "after a new Start", map[string]string{
-		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0", "millrace_pool_deliveries_in_flight": "0"})
+		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0", "millrace_pool_deliveries_in_flight": "0",
+		"millrace_output_held_bytes": "0"})
 	if got["millrace_process_restarts_total"] != "1" {
 		t.Errorf("after the void millrace_process_restarts_total = %q; want still 1 (a pool closing restarts nothing)", got["millrace_process_restarts_total"])
 	}

@@ -21,17 +21,22 @@ var (
 		"Deliveries one action process accepts written ahead (--window, or the window its ready line declared; 1 is one at a time).", nil, nil)
 	descPoolOccupancy = prometheus.NewDesc("millrace_pool_window_occupancy_ratio",
 		"Deliveries in flight over processes × window: 1 when every process's window is full.", nil, nil)
+	descOutputHeld = prometheus.NewDesc("millrace_output_held_bytes",
+		"Bytes of the action's output the bridge holds: staged by deliveries in flight, or settled and not yet sent on the stream (the held-output budget's use).", nil, nil)
+	descOutputBudget = prometheus.NewDesc("millrace_output_budget_bytes",
+		"The held-output budget (MILLRACE_BRIDGE_MAX_HELD_MIB): while the output held reaches it, no item is written to the action.", nil, nil)
 )
 
-// poolCollector exports the load of the live conversation's pool, read at each scrape
-// (engine.Pool.Stats): nothing is counted per record for it. With no live conversation every
-// gauge is 0.
+// poolCollector exports the load of the live conversation's pool (engine.Pool.Stats) and the
+// use of the server's held-output budget, read at each scrape: nothing is counted per record
+// for them. With no live conversation every pool gauge is 0.
 type poolCollector struct {
 	current atomic.Pointer[engine.Pool]
+	budget  atomic.Pointer[engine.Budget]
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolProcesses, descPoolBusy, descPoolInFlight, descPoolQueued, descPoolWindow, descPoolOccupancy} {
+	for _, d := range []*prometheus.Desc{descPoolProcesses, descPoolBusy, descPoolInFlight, descPoolQueued, descPoolWindow, descPoolOccupancy, descOutputHeld, descOutputBudget} {
 		ch <- d
 	}
 }
@@ -50,6 +55,16 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descPoolQueued, float64(st.Queued))
 	gauge(descPoolWindow, float64(st.Window))
 	gauge(descPoolOccupancy, st.Occupancy())
+	b := c.budget.Load()
+	gauge(descOutputHeld, float64(b.Held()))
+	gauge(descOutputBudget, float64(b.Limit()))
+}
+
+// budgetIs makes b the budget the output gauges show.
+func (m *Metrics) budgetIs(b *engine.Budget) {
+	if m != nil {
+		m.pool.budget.Store(b)
+	}
 }
 
 // poolStarted makes p the pool the gauges show.

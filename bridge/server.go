@@ -109,6 +109,7 @@ func NewServer(opts Options) (*Server, error) {
 	for _, p := range opts.Action.Outlets {
 		s.outlets[p.Name] = true
 	}
+	opts.Metrics.budgetIs(s.budget)
 	return s, nil
 }
 
