@@ -53,6 +53,9 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 	opts := append([]kgo.Opt{
 		kgo.WithContext(clientCtx),
 		kgo.FetchMaxWait(fetchMaxWait),
+		// Fetched batches are decoded into reused memory: every record is copied out and
+		// recycled at once (poll).
+		kgo.WithPools(new(fetchPool)),
 	}, sizer.opts()...)
 	if len(topics) > 0 {
 		opts = append(opts,
@@ -252,6 +255,9 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 		var got []fetched
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
 			got = append(got, fetched{topic: f.Topic, partition: f.Partition, hwm: f.HighWatermark, records: copyRecords(f.Records)})
+			for _, r := range f.Records {
+				r.Recycle() // copied: its batch's memory goes back to the fetchPool
+			}
 		})
 		var pause map[string][]int32
 		s.mu.Lock()

@@ -56,7 +56,8 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 // does. The hot messages of the Run stream, a Batch and an Emit or Ack written as the runtime
 // writes them (every field known and of its wire type, every string UTF-8), are decoded by
 // hand with the runtime's own wire parser (protowire), in a few allocations; anything else is
-// left to the runtime, which decides. Bytes fields are copied out of data.
+// left to the runtime, which decides. Bytes fields are copied out of data, except an Emit's
+// from a frame of its own (ownFrame): those are slices of it.
 //
 // Decoding an Emit into a FromProcess that holds one already reuses its Emit, Record and
 // Header messages: a caller that decodes into the same message again must keep only their
@@ -68,8 +69,10 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return encoding.GetCodecV2("proto").Unmarshal(data, v)
 	}
 	var b []byte
-	if len(data) == 1 { // one frame: decoded in place (bytes fields are copied out)
+	own := false
+	if len(data) == 1 { // one frame: decoded in place (bytes fields are copied out, or kept: own)
 		b = data[0].ReadOnlyData()
+		own = ownFrame(data[0])
 	} else {
 		buf := data.MaterializeToBuffer(Pool)
 		defer buf.Free()
@@ -82,11 +85,26 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 			return nil
 		}
 	case *flowv1.FromProcess:
-		if decodeFromProcess(b, v) {
+		if decodeFromProcess(b, v, own) {
 			return nil
 		}
 	}
 	return proto.Unmarshal(b, v.(proto.Message))
+}
+
+// ownFrame reports whether buf holds one message alone in memory no one reuses, so that the
+// values decoded from it may stay slices of it instead of copies (one allocation and one copy
+// an Emit less): gRPC reads an HTTP/2 DATA frame of 1 KiB or less, every Emit of a few hundred
+// bytes, into a new slice of its own (readDataFrame) and hands it to the codec as a
+// SliceBuffer, whose Free does nothing (encoding.CodecV2: the codec may keep what it takes a
+// reference to; a SliceBuffer's reference is the slice). A buffer from a pool (larger frames)
+// is handed back for reuse after Unmarshal, so its values are copied. Nothing may follow the
+// message in its slice: a peer that packs several messages into one frame would otherwise
+// have a held value keep the others' bytes too (at most the frame, 16 KiB, before the
+// message; grpc-go writes one frame a message).
+func ownFrame(buf mem.Buffer) bool {
+	sb, ok := buf.(mem.SliceBuffer)
+	return ok && cap(sb) == len(sb)
 }
 
 // known reports whether m (nil is fine) holds no unknown field.
@@ -229,10 +247,21 @@ func bytesField(data []byte, max protowire.Number) (num protowire.Number, v, res
 	return num, v, data[n+m:], true
 }
 
+// bytesOf returns v as a field's value: a slice of v itself when the frame is kept (values
+// nil), else a copy appended to *values.
+func bytesOf(v []byte, values *[]byte) []byte {
+	if *values == nil {
+		return v[:len(v):len(v)]
+	}
+	*values = append(*values, v...)
+	return (*values)[len(*values)-len(v) : len(*values) : len(*values)]
+}
+
 // decodeRecord merges one encoded Record into rec (a message field seen twice merges, as
-// the runtime does), its key and value appended to values, which it returns extended. With
-// reuse, the Header messages beyond rec.Headers' length (up to its capacity) are decoded into
-// again, keeping their key's string when the name is the same.
+// the runtime does), its key and value appended to values, which it returns extended (or,
+// with values nil, slices of data: the frame is kept). With reuse, the Header messages beyond
+// rec.Headers' length (up to its capacity) are decoded into again, keeping their key's string
+// when the name is the same.
 func decodeRecord(data []byte, rec *flowv1.Record, values []byte, reuse bool) ([]byte, bool) {
 	for len(data) > 0 {
 		num, v, rest, ok := bytesField(data, 3)
@@ -241,9 +270,8 @@ func decodeRecord(data []byte, rec *flowv1.Record, values []byte, reuse bool) ([
 		}
 		data = rest
 		switch num {
-		case 1, 3: // key (present even when empty), value
-			values = append(values, v...)
-			b := values[len(values)-len(v) : len(values) : len(values)]
+		case 1, 3: // key (present even when empty: v is a slice of data, never nil), value
+			b := bytesOf(v, &values)
 			if num == 1 {
 				rec.Key = b
 			} else {
@@ -271,8 +299,8 @@ func decodeRecord(data []byte, rec *flowv1.Record, values []byte, reuse bool) ([
 	return values, true
 }
 
-// decodeHeader decodes one encoded Header into h, its value appended to values; a key equal
-// to prev is prev's string.
+// decodeHeader decodes one encoded Header into h, its value appended to values (or a slice
+// of data, values nil: bytesOf); a key equal to prev is prev's string.
 func decodeHeader(data []byte, h *flowv1.Header, prev string, values []byte) ([]byte, bool) {
 	for len(data) > 0 {
 		num, v, rest, ok := bytesField(data, 2)
@@ -291,16 +319,15 @@ func decodeHeader(data []byte, h *flowv1.Header, prev string, values []byte) ([]
 			}
 			continue
 		}
-		values = append(values, v...)
-		h.Value = values[len(values)-len(v) : len(values) : len(values)]
+		h.Value = bytesOf(v, &values)
 	}
 	return values, true
 }
 
 // decodeFromProcess decodes a FromProcess that is one plain Emit or Ack into m, reusing the
-// Emit, Record and Header messages m holds. It returns false, m then undefined, for anything
-// else.
-func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
+// Emit, Record and Header messages m holds; with keep, the record's bytes are slices of data
+// (ownFrame), else copies. It returns false, m then undefined, for anything else.
+func decodeFromProcess(data []byte, m *flowv1.FromProcess, keep bool) bool {
 	num, typ, n := protowire.ConsumeTag(data)
 	if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
 		return false
@@ -343,7 +370,7 @@ func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
 	}
 	e.Reset()
 	m.Message, oneof.Emit = oneof, e
-	var values []byte // the record's key, value and header values, in one allocation
+	var values []byte // the record's key, value and header values, in one allocation (unless kept)
 	for len(body) > 0 {
 		num, typ, n := protowire.ConsumeTag(body)
 		if n < 0 {
@@ -382,7 +409,7 @@ func decodeFromProcess(data []byte, m *flowv1.FromProcess) bool {
 				rec.Headers = headers[:0] // decoded into again (decodeRecord)
 				e.Record = rec
 			}
-			if values == nil {
+			if values == nil && !keep {
 				values = make([]byte, 0, len(v))
 			}
 			var ok bool

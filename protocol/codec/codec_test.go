@@ -1,6 +1,8 @@
 package codec_test
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/mem"
@@ -79,7 +81,8 @@ func TestKeyPresence(t *testing.T) {
 // TestHeldHeaders decodes Emits with and without headers into one message, as the sidecar
 // does: each decodes as the runtime decodes it, the keys and values taken from the one before
 // stay as they were, and an Emit of headers named as the last one's costs one allocation (its
-// bytes), its Header messages and key strings being reused.
+// bytes) from a frame shared or pooled, none from a frame of its own, its Header messages and
+// key strings being reused.
 func TestHeldHeaders(t *testing.T) {
 	c := codec.Codec{}
 	emit := func(hs ...*flowv1.Header) []byte {
@@ -125,13 +128,65 @@ func TestHeldHeaders(t *testing.T) {
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &m); err != nil {
 		t.Fatal(err)
 	}
-	data := mem.BufferSlice{mem.SliceBuffer(b)} // read again and again (a SliceBuffer is not freed)
-	if n := testing.AllocsPerRun(100, func() {
-		if err := c.Unmarshal(data, &m); err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		frame []byte
+		want  float64
+	}{{slices.Clip(b), 0}, {append(slices.Clip(b), 0)[:len(b)], 1}} {
+		data := mem.BufferSlice{mem.SliceBuffer(tc.frame)} // read again and again (a SliceBuffer is not freed)
+		if n := testing.AllocsPerRun(100, func() {
+			if err := c.Unmarshal(data, &m); err != nil {
+				t.Fatal(err)
+			}
+		}); n != tc.want {
+			t.Errorf("decoding an Emit with one header into a held one, %d bytes of frame after it, allocates %.0f times; want %.0f", cap(tc.frame)-len(tc.frame), n, tc.want)
 		}
-	}); n > 1 {
-		t.Errorf("decoding an Emit with one header into a held one allocates %.0f times; want 1 (the record's bytes)", n)
+	}
+}
+
+// TestKeptFrames checks which frames an Emit's bytes stay slices of: a SliceBuffer that ends
+// with the message (gRPC's own frame of 1 KiB or less), and nothing else — not a frame with
+// more after the message, nor a pooled buffer, which gRPC hands back for reuse.
+func TestKeptFrames(t *testing.T) {
+	c := codec.Codec{}
+	wire, err := proto.Marshal(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 1, Outlet: "out", Record: &flowv1.Record{Key: []byte("k"), Value: []byte("value"),
+		Headers: []*flowv1.Header{{Key: "h", Value: []byte("hv")}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := codec.Pool.Get(len(wire))
+	copy(*pooled, wire)
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		data  mem.BufferSlice
+		kept  bool
+	}{
+		{"a frame of its own", nil, nil, true},
+		{"a frame with more after the message", nil, nil, false},
+		{"a pooled buffer", *pooled, mem.BufferSlice{mem.NewBuffer(pooled, codec.Pool)}, false},
+	} {
+		switch tc.name {
+		case "a frame of its own":
+			tc.frame = slices.Clone(wire)[:len(wire):len(wire)]
+			tc.data = mem.BufferSlice{mem.SliceBuffer(tc.frame)}
+		case "a frame with more after the message":
+			tc.frame = append(slices.Clone(wire), 0xff)[:len(wire)]
+			tc.data = mem.BufferSlice{mem.SliceBuffer(tc.frame)}
+		}
+		var m flowv1.FromProcess
+		if err := c.Unmarshal(tc.data, &m); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		r := m.GetEmit().GetRecord()
+		clear(tc.frame) // what gRPC's pool, or the next message, would do to the bytes
+		kept := string(r.Key) != "k" && string(r.Value) != "value" && string(r.Headers[0].Value) != "hv"
+		copied := string(r.Key) == "k" && string(r.Value) == "value" && string(r.Headers[0].Value) == "hv"
+		if tc.kept && !kept || !tc.kept && !copied {
+			t.Errorf("%s: after the frame changed the record reads key %q value %q header %q; want them %s", tc.name, r.Key, r.Value, r.Headers[0].Value, map[bool]string{true: "slices of the frame", false: "copies"}[tc.kept])
+		}
+		if cap(r.Key) != len(r.Key) || cap(r.Value) != len(r.Value) {
+			t.Errorf("%s: the key and value have room after them (cap %d, %d): an append would write over the next field", tc.name, cap(r.Key), cap(r.Value))
+		}
 	}
 }
 
@@ -151,7 +206,7 @@ func FuzzUnmarshal(f *testing.F) {
 		for _, newMsg := range []func() proto.Message{func() proto.Message { return new(flowv1.ToProcess) }, func() proto.Message { return new(flowv1.FromProcess) }} {
 			want, got := newMsg(), newMsg()
 			werr := proto.Unmarshal(b, want)
-			gerr := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), b...))}, got)
+			gerr := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(slices.Clip(append([]byte(nil), b...)))}, got) // a frame of its own: kept
 			if (werr == nil) != (gerr == nil) {
 				t.Fatalf("%T from %x: the runtime says %v, Codec says %v", want, b, werr, gerr)
 			}
@@ -164,9 +219,37 @@ func FuzzUnmarshal(f *testing.F) {
 		want, got := new(flowv1.FromProcess), samples()[4].(*flowv1.FromProcess)
 		got = proto.Clone(got).(*flowv1.FromProcess)
 		werr := proto.Unmarshal(b, want)
-		gerr := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), b...))}, got)
+		gerr := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append(slices.Clip(b), 0)[:len(b)])}, got) // more after it: copied
 		if (werr == nil) != (gerr == nil) || werr == nil && !proto.Equal(want, got) {
 			t.Fatalf("FromProcess from %x into a held Emit: the runtime says %v, %v; Codec %v, %v", b, werr, want, gerr, got)
 		}
 	})
+}
+
+// BenchmarkUnmarshalEmit measures decoding one Emit of a 200-byte record with a traceparent
+// into a held message, as the sidecar receives one per record: each from a frame of its own,
+// as gRPC hands a message of 1 KiB or less to the codec.
+//
+//	go test -run '^$' -bench BenchmarkUnmarshalEmit -benchmem ./protocol/codec/
+func BenchmarkUnmarshalEmit(b *testing.B) {
+	value := bytes.Repeat([]byte("x"), 200)
+	wire, err := proto.Marshal(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 7, Outlet: "out", Record: &flowv1.Record{Value: value,
+		Headers: []*flowv1.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := codec.Codec{}
+	var m flowv1.FromProcess
+	frames := make([]mem.BufferSlice, 1024) // fresh frames, as gRPC reads each into a new one
+	for i := range frames {
+		frames[i] = mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), wire...))}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := c.Unmarshal(frames[i%len(frames)], &m); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }
