@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -55,6 +56,9 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 			existing = append(existing, t.Topic)
 		}
 	}
+	if err := r.awaitTopics(ctx, topics); err != nil {
+		return err
+	}
 	if !partitionsGiven || len(existing) == 0 {
 		return nil
 	}
@@ -70,6 +74,72 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 				where = "in --data " + r.opts.DataDir
 			}
 			return fmt.Errorf("local: --partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
+		}
+	}
+	return nil
+}
+
+// topicWait bounds the wait for created topics to show in the cluster's metadata.
+const topicWait = 30 * time.Second
+
+// awaitTopics waits until the cluster's metadata shows every topic of topics with a leader for
+// each of its partitions. A real cluster creates a topic asynchronously: for a moment after
+// CreateTopics answered, its brokers may answer UNKNOWN_TOPIC_OR_PARTITION or
+// LEADER_NOT_AVAILABLE for it (the in-process broker never does). A non-retriable error is
+// returned at once; a topic still missing after topicWait is an error naming it.
+func (r *runner) awaitTopics(ctx context.Context, topics []string) error {
+	deadline := time.Now().Add(topicWait)
+	wait := 10 * time.Millisecond
+	for {
+		err := r.topicsReady(ctx, topics)
+		if err == nil || !kerr.IsRetriable(err) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w, %v after it was created: is every broker of the cluster up?", err, topicWait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// topicsReady returns nil when the metadata shows every topic with a leader for each
+// partition, else the first topic's error (retriable while the cluster is still creating it).
+func (r *runner) topicsReady(ctx context.Context, topics []string) error {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, mt)
+	}
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err != nil {
+		return fmt.Errorf("local: topic metadata: %w", err)
+	}
+	shown := map[string]bool{}
+	for _, t := range resp.Topics {
+		if err := kerrOf(t.ErrorCode); err != nil {
+			return fmt.Errorf("local: topic %s: %w", deref(t.Topic), err)
+		}
+		if len(t.Partitions) == 0 {
+			return fmt.Errorf("local: topic %s has no partitions yet: %w", deref(t.Topic), kerr.LeaderNotAvailable)
+		}
+		for _, p := range t.Partitions {
+			if p.Leader < 0 || p.ErrorCode == kerr.LeaderNotAvailable.Code {
+				return fmt.Errorf("local: topic %s partition %d has no leader yet: %w", deref(t.Topic), p.Partition, kerr.LeaderNotAvailable)
+			}
+		}
+		shown[deref(t.Topic)] = true
+	}
+	for _, t := range topics {
+		if !shown[t] {
+			return fmt.Errorf("local: topic %s: %w", t, kerr.UnknownTopicOrPartition)
 		}
 	}
 	return nil

@@ -325,11 +325,25 @@ func TestRunInterrupted(t *testing.T) {
 			_, err := local.Run(ctx, p, opts)
 			done <- err
 		}()
-		if _, err := pw.Write([]byte("{\"key\": \"k\", \"payload\": {\"name\": \"Ada\"}}\n")); err != nil {
-			t.Fatal(err)
+		// The run reads its input once the pipeline is up; a run that ends before (it failed)
+		// is reported with its error, not left blocking this write.
+		wrote := make(chan error, 1)
+		go func() {
+			_, err := pw.Write([]byte("{\"key\": \"k\", \"payload\": {\"name\": \"Ada\"}}\n"))
+			wrote <- err
+		}()
+		var err error
+		select {
+		case err = <-wrote:
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			err = <-done
+		case err = <-done:
+			cancel()
+			t.Fatalf("Run(follow %v) ended before it read its input: %v", follow, err)
 		}
-		cancel()
-		err := <-done
 		pw.Close()
 		if follow && err != nil || !follow && !errors.Is(err, local.ErrInterrupted) {
 			t.Fatalf("Run(follow %v) after cancel = %v", follow, err)
