@@ -112,15 +112,9 @@ func (r *runner) awaitTopics(ctx context.Context, topics []string) error {
 // topicsReady returns nil when the metadata shows every topic with a leader for each
 // partition, else the first topic's error (retriable while the cluster is still creating it).
 func (r *runner) topicsReady(ctx context.Context, topics []string) error {
-	req := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, mt)
-	}
-	resp, err := req.RequestWith(ctx, r.admin)
+	resp, err := r.metadata(ctx, topics)
 	if err != nil {
-		return fmt.Errorf("local: topic metadata: %w", err)
+		return err
 	}
 	shown := map[string]bool{}
 	for _, t := range resp.Topics {
@@ -145,8 +139,8 @@ func (r *runner) topicsReady(ctx context.Context, topics []string) error {
 	return nil
 }
 
-// partitions returns the partitions of each topic, from the broker's metadata.
-func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]int32, error) {
+// metadata asks the cluster for the metadata of topics.
+func (r *runner) metadata(ctx context.Context, topics []string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
 		mt := kmsg.NewMetadataRequestTopic()
@@ -156,6 +150,15 @@ func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]
 	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
 		return nil, fmt.Errorf("local: topic metadata: %w", err)
+	}
+	return resp, nil
+}
+
+// partitions returns the partitions of each topic, from the broker's metadata.
+func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]int32, error) {
+	resp, err := r.metadata(ctx, topics)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string][]int32{}
 	for _, t := range resp.Topics {
