@@ -47,7 +47,8 @@ const ENV_TAIL = ']}';
 // A string of at most this many UTF-16 units is under the line limit once encoded (a unit is
 // at most 3 bytes of UTF-8).
 const SAFE_UNITS = Math.floor(MAX_LINE / 3) - 1024;
-const ENVELOPE_END = { type: '' }; // queued after an envelope's messages
+const ENVELOPE_START = { type: '' }; // queued before an envelope's messages
+const ENVELOPE_END = { type: '' }; // and after them
 
 class Abstain extends Error {
   constructor(reason = '') {
@@ -248,10 +249,12 @@ const isThenable = (v) => v !== null && (typeof v === 'object' || typeof v === '
 
 /**
  * The text that carries msgs (answer messages, each without its newline): one line when there
- * is one, else one batch envelope; several, when one envelope would pass the line limit (an
- * answer that fits a line alone but not an envelope with others goes on its own).
+ * is one (or when not envelope: a line each), else one batch envelope; several, when one
+ * envelope would pass the line limit (an answer that fits a line alone but not an envelope
+ * with others goes on its own).
  */
-function frame(msgs) {
+function frame(msgs, envelope = true) {
+  if (!envelope) return msgs.join('\n') + '\n';
   if (msgs.length === 1) return msgs[0] + '\n';
   const text = ENV_HEAD + msgs.join(',') + ENV_TAIL + '\n';
   if (text.length <= SAFE_UNITS || Buffer.byteLength(text) <= MAX_LINE + 1) return text;
@@ -299,6 +302,8 @@ class Session {
     this.vars = {};
     this.configError = null;
     this.out = []; // answer messages not yet written, each without its newline
+    this.outEnvelope = false; // whether they answer items that came in an envelope
+    this.held = []; // [envelope, messages] to write before out, in another framing
     this.lastFlush = Date.now();
     this.current = null; // the item whose handler runs, for console.log's lines
     this.queue = []; // decoded messages not yet handled
@@ -314,13 +319,29 @@ class Session {
 
   flush(done) {
     this.lastFlush = Date.now();
-    if (!this.out.length) {
+    if (!this.out.length && !this.held.length) {
       if (done) done();
       return;
     }
-    const data = frame(this.out);
+    let data = this.out.length ? frame(this.out, this.outEnvelope) : '';
+    if (this.held.length) {
+      data = this.held.map(([e, m]) => frame(m, e)).join('') + data;
+      this.held = [];
+    }
     this.out = [];
     this.write(data, done);
+  }
+
+  /** Answers take the framing of what they answer: the answers to an envelope's items go in
+   * an envelope, those to an item on a line on lines, so an engine (or a tool) that writes no
+   * envelopes reads none back. */
+  frameAs(envelope) {
+    if (envelope === this.outEnvelope) return;
+    if (this.out.length) {
+      this.held.push([this.outEnvelope, this.out]);
+      this.out = [];
+    }
+    this.outEnvelope = envelope;
   }
 
   answer(typ, d, extra = '') {
@@ -467,7 +488,8 @@ class Session {
       this.configError = `${text} (fix the config; every item fails until then)`;
       log.error('bad config', { error: this.configError });
     }
-    this.flush(); // ready is a line of its own, never in an envelope
+    this.flush();
+    this.frameAs(false); // ready is a line of its own, never in an envelope
     this.out.push(`{"type":"ready","window":${this.window},"batch":true}`);
     this.flush();
   }
@@ -514,13 +536,12 @@ class Session {
       log.error('a batch envelope from the engine without a messages array; ignored', { line: text.slice(0, 100) });
       return;
     }
+    this.queue.push(ENVELOPE_START);
     for (let i = 0; i < msgs.length; i++) {
       const m = msgs[i];
       if (m !== null && typeof m === 'object') this.queue.push(m);
     }
-    // the items of an envelope are what the engine had room to write at once: a batch
-    // handler gets them without waiting for the linger
-    if (this.size) this.queue.push(ENVELOPE_END);
+    this.queue.push(ENVELOPE_END);
   }
 
   /** Handles queued messages until the queue is empty or a handler goes async. */
@@ -544,7 +565,19 @@ class Session {
           this.onHello(msg);
           break;
         case '':
-          if (msg === ENVELOPE_END && this.pending.length) wait = this.runBatch();
+          if (msg === ENVELOPE_START) {
+            this.frameAs(true);
+          } else if (msg === ENVELOPE_END) {
+            // the items of an envelope are what the engine had room to write at once: a batch
+            // handler gets them without waiting for the linger, answered in the envelope
+            if (this.pending.length) {
+              this.qhead--; // come back to it once the batch is answered
+              wait = this.runBatch();
+              if (!wait) continue;
+              break;
+            }
+            this.frameAs(false);
+          }
           break;
         case 'shutdown':
           if (this.pending.length) {

@@ -389,10 +389,13 @@ def _where(exc):
     return " (%s:%d in %s)" % (os.path.basename(f.filename), f.lineno, f.name)
 
 
-def _frame(msgs):
+def _frame(msgs, envelope=True):
     """The bytes that carry msgs (answer messages, each without its newline): one line when
-    there is one, else one batch envelope; several, when one envelope would pass the line
-    limit (an answer that fits a line alone but not an envelope with others goes on its own)."""
+    there is one (or when not envelope: a line each), else one batch envelope; several, when
+    one envelope would pass the line limit (an answer that fits a line alone but not an
+    envelope with others goes on its own)."""
+    if not envelope:
+        return ("\n".join(msgs) + "\n").encode("utf-8", "backslashreplace")
     if len(msgs) == 1:
         text = msgs[0] + "\n"
     else:
@@ -440,6 +443,8 @@ class _Session:
         self.window, self.size, self.linger, self.keyed = window, size, linger, keyed
         self.config, self.vars, self.config_error = None, {}, None
         self.out = []  # answer messages not yet written, each without its newline
+        self.out_envelope = False  # whether they answer items that came in an envelope
+        self.held = []  # (envelope, messages) written before out, in another framing
         self.pending = []  # batch mode: items waiting for a full batch or the linger
         self.pending_since = 0.0
         self.hello = False
@@ -449,13 +454,26 @@ class _Session:
 
     def flush(self):
         out = self.out
-        if out:
-            data = _frame(out)
+        if out or self.held:
+            data = _frame(out, self.out_envelope) if out else b""
+            if self.held:
+                data = b"".join([_frame(m, e) for e, m in self.held] + [data])
+                self.held = []
             out.clear()
             fd = self.outfd
             while data:
                 data = data[os.write(fd, data):]
         self.last_flush = time.monotonic()
+
+    def frame_as(self, envelope):
+        """Answers take the framing of what they answer: the answers to an envelope's items go
+        in an envelope, those to an item on a line on lines, so an engine (or a tool) that
+        writes no envelopes reads none back."""
+        if envelope != self.out_envelope:
+            if self.out:
+                self.held.append((self.out_envelope, self.out[:]))
+                self.out.clear()
+            self.out_envelope = envelope
 
     def answer(self, typ, d, extra=""):
         self.out.append('{"type":"%s","delivery":%s%s}' % (typ, _enc_str(d), extra))
@@ -606,7 +624,8 @@ class _Session:
         except Exception as exc:
             self.config_error = "%s (fix the config; every item fails until then)" % (exc if isinstance(exc, ConfigError) else "%s: %s" % (type(exc).__name__, exc))
             log.error("bad config", error=self.config_error)
-        self.flush()  # ready is a line of its own, never in an envelope
+        self.flush()
+        self.frame_as(False)  # ready is a line of its own, never in an envelope
         self.out.append('{"type":"ready","window":%d,"batch":true}' % self.window)
         self.flush()
 
@@ -626,7 +645,9 @@ class _Session:
             if type(msgs) is not list:
                 log.error("a batch envelope from the engine without a messages array; ignored", line=line[:100].decode("utf-8", "replace"))
                 return True
+            self.frame_as(True)
             return self.on_messages(msgs, True)
+        self.frame_as(False)
         return self.on_messages((msg,), False)
 
     def on_messages(self, msgs, envelope):

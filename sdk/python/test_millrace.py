@@ -147,14 +147,16 @@ class SDKTest(unittest.TestCase):
         c.p.stdin.close()
         self.assertEqual(c.p.wait(timeout=WAIT), 0)
 
-    def test_a_single_line_item_is_answered_in_an_envelope_of_the_fast_shapes(self):
+    def test_answers_take_the_framing_of_their_items_in_the_fast_shapes(self):
         c = self.child("map")
         c.hello()
-        it = c.item({"a": 1, "t": "é"}, key="k1")
-        c.send(it)
-        self.assertEqual(c.raw_line(), ('{"type":"batch","messages":['
-                                        '{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}},'
-                                        '{"type":"done","delivery":"dl-1"}]}\n').encode())
+        c.send(c.item({"a": 1, "t": "é"}, key="k1"))
+        self.assertEqual(c.raw_line(), '{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}\n'.encode())
+        self.assertEqual(c.raw_line(), b'{"type":"done","delivery":"dl-1"}\n')
+        c.send_batch(c.item({"a": 2}, key="k2"))
+        self.assertEqual(c.raw_line(), (b'{"type":"batch","messages":['
+                                        b'{"type":"emit","delivery":"dl-2","key":"k2","payload":{"a":2}},'
+                                        b'{"type":"done","delivery":"dl-2"}]}\n'))
         got, ans = c.ask({"a": 2}, key=None)
         self.assertNotIn("key", got[0])
         self.assertEqual(got[0]["payload"], {"a": 2})
@@ -217,6 +219,16 @@ class SDKTest(unittest.TestCase):
         got, ans = c.ask({"do": "metric"})
         self.assertEqual(got[0], {"type": "metric", "delivery": "dl-1", "name": "m", "value": 2.5, "labels": {"l": "v"}})
         self.assertEqual(got[1]["type"], "emit")
+
+    def test_a_window_of_lines_is_answered_on_lines_in_one_write(self):
+        c = self.child("map")
+        c.hello()
+        items = [c.item({"i": i}) for i in range(8)]
+        c.send(*items)
+        for it in items:
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", it["delivery"]))
+        self.assertEqual(c.frames[1:], [("line", 1)] * 16)
 
     def test_log_and_stray_print_go_to_stderr(self):
         c = self.child("map")
@@ -336,14 +348,18 @@ class SDKTest(unittest.TestCase):
     def test_envelopes_and_lines_mixed_with_other_messages(self):
         c = self.child("map")
         c.hello()
-        a, b, d = c.item({"n": 1}), c.item({"n": 2}), c.item({"n": 3})
-        c.send_batch()  # empty: nothing
-        c.send(a)
-        c.send_batch(b, {"type": "future-thing"}, d, {"type": "shutdown"})
-        for it in (a, b, d):
+        a, b, d, e = c.item({"n": 1}), c.item({"n": 2}), c.item({"n": 3}), c.item({"n": 4})
+        # one write: each answered in its own framing, in order
+        c.p.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in [
+            {"type": "batch", "messages": []},  # empty: nothing
+            a, {"type": "batch", "messages": [b, {"type": "future-thing"}, d]}, e]))
+        c.p.stdin.flush()
+        c.send_batch({"type": "shutdown"})
+        for it in (a, b, d, e):
             got, ans = c.answer()
             self.assertEqual((ans["type"], ans["delivery"], got[0]["payload"]), ("done", it["delivery"], it["payload"]))
         self.assertEqual(c.p.wait(timeout=WAIT), 0)
+        self.assertEqual(c.frames, [("line", 1)] * 3 + [("batch", 4)] + [("line", 1)] * 2)
 
     def test_answers_over_the_line_limit_are_split_across_lines(self):
         c = self.child("map")

@@ -118,11 +118,14 @@ test('the end of stdin exits 0', async (t) => {
   assert.equal(await c.exited, 0);
 });
 
-test('a single line item is answered in an envelope of the fast shapes; the key kept', async (t) => {
+test('answers take the framing of their items, in the fast shapes; the key kept', async (t) => {
   const c = child(t, 'map');
   await c.hello();
   c.send(c.item({ a: 1, t: 'é' }, { key: 'k1' }));
-  assert.equal(await c.rawLine(), '{"type":"batch","messages":[{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}},{"type":"done","delivery":"dl-1"}]}');
+  assert.equal(await c.rawLine(), '{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}');
+  assert.equal(await c.rawLine(), '{"type":"done","delivery":"dl-1"}');
+  c.sendBatch(c.item({ a: 2 }, { key: 'k2' }));
+  assert.equal(await c.rawLine(), '{"type":"batch","messages":[{"type":"emit","delivery":"dl-2","key":"k2","payload":{"a":2}},{"type":"done","delivery":"dl-2"}]}');
   const [got] = await c.ask({ a: 2 }, { key: undefined });
   assert.equal('key' in got[0], false);
 });
@@ -225,18 +228,31 @@ test('an envelope is answered in one envelope, in order', async (t) => {
   assert.deepEqual(c.frames, ['line', ['batch', 127]]); // ready, then one write
 });
 
-test('envelopes and lines mixed with other messages', async (t) => {
+test('envelopes and lines mixed with other messages, each answered in its framing', async (t) => {
   const c = child(t, 'map');
   await c.hello();
-  const [a, b, d] = [c.item({ n: 1 }), c.item({ n: 2 }), c.item({ n: 3 })];
-  c.sendBatch(); // empty: nothing
-  c.send(a);
-  c.sendBatch(b, { type: 'future-thing' }, d, { type: 'shutdown' });
-  for (const it of [a, b, d]) {
+  const [a, b, d, e] = [c.item({ n: 1 }), c.item({ n: 2 }), c.item({ n: 3 }), c.item({ n: 4 })];
+  // one write
+  c.send({ type: 'batch', messages: [] }, a, { type: 'batch', messages: [b, { type: 'future-thing' }, d] }, e);
+  c.sendBatch({ type: 'shutdown' });
+  for (const it of [a, b, d, e]) {
     const [got, ans] = await c.answer();
     assert.deepEqual([ans.type, ans.delivery, got[0].payload], ['done', it.delivery, it.payload]);
   }
   assert.equal(await c.exited, 0);
+  assert.deepEqual(c.frames, ['line', 'line', 'line', ['batch', 4], 'line', 'line']);
+});
+
+test('a window of lines is answered on lines', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const items = Array.from({ length: 8 }, (_, i) => c.item({ i }));
+  c.send(...items);
+  for (const it of items) {
+    const [, ans] = await c.answer();
+    assert.deepEqual([ans.type, ans.delivery], ['done', it.delivery]);
+  }
+  assert.deepEqual(c.frames.slice(1), Array(16).fill('line'));
 });
 
 test('answers over the line limit are split across lines', async (t) => {
