@@ -18,8 +18,8 @@
 // crash. Logs go to stderr (Context.Log). The SDK declares a delivery window (Window), so
 // the engine writes items ahead and the action never waits on a pipe round trip, and batch
 // envelopes, so the items written together come on one line and their answers go back on
-// one (a single answer stays a line of its own); it still handles one item at a time, in
-// order. On shutdown, or when stdin ends, the program exits 0.
+// one (answers to an item that came on a line of its own go on lines, as do single
+// answers); it still handles one item at a time, in order. On shutdown, or when stdin ends, the program exits 0.
 package action
 
 import (
@@ -321,8 +321,14 @@ func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C]
 			break
 		}
 		if err == nil {
+			// Answers take the framing of what they answer: those to the items of an
+			// envelope go in one, those to a line on lines (an engine that wrote lines, or
+			// a tool that knows no envelopes, reads lines back).
+			s.out.Bytes()
+			s.out.Single = false
 			var isBatch bool
 			if isBatch, err = stdio.SplitBatch(line, inBatch); !isBatch {
+				s.out.Single = true
 				if err = stdio.DecodeMessage(line, &m); err == nil {
 					err = one(&m)
 				}

@@ -80,9 +80,9 @@ func unpacked(t *testing.T, out string) string {
 	return b.String()
 }
 
-// TestServeFraming: items in an envelope or on lines are answered alike, the answers to what
-// was read together in one envelope, a single answer on a line of its own; a malformed
-// envelope from the engine stops the SDK with an error naming it.
+// TestServeFraming: items in an envelope or on lines are answered alike, the answers to an
+// envelope's items in one envelope, those to a line on lines, a single answer on a line of
+// its own; a malformed envelope from the engine stops the SDK with an error naming it.
 func TestServeFraming(t *testing.T) {
 	echo := func(_ action.Context[action.NoConfig], in json.RawMessage) ([]json.RawMessage, error) {
 		if string(in) == `"none"` {
@@ -99,8 +99,12 @@ func TestServeFraming(t *testing.T) {
 	}{
 		{"an envelope of items", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", "1")+","+item("d2", `"none"`)+`],"future":1}`),
 			lines(ready, `{"type":"batch","messages":[{"type":"emit","delivery":"d1","payload":1},{"type":"done","delivery":"d1"},{"type":"done","delivery":"d2"}]}`)},
-		{"a single answer is a line", lines(`{"type":"hello","protocol":1,"action":"e"}`, item("d1", `"none"`)),
+		{"a single answer is a line", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", `"none"`)+`]}`),
 			lines(ready, `{"type":"done","delivery":"d1"}`)},
+		{"items on lines are answered on lines", lines(`{"type":"hello","protocol":1,"action":"e"}`, item("d1", "1"), item("d2", "2")),
+			lines(ready, `{"type":"emit","delivery":"d1","payload":1}`, `{"type":"done","delivery":"d1"}`, `{"type":"emit","delivery":"d2","payload":2}`, `{"type":"done","delivery":"d2"}`)},
+		{"an envelope, then a line", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", "1")+`]}`, item("d2", "2")),
+			lines(ready, `{"type":"batch","messages":[{"type":"emit","delivery":"d1","payload":1},{"type":"done","delivery":"d1"}]}`, `{"type":"emit","delivery":"d2","payload":2}`, `{"type":"done","delivery":"d2"}`)},
 		{"an empty envelope means nothing", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[]}`, item("d1", `"none"`)),
 			lines(ready, `{"type":"done","delivery":"d1"}`)},
 		{"shutdown in an envelope", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", `"none"`)+`,{"type":"shutdown"},`+item("d2", "2")+`]}`),
