@@ -441,3 +441,48 @@ func FuzzPacker(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReadAnswers measures the engine's read of 64 answers (an emit of a 200-byte
+// payload and a done each) as lines, one FastAnswer a line, and as one envelope, SplitBatch
+// then FastAnswer a message.
+//
+//	go test -run '^$' -bench BenchmarkReadAnswers -benchmem ./stdio/
+func BenchmarkReadAnswers(b *testing.B) {
+	payload := `{"id":104217,"name":"listing-42","city":"Lyon","price":1234.5,"tags":["a","b"],"pad":"qmVh3kLs9TzR2wXy7pBn4cJd8fGa1eHu6iKo0lMv5NtQxZ3rYsW9bCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"}`
+	var lines [][]byte
+	var p stdio.Packer
+	for i := range 64 {
+		d := fmt.Sprintf("dl_3fa1c2e4b5d6_%d", i)
+		key := "k" + d
+		for _, m := range []stdio.Message{{Type: stdio.TypeEmit, Delivery: d, Key: &key, Payload: []byte(payload)}, {Type: stdio.TypeDone, Delivery: d}} {
+			line := stdio.AppendMessage(nil, &m)
+			lines = append(lines, line[:len(line)-1])
+			p.AppendMessage(&m)
+		}
+	}
+	envelope := bytes.TrimSuffix(p.Bytes(), []byte("\n"))
+	fast := func(msg []byte) error {
+		if _, _, _, _, _, ok := stdio.FastAnswer(msg); !ok {
+			return errors.New("not fast")
+		}
+		return nil
+	}
+	b.Run("lines", func(b *testing.B) {
+		for b.Loop() {
+			for _, l := range lines {
+				if fast(l) != nil {
+					b.Fatal("not fast")
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(lines)), "ns/msg")
+	})
+	b.Run("envelope", func(b *testing.B) {
+		for b.Loop() {
+			if ok, err := stdio.SplitBatch(envelope, fast); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(lines)), "ns/msg")
+	})
+}

@@ -146,7 +146,7 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 	switch m.Type {
 	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 	case stdio.TypeBatch:
-		if pr.batch { // SplitBatch read another type first: the decoder takes the last
+		if pr.batch { // an envelope the decoder reads and SplitBatch did not: its keys repeat
 			return fmt.Errorf("%w: %w: a line whose \"type\" is given more than once, the last one \"batch\": %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, errtext.Quote(line))
 		}
 		return fmt.Errorf("%w: a batch envelope from an action that did not declare \"batch\": true in its ready line (declare it there to answer in envelopes, or write one message per line): %s", stdio.ErrProtocol, errtext.Quote(line))
