@@ -556,6 +556,7 @@ class _Session:
         for raw in raws:
             printed.item = item = Item(self, raw)
             try:
+                d = enc(item.delivery)
                 value = fn(item.payload, item)
                 key = raw.get("key")
                 if key is None and "keyBase64" in raw:
@@ -564,7 +565,6 @@ class _Session:
                     payload = dump(value)
                     if len(payload) > _SAFE_CHARS:
                         _check_line(payload)
-                    d = enc(item.delivery)
                     if key is None:
                         out.append('{"type":"emit","delivery":%s,"payload":%s}' % (d, payload))
                     else:
@@ -572,7 +572,7 @@ class _Session:
             except Exception as exc:  # an exception fails the item, not the process
                 self.fail(item, exc, not isinstance(exc, Abstain))
             else:
-                out.append('{"type":"done","delivery":%s}' % enc(item.delivery))
+                out.append('{"type":"done","delivery":%s}' % d)
             if clock() - self.last_flush > _FLUSH_AFTER:
                 self.flush()
         printed.item = None

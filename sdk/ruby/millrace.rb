@@ -48,6 +48,9 @@ module Millrace
   MAX_LINE = 8 << 20 # bytes in one protocol line, newline excluded (stdio.MaxLineBytes)
   ENV_HEAD = '{"type":"batch","messages":['
   ENV_TAIL = ']}'
+  # Writes a String as a JSON string as JSON.generate does, at a third of its cost (it builds a
+  # State per call). Strings only: they leave no nesting depth behind in it when they fail.
+  STRING_JSON = JSON::State.new
 
   # Raise to answer the delivery with abstain: the engine routes the item to the fallback.
   class Abstain < StandardError
@@ -466,7 +469,7 @@ module Millrace
     end
 
     def answer(typ, d, extra = '')
-      @out << "{\"type\":\"#{typ}\",\"delivery\":#{JSON.generate(d)}#{extra}}"
+      @out << "{\"type\":\"#{typ}\",\"delivery\":#{STRING_JSON.generate(d)}#{extra}}"
     end
 
     def error(d, message, retryable)
@@ -528,7 +531,7 @@ module Millrace
     end
 
     def succeed(item, result, keyed)
-      d = JSON.generate(item.delivery)
+      d = STRING_JSON.generate(item.delivery)
       begin
         key = item.raw['key']
         if keyed || result.is_a?(Output) || (key.nil? && item.raw['keyBase64'])
@@ -536,7 +539,7 @@ module Millrace
         else
           # a plain map's path, taken by every record: the answers in one format each
           payload = JSON.generate(result)
-          @out << check_line(key.nil? ? "{\"type\":\"emit\",\"delivery\":#{d},\"payload\":#{payload}}" : "{\"type\":\"emit\",\"delivery\":#{d},\"key\":#{JSON.generate(key)},\"payload\":#{payload}}")
+          @out << check_line(key.nil? ? "{\"type\":\"emit\",\"delivery\":#{d},\"payload\":#{payload}}" : "{\"type\":\"emit\",\"delivery\":#{d},\"key\":#{STRING_JSON.generate(key)},\"payload\":#{payload}}")
         end
       rescue StandardError => e
         fail_item(item, e)
