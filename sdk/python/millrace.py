@@ -198,6 +198,16 @@ class _Printed:
         if self.buf:
             self.write("\n")
 
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    @property
+    def buffer(self):  # bytes written there go to stderr as they are, untagged
+        return sys.stderr.buffer
+
+    closed = False
+
     def fileno(self):
         return 2  # fd 1 points at stderr too
 

@@ -319,6 +319,15 @@ module Millrace
     def tty? = false
     alias isatty tty?
     def fileno = 2 # fd 1 points at stderr too
+
+    # Anything else an IO does is STDERR's (written there as it is, untagged).
+    def method_missing(name, *args, &blk)
+      STDERR.respond_to?(name) ? STDERR.send(name, *args, &blk) : super
+    end
+
+    def respond_to_missing?(name, include_private = false)
+      STDERR.respond_to?(name) || super
+    end
   end
 
   # One conversation with the engine.
