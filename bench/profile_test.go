@@ -171,7 +171,7 @@ func roleProcs(dir, statsDir, tag, streamlet string) procs {
 	}
 	self := []string{os.Args[0], "-test.run=^$", "-test.bench=^$"}
 	return procs{
-		bridge: self, sidecar: self,
+		streamlet: streamlet, bridge: self, sidecar: self,
 		bridgeEnv:  append([]string{testkit.RoleEnv(streamlet), envMemStats + "=" + filepath.Join(statsDir, tag+"."+streamlet+".memstats")}, prof(streamlet)...),
 		sidecarEnv: append([]string{testkit.RoleEnv("sidecar"), envMemStats + "=" + filepath.Join(statsDir, tag+".sidecar.memstats")}, prof("sidecar")...),
 		descriptor: func(b testing.TB, line, path string) {
