@@ -130,7 +130,7 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 type procPipeline struct {
 	in, out string
 	sidecar *proc
-	bridge  *proc // or the native streamlet in its place
+	bridge  *proc  // or the native streamlet in its place
 	ready   string // the sidecar's readiness file
 }
 
