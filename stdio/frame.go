@@ -149,39 +149,14 @@ func decodeObject(b []byte, m *Message, noun string) string {
 // of escapes and non-ASCII bytes and one valid JSON value. The slices point into line. ok is
 // false for any other line, which the general decoder then reads.
 func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey, ok bool) {
-	const donePrefix, emitPrefix = `{"type":"done","delivery":"`, `{"type":"emit","delivery":"`
-	if len(line) < len(donePrefix)+2 || line[len(line)-1] != '}' {
+	if len(line) == 0 || line[len(line)-1] != '}' {
 		return "", nil, nil, nil, false, false
 	}
-	switch string(line[:len(donePrefix)]) {
-	case donePrefix:
-		id, rest, ok := plainString(line[len(donePrefix):])
-		if !ok || len(rest) != 1 {
-			return "", nil, nil, nil, false, false
-		}
-		return TypeDone, id, nil, nil, false, true
-	case emitPrefix:
-	default:
+	typ, delivery, key, payload, hasKey, end, ok := fastAt(line, 0)
+	if !ok || end != len(line) {
 		return "", nil, nil, nil, false, false
 	}
-	id, rest, ok := plainString(line[len(emitPrefix):])
-	if !ok {
-		return "", nil, nil, nil, false, false
-	}
-	if bytes.HasPrefix(rest, []byte(`,"key":"`)) {
-		if key, rest, ok = plainString(rest[len(`,"key":"`):]); !ok {
-			return "", nil, nil, nil, false, false
-		}
-		hasKey = true
-	}
-	if !bytes.HasPrefix(rest, []byte(`,"payload":`)) {
-		return "", nil, nil, nil, false, false
-	}
-	payload = bytes.TrimSpace(rest[len(`,"payload":`) : len(rest)-1])
-	if len(payload) == 0 || !utf8.Valid(payload) || !json.Valid(payload) {
-		return "", nil, nil, nil, false, false
-	}
-	return TypeEmit, id, key, payload, hasKey, true
+	return typ, delivery, key, payload, hasKey, true
 }
 
 // decodeFast fills m from a line FastAnswer recognises.
