@@ -149,14 +149,50 @@ func decodeObject(b []byte, m *Message, noun string) string {
 // of escapes and non-ASCII bytes and one valid JSON value. The slices point into line. ok is
 // false for any other line, which the general decoder then reads.
 func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey, ok bool) {
-	if len(line) == 0 || line[len(line)-1] != '}' {
+	const donePrefix, emitPrefix = `{"type":"done","delivery":"`, `{"type":"emit","delivery":"`
+	if len(line) < len(donePrefix)+2 || line[len(line)-1] != '}' {
 		return "", nil, nil, nil, false, false
 	}
-	typ, delivery, key, payload, hasKey, end, ok := fastAt(line, 0)
-	if !ok || end != len(line) {
+	switch string(line[:len(donePrefix)]) {
+	case donePrefix:
+		id, rest, ok := plainString(line[len(donePrefix):])
+		if !ok || len(rest) != 1 {
+			return "", nil, nil, nil, false, false
+		}
+		return TypeDone, id, nil, nil, false, true
+	case emitPrefix:
+	default:
 		return "", nil, nil, nil, false, false
 	}
-	return typ, delivery, key, payload, hasKey, true
+	id, rest, ok := plainString(line[len(emitPrefix):])
+	if !ok {
+		return "", nil, nil, nil, false, false
+	}
+	if bytes.HasPrefix(rest, []byte(`,"key":"`)) {
+		if key, rest, ok = plainString(rest[len(`,"key":"`):]); !ok {
+			return "", nil, nil, nil, false, false
+		}
+		hasKey = true
+	}
+	if !bytes.HasPrefix(rest, []byte(`,"payload":`)) {
+		return "", nil, nil, nil, false, false
+	}
+	payload = trimSpace(rest[len(`,"payload":`) : len(rest)-1])
+	if len(payload) == 0 || !utf8.Valid(payload) || !json.Valid(payload) {
+		return "", nil, nil, nil, false, false
+	}
+	return TypeEmit, id, key, payload, hasKey, true
+}
+
+// trimSpace cuts JSON's whitespace (not every Unicode space: a line padded with those is
+// no JSON) from both ends of b.
+func trimSpace(b []byte) []byte {
+	i := skipSpace(b, 0)
+	j := len(b)
+	for j > i && (b[j-1] == ' ' || b[j-1] == '\t' || b[j-1] == '\r' || b[j-1] == '\n') {
+		j--
+	}
+	return b[i:j]
 }
 
 // decodeFast fills m from a line FastAnswer recognises.

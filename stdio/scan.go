@@ -2,6 +2,7 @@ package stdio
 
 import (
 	"bytes"
+	"encoding/binary"
 	"unicode/utf8"
 )
 
@@ -114,6 +115,9 @@ var inString = plain
 func validString(b []byte, i int) int {
 	j := i + 1
 	for {
+		for j+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[j:])) {
+			j += 8
+		}
 		for j < len(b) && inString[b[j]] {
 			j++
 		}
@@ -148,6 +152,15 @@ func validString(b []byte, i int) int {
 			j += size
 		}
 	}
+}
+
+// special8 reports whether any of the 8 bytes of w does not stand for itself in a JSON
+// string: a control byte, a quote, a backslash or a byte of a multi-byte character (each
+// test is exact for "some byte is", which is all a skip needs).
+func special8(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := w^(ones*'"'), w^(ones*'\\')
+	return ((w-ones*0x20)&^w|w|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -14,6 +14,7 @@ func FuzzValidEnd(f *testing.F) {
 	for _, s := range []string{
 		`{"a":[1,-2.5e+3,true,false,null,"x\u00e9\n"]}`, ` [ ] `, `{}`, `"\ud800"`, `01`, `-`, `1.`, `1e`, `[1,]`,
 		`{"a" 1}`, `{"a":1,}`, "\"\xff\"", "\"\x1f\"", `"\x"`, `tru`, `nulll`, `[[[[]]]]`, `{"a":{"b":{}}}`, "1\v",
+		`"0123456789abcdef\"x"`, "\"0123456789ab\x01cdef\"", "\"0123456789abcd\xc3\xa9\"", "\"0123456789abcd\xc3\"", "\"01234567\x7f89abcdef\"",
 		strings.Repeat("[", 10001) + strings.Repeat("]", 10001), strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
 	} {
 		f.Add([]byte(s))
