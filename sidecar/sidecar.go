@@ -251,9 +251,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return err
 	}
 	if lis != nil {
-		stop, served := make(chan struct{}), make(chan struct{})
-		go func() { defer close(served); s.serveMetrics(lis, stop) }()
-		defer func() { close(stop); <-served }()
+		// The endpoints outlive ctx: they answer through the graceful shutdown.
+		mctx, stop := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { defer close(served); s.serveMetrics(mctx, lis) }()
+		defer func() { stop(); <-served }()
 		s.log.Info("serving metrics and health", "address", lis.Addr().String(), "paths", "/metrics /healthz /readyz")
 	}
 	if s.cfg.Events != nil {
