@@ -311,4 +311,3 @@ func (r *runner) caughtUp(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
-
