@@ -66,8 +66,7 @@ type Action struct {
 	Dir     string   // working directory of the program: the config file's folder, or "" (the bridge's)
 }
 
-// lineError is a mistake in an action config line: the word it is about (Index from 0, -1
-// when the line as a whole is at fault), and what was expected instead. It matches
+// portList names ports for an error message that lists what may be chosen.
 func portList(ports []Port) string {
 	if len(ports) == 0 {
 		return "the outlets (none is declared yet)"

@@ -36,10 +36,11 @@ type Options struct {
 	Tracer *Tracer
 	Env    []string // extra environment "K=V" for the action's processes
 
-	// ShutdownTimeout bounds Shutdown's drain (default protocol.StopTimeout).
+	// ShutdownTimeout bounds [Server.Serve]'s graceful stop: answering the batches in flight and
+	// ending the streams (default protocol.StopTimeout).
 	ShutdownTimeout time.Duration
 	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
-	// (default: the stdio pool's).
+	// (default: the engine's).
 	ShutdownGrace time.Duration
 	// Budget bounds the output the bridge holds, staged by the action and not yet sent, across
 	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
@@ -82,8 +83,7 @@ var (
 	_ flowv1.StreamletServer = (*Server)(nil)
 )
 
-// NewServer returns a server for opts.Action. It starts nothing: register it on a gRPC server
-// run it with [Server.Serve].
+// NewServer returns a server for opts.Action. It starts nothing: [Server.Serve] serves it.
 func NewServer(opts Options) (*Server, error) {
 	if opts.Action == nil {
 		return nil, errors.New("bridge: NewServer needs an Action")

@@ -343,7 +343,7 @@ func TestRecords(t *testing.T) {
 		line: oneOutlet,
 		recs: []*flowv1.InputRecord{rec(0, nil, `{"op":"skip"}`), rec(1, nil, `not json`)},
 		check: func(t *testing.T, a *answer) {
-			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), "record in-topic/0/1 failed for good after 0 attempt(s): the value cannot be handed to the action: stdio: bad item: item in-topic/0/1: the payload is not valid JSON") {
+			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), "record in-topic/0/1 failed for good after 0 attempt(s): the value cannot be handed to the action: engine: bad item: item in-topic/0/1: the payload is not valid JSON") {
 				t.Errorf("answer = %v; want Fail naming the record as not JSON", a)
 			}
 		},

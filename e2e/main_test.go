@@ -23,7 +23,7 @@ const (
 	envRun = "MILLRACE_E2E"
 	// envReport, when set, names a file every case appends its result row to (markdown).
 	envReport = "MILLRACE_E2E_REPORT"
-	// envLoad, when set to a number of records, runs the load benchmark TestLoad.
+	// envLoad sets how many records BenchmarkLoad pushes through the pipeline.
 	envLoad = "MILLRACE_E2E_LOAD"
 	// envRace=1 builds millrace with -race, so the processes under test check themselves.
 	envRace = "MILLRACE_E2E_RACE"

@@ -8,15 +8,8 @@
 // and redelivering from the last commit indefinitely, discarding on rebalance, and stall
 // warnings as Kubernetes Events.
 //
-// One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
-// TLS and SASL), delivery.go (FLOW_DELIVERY and the transactional id), discovery.go,
-// conversation.go (one Run stream and the batches it sends), receive.go (the process's Emits,
-// Acks and Fails), kafka.go (the clients and the poller), queue.go (each partition's buffer
-// of fetched records), budget.go (the emit budgets: backpressure and halving an over-budget
-// batch), rebalance.go, commit.go (produce, then commit), txn.go (the exactly-once round: one
-// transaction), stall.go, readiness.go, lag.go (high watermarks and committed offsets),
-// metrics.go (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics,
-// /healthz, /readyz). Its API is what cmd/millrace, internal/local and the benchmarks use.
+// [ConfigFromEnv] reads the deploy configuration (FLOW_* variables, TLS and SASL), [New] and
+// [Sidecar.Run] run it. Its API is what cmd/millrace, internal/local and the benchmarks use.
 // Errors keep their cause: the logged error of an emit the broker refused matches
 // kerr.MessageTooLarge.
 package sidecar
@@ -251,9 +244,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return err
 	}
 	if lis != nil {
-		stop, served := make(chan struct{}), make(chan struct{})
-		go func() { defer close(served); s.serveMetrics(lis, stop) }()
-		defer func() { close(stop); <-served }()
+		// The endpoints outlive ctx: they answer through the graceful shutdown.
+		mctx, stop := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { defer close(served); s.serveMetrics(mctx, lis) }()
+		defer func() { stop(); <-served }()
 		s.log.Info("serving metrics and health", "address", lis.Addr().String(), "paths", "/metrics /healthz /readyz")
 	}
 	if s.cfg.Events != nil {

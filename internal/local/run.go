@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -63,7 +64,8 @@ type runner struct {
 	log   *slog.Logger
 	start time.Time
 
-	admin   *kgo.Client
+	admin   *kgo.Client           // produces the input; raw requests where kadm cannot serve
+	adm     *kadm.Client          // the admin requests, over admin
 	outlets map[string]outletName // topic → who writes it
 
 	mu       sync.Mutex
@@ -132,6 +134,8 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
+	r.adm = kadm.NewClient(admin)
+	r.adm.SetTimeoutMillis(10_000) // a CreateTopics the broker cannot finish in 10 s fails
 	if err := r.createTopics(ctx, partitionsGiven); err != nil {
 		return nil, err
 	}

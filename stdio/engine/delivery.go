@@ -76,12 +76,13 @@ func (pr *process) readStdout(stdout io.Reader) {
 	pr.batch = m.Batch // an action that says nothing gets no envelope and may send none
 	pr.ready <- nil
 	inBatch := func(msg []byte) error { return pr.handleInBatch(msg, &m) }
+	fast := stdio.FastFunc(pr.handleFast)
 	for {
 		line, err := lr.ReadLine()
 		if err == nil {
 			if typ, delivery, key, payload, hasKey, ok := stdio.FastAnswer(line); ok {
 				err = pr.handleFast(typ, delivery, key, payload, hasKey, line)
-			} else if isBatch, berr := pr.splitBatch(line, inBatch); isBatch {
+			} else if isBatch, berr := pr.splitBatch(line, fast, inBatch); isBatch {
 				err = berr
 			} else if err = stdio.DecodeMessage(line, &m); err == nil {
 				err = pr.handle(&m, line)
@@ -118,19 +119,17 @@ func readError(err error) error {
 
 // splitBatch applies the messages of an answer envelope, in order, when the action declared
 // envelopes and line is one; isBatch is false for any other line.
-func (pr *process) splitBatch(line []byte, inBatch func([]byte) error) (isBatch bool, err error) {
+// The common answers go to handleFast, read as the envelope is split.
+func (pr *process) splitBatch(line []byte, fast stdio.FastFunc, inBatch func([]byte) error) (isBatch bool, err error) {
 	if !pr.batch {
 		return false, nil
 	}
-	return stdio.SplitBatch(line, inBatch)
+	return stdio.SplitAnswers(line, fast, inBatch)
 }
 
-// handleInBatch applies one message of an answer envelope as the same line on its own, the
-// common answers through the fast path.
+// handleInBatch applies one message of an answer envelope, other than those handleFast
+// takes, as the same line on its own.
 func (pr *process) handleInBatch(msg []byte, m *stdio.Message) error {
-	if typ, delivery, key, payload, hasKey, ok := stdio.FastAnswer(msg); ok {
-		return pr.handleFast(typ, delivery, key, payload, hasKey, msg)
-	}
 	if err := stdio.DecodeInBatch(msg, m); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@
 // written on its item line; Result.Trace names the last one. [Pool.Stats] reads the pool's
 // load for metrics at no cost per item.
 //
-// Errors wrap the sentinels of errors.go (or stdio.ErrProtocol), so callers test with
-// errors.Is; their text names the action, the delivery and the last stderr lines.
+// Errors wrap the package's sentinels ([ErrStart], [ErrCrashed], [ErrTimeout] and the others)
+// or stdio.ErrProtocol, so callers test with errors.Is; their text names the action, the
+// delivery and the last stderr lines.
 package engine
