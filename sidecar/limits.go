@@ -379,8 +379,11 @@ type refusal struct {
 // keep reports whether the outcome err of r's write is not final: r is kept, with the promise
 // to call once it is, for rewrite to write again.
 func (f *refusals) keep(r *kgo.Record, err error, promise func(*kgo.Record, error)) bool {
-	if err == nil && f.n.Load() == 0 || err != nil && !errors.Is(err, kerr.MessageTooLarge) {
+	switch {
+	case err == nil && f.n.Load() == 0:
 		return false
+	case err != nil && (!errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, errEmitTooLarge)):
+		return false // another failure, or an emit too large on its own: final
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -234,3 +234,35 @@ func TestLimitUnreadable(t *testing.T) {
 		t.Errorf("%d conversations, the assumption logged %d times (%v); want at least 2, and once, with TOPIC_AUTHORIZATION_FAILED", len(starts), len(said), said)
 	}
 }
+
+// TestLimitFromBrokerConfig: an outlet topic that sets no max.message.bytes takes the
+// broker's message.max.bytes, lowered here, and Start tells the process what one record may
+// be under it; a topic's own setting wins over the broker's.
+func TestLimitFromBrokerConfig(t *testing.T) {
+	const broker, topic = 512 << 10, 256 << 10
+	b := testkit.NewBroker(t, testkit.BrokerOptions{KfakeOnly: true, Client: []kgo.Opt{kgo.ProducerLinger(0)},
+		Kfake: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": fmt.Sprint(broker)})}})
+	for _, c := range []struct {
+		name    string
+		configs []string
+		want    uint32
+	}{
+		{"broker's", nil, broker - 65 - 64},
+		{"topic's", []string{"max.message.bytes", fmt.Sprint(topic)}, topic - 65 - 64},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1, c.configs...)
+			f := newProcess(t, echo)
+			e := baseEnv(t, b, f, in, out)
+			b.Produce(t, records(in, 1, 1)...)
+			start(t, e.config(t))
+			waitFor(t, "the record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, 1)) })
+			f.mu.Lock()
+			got := f.starts[0].GetMaxMessageBytes()
+			f.mu.Unlock()
+			if got != c.want {
+				t.Errorf("Start.max_message_bytes = %d; want %d", got, c.want)
+			}
+		})
+	}
+}
