@@ -15,8 +15,8 @@ import (
 // limit: 1048588 less a record batch's framing (65) and a record's (64).
 const defaultRecordLimit = 1048588 - 65 - 64
 
-// TestRecordSizes echoes records of 10 KB, 12 KB, 100 KB and 900 KB through a one-partition
-// inlet at the broker's defaults: every record comes out once, and the sidecar and the bridge
+// TestRecordSizes echoes records of 10 KB, 12 KB, 100 KB and 900 KB from a one-partition
+// inlet to a one-partition outlet at the broker's defaults: every record comes out once, and the sidecar and the bridge
 // each stay under 512 MiB of peak RSS. 400 records of 12 KB on one partition never moved when
 // the sidecar's produce batches could grow to 4 MiB.
 func TestRecordSizes(t *testing.T) {
@@ -36,7 +36,9 @@ func TestRecordSizes(t *testing.T) {
 			a := child(childEcho, false)
 			pad := strings.Repeat("p", c.size)
 			a.value = func(id string, i int) []byte { return fmt.Appendf(nil, `{"id":%q,"n":%d,"pad":%q}`, id, i, pad) }
-			pl := newPipeline(t, b, a, 1)
+			// One outlet partition, as one inlet partition: every emit of a commit round goes
+			// to one record batch, as large as the sidecar lets it grow.
+			pl := newPipelineOut(t, b, a, 1, 1)
 			pl.produce(pl.records(0, ciN(c.n))...)
 			began := time.Now()
 			r := pl.start(0)
@@ -44,7 +46,7 @@ func TestRecordSizes(t *testing.T) {
 			took := time.Since(began)
 			rss := map[string]int64{"sidecar": peakRSS(r.sidecar.pid()), "bridge": peakRSS(r.bridge.pid())}
 			tl := pl.tally()
-			pl.report("records at the broker's default limits", tl, fmt.Sprintf("%d records of %d KiB on 1 partition in %.1f s; peak RSS sidecar %d MiB, bridge %d MiB; stream failures: %d",
+			pl.report("records at the broker's default limits", tl, fmt.Sprintf("%d records of %d KiB, 1 partition in and out, in %.1f s; peak RSS sidecar %d MiB, bridge %d MiB; stream failures: %d",
 				tl.in, c.size>>10, took.Seconds(), rss["sidecar"]>>10, rss["bridge"]>>10, len(r.sidecar.logLines("stream failed", 1000))))
 			tl.check(t)
 			if tl.out != tl.in || tl.dup != 0 {

@@ -52,20 +52,17 @@ func alterLimit(t *testing.T, b *testkit.Broker, topic string, n int) {
 	}
 }
 
-// TestRecordsAtDefaults: 400 records of 12 KB on one partition, against a broker and topics
-// at their defaults (message.max.bytes 1048588), are all delivered: the produce batches stay
-// under the outlet's limit, and Start tells the process what one record may be.
+// TestRecordsAtDefaults: 400 records whose outputs are 12 KB, on one partition, against a
+// broker and topics at their defaults (message.max.bytes 1048588), are all delivered. A batch
+// of 100 such records emits 1.2 MB: the produce batches must stay under the outlet's limit,
+// and Start tells the process what one record may be.
 func TestRecordsAtDefaults(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
-	const n, size = 400, 12 << 10
+	const n, size = 400, 12014
 	f := newProcess(t, padEcho(size))
 	e := baseEnv(t, b, f, in, out)
-	rs := records(in, 1, n)
-	for _, r := range rs {
-		r.Value = append(r.Value, bytes.Repeat([]byte("i"), size)...)
-	}
-	b.Produce(t, rs...)
+	b.Produce(t, records(in, 1, n)...)
 	r := start(t, e.config(t))
 	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, n)) })
 	if got := len(b.ReadAll(t, out)); got < n {
