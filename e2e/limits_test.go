@@ -15,25 +15,30 @@ import (
 // limit: 1048588 less a record batch's framing (65) and a record's (64).
 const defaultRecordLimit = 1048588 - 65 - 64
 
-// TestRecordSizes echoes records of 10 KB, 12 KB, 100 KB and 900 KB from a one-partition
-// inlet to a one-partition outlet at the broker's defaults: every record comes out once, and the sidecar and the bridge
-// each stay under 512 MiB of peak RSS. 400 records of 12 KB on one partition never moved when
-// the sidecar's produce batches could grow to 4 MiB.
+// TestRecordSizes echoes records of 10 KB, 12 KB, 100 KB and 900 KB, and makes small records
+// 12 KB outputs, from a one-partition inlet to a one-partition outlet at the broker's
+// defaults: every record comes out once, and the sidecar and the bridge each stay under
+// 512 MiB of peak RSS. 400 records with 12 KB outputs on one partition never moved when the
+// sidecar's produce batches could grow to 4 MiB.
 func TestRecordSizes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name string
-		size int
+		what string
+		mode string
+		size int // of an input record's pad
 		n    int
 	}{
-		{"10KB", 10 << 10, 400},
-		{"12KB", 12 << 10, 400},
-		{"100KB", 100 << 10, 100},
-		{"900KB", 900 << 10, 20},
+		{"10KB", "10 KiB each, echoed", childEcho, 10 << 10, 400},
+		{"12KB", "12 KiB each, echoed", childEcho, 12 << 10, 400},
+		// Small records that the action makes 12 KB: a batch of 100 emits 1.2 MB.
+		{"12KB-outputs", "small, each output 12 KB", childGrow, 0, 400},
+		{"100KB", "100 KiB each, echoed", childEcho, 100 << 10, 100},
+		{"900KB", "900 KiB each, echoed", childEcho, 900 << 10, 20},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := openBroker(t, false)
-			a := child(childEcho, false)
+			a := child(c.mode, false)
 			pad := strings.Repeat("p", c.size)
 			a.value = func(id string, i int) []byte { return fmt.Appendf(nil, `{"id":%q,"n":%d,"pad":%q}`, id, i, pad) }
 			// One outlet partition, as one inlet partition: every emit of a commit round goes
@@ -46,8 +51,8 @@ func TestRecordSizes(t *testing.T) {
 			took := time.Since(began)
 			rss := map[string]int64{"sidecar": peakRSS(r.sidecar.pid()), "bridge": peakRSS(r.bridge.pid())}
 			tl := pl.tally()
-			pl.report("records at the broker's default limits", tl, fmt.Sprintf("%d records of %d KiB, 1 partition in and out, in %.1f s; peak RSS sidecar %d MiB, bridge %d MiB; stream failures: %d",
-				tl.in, c.size>>10, took.Seconds(), rss["sidecar"]>>10, rss["bridge"]>>10, len(r.sidecar.logLines("stream failed", 1000))))
+			pl.report("records at the broker's default limits", tl, fmt.Sprintf("%d records, %s, 1 partition in and out, in %.1f s; peak RSS sidecar %d MiB, bridge %d MiB; stream failures: %d",
+				tl.in, c.what, took.Seconds(), rss["sidecar"]>>10, rss["bridge"]>>10, len(r.sidecar.logLines("stream failed", 1000))))
 			tl.check(t)
 			if tl.out != tl.in || tl.dup != 0 {
 				t.Errorf("tally = %s; want every record out once", tl)
