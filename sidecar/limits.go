@@ -298,9 +298,6 @@ func (s *Sidecar) readLimits(ctx context.Context, topics []string) {
 	}
 }
 
-// errNoLimit is the reason given when a topic's configs hold no usable max.message.bytes.
-var errNoLimit = errors.New("the topic's configs hold no max.message.bytes")
-
 // limitUnread records that topic's limit could not be read (err says why): Kafka's default is
 // assumed unless a limit was read before, and that is said once per topic and reason.
 func (s *Sidecar) limitUnread(topic string, err error) {

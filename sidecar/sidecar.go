@@ -57,6 +57,9 @@ var (
 	// record (max.message.bytes, less a record batch's framing); it names the topic and the
 	// limit, and kerr.MessageTooLarge is in the chain too.
 	errEmitTooLarge = errors.New("sidecar: an emit is larger than its outlet topic accepts")
+	// errNoLimit is logged when an outlet topic's described configs hold no usable
+	// max.message.bytes (Kafka's default is assumed).
+	errNoLimit = errors.New("sidecar: the topic's configs hold no max.message.bytes")
 	// errProduce is wrapped when an emit cannot be written to its outlet's topic.
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
