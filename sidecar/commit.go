@@ -136,7 +136,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		}
 	}
 	wg.Wait()
-	for s.rewrite(ctx, &refused, &wg, prod.Produce) {
+	for s.rewriteRefused(ctx, &refused, &wg, prod.Produce) {
 		wg.Wait()
 	}
 	if firstErr != nil {

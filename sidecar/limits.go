@@ -31,8 +31,9 @@ import (
 // client's life. A limit lowered while running is learned on the next MESSAGE_TOO_LARGE: the
 // limits of the refused emits' topics are read again, and from then on the sidecar itself
 // bounds the bytes in flight to such a topic by its new limit (admit), so no batch franz-go
-// builds for it can be larger; the refused emits are written again (at least once: rewrite;
-// exactly once: the round's transaction is aborted and the round written again). The next
+// builds for it can be larger; the refused emits are written again (at least once:
+// rewriteRefused; exactly once: the round's transaction is aborted and the round written
+// again). The next
 // conversation's at-least-once producer is a new client with the new caps; the exactly-once
 // client is the group member and stays, splitting, until the sidecar restarts.
 
@@ -374,7 +375,7 @@ type refusal struct {
 }
 
 // keep reports whether the outcome err of r's write is not final: r is kept, with the promise
-// to call once it is, for rewrite to write again.
+// to call once it is, for rewriteRefused to write again.
 func (f *refusals) keep(r *kgo.Record, err error, promise func(*kgo.Record, error)) bool {
 	switch {
 	case err == nil && f.n.Load() == 0:
@@ -411,13 +412,13 @@ func (f *refusals) take() []refusal {
 	return recs
 }
 
-// rewrite writes the kept emits of f again with produce, each with its promise, after reading
-// their topics' limits again: from then on admit holds the writes to those topics under their
-// new limits. An emit over its topic's new limit on its own cannot be split: its promise gets
+// rewriteRefused writes the kept emits of f again with produce, each with its promise, after
+// reading their topics' limits again: from then on admit holds the writes to those topics
+// under their new limits. An emit over its topic's new limit on its own cannot be split: its promise gets
 // the error naming the topic and the limit (the round fails, and the emit's partition stalls).
 // It adds the emits to wg and reports whether there were any; the caller waits for wg and
 // calls it again, until it reports none.
-func (s *Sidecar) rewrite(ctx context.Context, f *refusals, wg *sync.WaitGroup, produce func(context.Context, *kgo.Record, func(*kgo.Record, error))) bool {
+func (s *Sidecar) rewriteRefused(ctx context.Context, f *refusals, wg *sync.WaitGroup, produce func(context.Context, *kgo.Record, func(*kgo.Record, error))) bool {
 	recs := f.take()
 	if len(recs) == 0 {
 		return false
