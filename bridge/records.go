@@ -347,7 +347,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 		msg := &m.msg
 		if sizeBound(outlet, rec) >= c.maxBytes { // the exact size only when it may matter
 			if n := proto.Size(msg); n >= c.maxBytes {
-				return nil, fmt.Errorf("emit %d to outlet %q is %d bytes, over the %d bytes of max_message_bytes; emit smaller records", i+1, outlet, n, c.maxBytes)
+				return nil, fmt.Errorf("emit %d to outlet %q (topic %s) is %d bytes, over the %d bytes of max_message_bytes, the largest record the sidecar writes to this streamlet's outlet topics (their smallest max.message.bytes less framing, or its FLOW_MAX_MESSAGE_BYTES); emit smaller records, or raise the topic's max.message.bytes", i+1, outlet, c.outlets[outlet], n, c.maxBytes)
 			}
 		}
 		out = append(out, msg)
@@ -383,7 +383,7 @@ func (c *conversation) route(id uint64, outlet string, in *flowv1.InputRecord, b
 	)
 	msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
 	if n := proto.Size(msg); n >= c.maxBytes {
-		return nil, fmt.Errorf("routed to %q with its headers it is %d bytes, over the %d bytes of max_message_bytes", outlet, n, c.maxBytes)
+		return nil, fmt.Errorf("routed to %q (topic %s) with its headers it is %d bytes, over the %d bytes of max_message_bytes, the largest record the sidecar writes to this streamlet's outlet topics", outlet, c.outlets[outlet], n, c.maxBytes)
 	}
 	return msg, nil
 }

@@ -324,8 +324,8 @@ func TestRecords(t *testing.T) {
 		max:  1000,
 		recs: []*flowv1.InputRecord{rec(0, nil, `{"op":"big","n":2000}`)},
 		check: func(t *testing.T, a *answer) {
-			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), "over the 1000 bytes of max_message_bytes") {
-				t.Errorf("answer = %v; want Fail naming the size", a)
+			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `emit 1 to outlet "out" (topic out-topic) is`) || !strings.Contains(a.fail.GetError().GetMessage(), "over the 1000 bytes of max_message_bytes") {
+				t.Errorf("answer = %v; want Fail naming the outlet, its topic and the limit", a)
 			}
 		},
 	}, {

@@ -102,7 +102,7 @@ func countFanOut(t *testing.T, pl *pipeline) (got, missing, complete int) {
 		want += e
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(pl.b.Addrs...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(32<<20), kgo.FetchMaxPartitionBytes(16<<20))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,13 @@ var (
 	// errRecordTooLarge is wrapped when an input record cannot fit in a Batch under the
 	// message limit; it names the record's topic, partition and offset.
 	errRecordTooLarge = errors.New("sidecar: input record larger than the message limit")
+	// errEmitTooLarge is wrapped when an emit is larger than its outlet topic accepts for one
+	// record (max.message.bytes, less a record batch's framing); it names the topic and the
+	// limit, and kerr.MessageTooLarge is in the chain too.
+	errEmitTooLarge = errors.New("sidecar: an emit is larger than its outlet topic accepts")
+	// errNoLimit is logged when an outlet topic's described configs hold no usable
+	// max.message.bytes (Kafka's default is assumed).
+	errNoLimit = errors.New("sidecar: the topic's configs hold no max.message.bytes")
 	// errProduce is wrapped when an emit cannot be written to its outlet's topic.
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
@@ -81,6 +88,8 @@ type Sidecar struct {
 	stats    stats
 
 	kafka *kafka // nil until the first discovery succeeds
+	// limits are the outlet topics' max.message.bytes, read at each conversation start.
+	limits *limits
 
 	metrics *metrics
 	// ready is the readiness condition: a conversation is live. The readiness file and
@@ -166,7 +175,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
@@ -283,6 +292,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				}
 			}
 		}
+		start.MaxMessageBytes = s.outletLimits(ctx)
 		began := s.now()
 		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)
