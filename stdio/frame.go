@@ -97,14 +97,15 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 }
 
 func (l *LineReader) tooLong(start []byte) error {
-	return fmt.Errorf("%w: %w: a line is longer than the %d-byte limit (%s); it starts %s",
-		ErrProtocol, ErrLineTooLong, l.max, errtext.Size(l.max), errtext.Quote(start))
+	e := NewProtocolError(RuleLineTooLong, start, fmt.Sprintf("a line is longer than the %d-byte limit (%s); it starts", l.max, errtext.Size(l.max)))
+	e.Err = ErrLineTooLong
+	return e
 }
 
 // DecodeMessage decodes one protocol line (without its newline) into m, which it resets first.
 // The line must be UTF-8, one JSON object, with a known "type"; unknown keys are ignored and
-// payloads kept as raw bytes. Any other line gives an error wrapping ErrProtocol that says
-// what is wrong and quotes the start of the line.
+// payloads kept as raw bytes. Any other line gives a *ProtocolError (matching ErrProtocol):
+// the rule it breaks, what is wrong, and the start of the line.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
 	if decodeFast(line, m) {
@@ -112,24 +113,28 @@ func DecodeMessage(line []byte, m *Message) error {
 	}
 	trimmed := bytes.TrimLeft(line, " \t\r")
 	if len(trimmed) == 0 {
-		return fmt.Errorf("%w: an empty line where a JSON object was expected", ErrProtocol)
+		return NewProtocolError(RuleEmptyLine, nil, "an empty line where a JSON object was expected")
 	}
 	if !utf8.Valid(line) {
-		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, errtext.Quote(line))
+		return NewProtocolError(RuleNotUTF8, line, "a line that is not valid UTF-8")
 	}
 	if trimmed[0] != '{' {
-		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, errtext.Quote(line))
+		return NewProtocolError(RuleNotObject, line, "a line that is not a JSON object (one object per line; logs go to stderr)")
 	}
 	if err := json.Unmarshal(line, m); err != nil {
-		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), errtext.Quote(line))
+		rule := RuleInvalidJSON
+		if json.Valid(line) {
+			rule = RuleBadField
+		}
+		return NewProtocolError(rule, line, fmt.Sprintf("a line that is not a valid JSON object (%v)", shortErr(err)))
 	}
 	switch m.Type {
 	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown:
 		return nil
 	case "":
-		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, errtext.Quote(line))
+		return NewProtocolError(RuleNoType, line, `a JSON object without "type"`)
 	}
-	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, errtext.Quote(line))
+	return NewProtocolError(RuleUnknownType, line, fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain or ready)", m.Type))
 }
 
 // FastAnswer recognises, without the general decoder and without allocating, the two lines
