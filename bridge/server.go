@@ -52,6 +52,13 @@ type Options struct {
 	// RetryBackoff is the first delay before a retry, doubling with jitter (default: the stdio
 	// pool's). Tests shorten it.
 	RetryBackoff time.Duration
+	// Events, when set, is told what happens to the action's processes and records, as typed
+	// [Event] values (see [EventKind] for each kind and its fields): what a program running the
+	// bridge in-process (millrace run) decides on, instead of reading the log. It is called on
+	// the bridge's and the pool's goroutines, possibly concurrently, in the order each goroutine
+	// sees things happen; it must return quickly and must not call the Server (a process, or a
+	// batch's answer, waits for it).
+	Events func(Event)
 }
 
 // Server is the streamlet process of one action: the Discovery and Streamlet services of
