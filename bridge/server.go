@@ -362,6 +362,24 @@ func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flow
 	return c, nil
 }
 
+// Abort ends the live conversation at once, as a new Start would: its deliveries are
+// abandoned (the sidecar redelivers their batches), its processes stopped, and nothing more of
+// it is sent; a conversation still starting gives up. The server keeps serving. A program that
+// runs the bridge in-process calls it when it stops on a fault that can only repeat, rather
+// than wait for the retries of batches that cannot succeed. It may be called at any time, more
+// than once, concurrently.
+func (s *Server) Abort() {
+	s.mu.Lock()
+	c := s.current
+	if s.cancelStart != nil {
+		s.cancelStart()
+	}
+	s.mu.Unlock()
+	if c != nil {
+		c.void("aborted by the program running the bridge", false)
+	}
+}
+
 func (s *Server) isTerminated() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

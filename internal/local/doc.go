@@ -7,6 +7,8 @@
 //
 // The runner is in one file per job: run.go (Run and its options), supervise.go (each
 // streamlet's bridge and sidecar as tasks), watch.go (the end of a run: done, a fault, ctx),
+// faults.go (the faults that can only repeat, decided on the bridge's events, and the warnings
+// held back while one is in doubt),
 // progress.go (the progress line), admin.go (topics, offsets, commits: the Kafka admin
 // requests), printer.go (the output records as JSON lines), input.go (input lines to records),
 // summary.go (what a run did) and logs.go (the slog tee that keeps a streamlet's last error,
