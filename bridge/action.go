@@ -202,10 +202,11 @@ func (a *Action) Line() string {
 	return Join(w)
 }
 
-// engineConfig is the engine.Config that runs the action's program: what the config line says,
-// as given (its defaults are the table above; the engine adds none of its own to these). What
-// only the server knows (version, environment, hello, logger, hooks) the caller fills in.
-func (a *Action) engineConfig() engine.Config {
+// EngineConfig is the engine.Config that runs the action's program: what the config line says,
+// as given (its defaults are the table above; the engine adds none of its own to these), for
+// the bridge and for the fixture runner alike. What only the caller knows (version,
+// environment, hello, logger, hooks) it fills in.
+func (a *Action) EngineConfig() engine.Config {
 	return engine.Config{
 		Name:         a.Name,
 		Command:      a.Command,

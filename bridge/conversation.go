@@ -108,7 +108,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		"inlets":       c.inlets,
 		"outlets":      c.outlets,
 	}
-	cfg := a.engineConfig()
+	cfg := a.EngineConfig()
 	cfg.Version = s.opts.Version
 	cfg.Env = s.opts.Env
 	cfg.ShutdownGrace = s.opts.ShutdownGrace
