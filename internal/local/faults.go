@@ -274,20 +274,22 @@ func violationFault(e bridge.Event) string {
 	if !errors.As(e.Err, &pe) {
 		return fmt.Sprintf("the action breaks the protocol %s, every time: %s", where, shorten(e.Err.Error(), 300))
 	}
-	what := pe.Detail
-	if pe.Line != nil {
-		what += ": " + quoteLine(pe.Line)
-	}
-	return fmt.Sprintf("the action breaks the protocol (%s) %s, every time: %s; fix: %s (run with -v for every attempt)", pe.Rule, where, what, pe.Rule.Fix())
+	return fmt.Sprintf("the action breaks the protocol (%s) %s, every time: %s (run with -v for every attempt)", pe.Rule, where, violated(pe))
 }
 
-// quoteLine quotes the start of an offending line.
-func quoteLine(line []byte) string {
-	const n = 120
-	if len(line) > n {
-		return strconv.Quote(string(line[:n])) + "…"
+// violated says what is wrong with a line that breaks the protocol, quotes its start and says
+// the fix.
+func violated(pe *stdio.ProtocolError) string {
+	what := pe.Detail
+	if line := pe.Line; line != nil {
+		const n = 120
+		if len(line) > n {
+			what += ": " + strconv.Quote(string(line[:n])) + "…"
+		} else {
+			what += ": " + strconv.Quote(string(line))
+		}
 	}
-	return strconv.Quote(string(line))
+	return what + "; fix: " + pe.Rule.Fix()
 }
 
 // startFault is the line that names why the processes do not start, and whether one failure
@@ -305,11 +307,7 @@ func startFault(err error) (string, bool) {
 	case errors.Is(err, engine.ErrNoReady):
 		return "the program never answered hello with ready within its ready timeout: " + text + "; flush stdout after each line and read stdin line by line (or raise --ready-timeout)", true
 	case errors.As(err, &pe): // hello is the same on every start: so is the answer
-		what := pe.Detail
-		if pe.Line != nil {
-			what += ": " + quoteLine(pe.Line)
-		}
-		return fmt.Sprintf("the program's answer to hello breaks the protocol (%s): %s; fix: %s", pe.Rule, what, pe.Rule.Fix()), true
+		return fmt.Sprintf("the program's answer to hello breaks the protocol (%s): %s", pe.Rule, violated(pe)), true
 	}
 	return "the program exits before answering ready, every time: " + text + "; run it by hand in the action's folder to see why", false
 }
