@@ -309,16 +309,9 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 	}
 	msgs := sc.next(len(staged))
 	for i, e := range staged {
-		outlet := e.Outlet
-		if outlet == "" {
-			name, n, ok := a.DefaultOutlet()
-			if !ok {
-				return nil, undeclared(&e, fmt.Sprintf("emit %d names no outlet, and the action has %d outlets besides its --dead-letter and --fallback ports (%s): name one with \"outlet\" (an emit may leave it out only when exactly one outlet is neither of those two)", i+1, n, portList(a.programOutlets())))
-			}
-			outlet = name
-		}
-		if !c.s.outlets[outlet] {
-			return nil, undeclared(&e, fmt.Sprintf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets)))
+		outlet, err := a.EmitOutlet(i+1, &e)
+		if err != nil {
+			return nil, err
 		}
 		if _, ok := c.outlets[outlet]; !ok {
 			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
@@ -359,14 +352,6 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 		out = append(out, msg)
 	}
 	return out, nil
-}
-
-// undeclared is the protocol violation of an emit to no outlet the action declares, its line
-// written again from what the action staged (the engine keeps the emit, not its line).
-func undeclared(e *stdio.Emit, detail string) error {
-	m := stdio.Message{Type: stdio.TypeEmit, Outlet: e.Outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers}
-	line := stdio.AppendMessage(nil, &m)
-	return stdio.NewProtocolError(stdio.RuleUndeclaredOutlet, line[:len(line)-1], detail)
 }
 
 // sizeBound is at least the encoded size of an Emit of rec to outlet: every field's bytes plus

@@ -68,12 +68,11 @@ type Server struct {
 	flowv1.UnimplementedDiscoveryServer
 	flowv1.UnimplementedStreamletServer
 
-	opts    Options
-	tracer  *Tracer
-	log     *slog.Logger
-	budget  *engine.Budget
-	spec    *flowv1.Spec
-	outlets map[string]bool // declared outlets
+	opts   Options
+	tracer *Tracer
+	log    *slog.Logger
+	budget *engine.Budget
+	spec   *flowv1.Spec
 
 	mu          sync.Mutex
 	current     *conversation
@@ -110,11 +109,7 @@ func NewServer(opts Options) (*Server, error) {
 		budget:      opts.Budget,
 		log:         opts.Logger.With("streamlet", opts.Action.Name),
 		spec:        opts.Action.Spec(opts.Version),
-		outlets:     map[string]bool{},
 		terminating: make(chan struct{}),
-	}
-	for _, p := range opts.Action.Outlets {
-		s.outlets[p.Name] = true
 	}
 	opts.Metrics.budgetIs(s.budget)
 	return s, nil

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -211,12 +210,15 @@ func startFault(err error) string {
 	var pe *stdio.ProtocolError
 	switch {
 	case errors.As(err, &pe):
-		return "the answer to hello breaks the protocol: " + violation(pe)
+		return "the answer to hello breaks the protocol " + violation(pe) + stopped
 	case errors.Is(err, engine.ErrNoReady):
 		return fmt.Sprintf("the action did not answer hello with ready in time: %v; %s (or raise --ready-timeout)", err, streamHint)
 	}
 	return fmt.Sprintf("the action did not start: %v; run it by hand in its folder to see why", err)
 }
+
+// stopped is what production does on a line that breaks the protocol.
+const stopped = " (millrace run and production stop the process on such a line)"
 
 // violation names a protocol violation as the engine found it: the rule, what is wrong, the
 // line and the fix.
@@ -225,7 +227,7 @@ func violation(pe *stdio.ProtocolError) string {
 	if pe.Line != nil {
 		s += ": " + quote(pe.Line)
 	}
-	return s + "; fix: " + pe.Rule.Fix() + " (millrace run and production stop the process on such a line)"
+	return s + "; fix: " + pe.Rule.Fix()
 }
 
 // toAnswer is an item's result as golden files hold it, or, when the action gave no answer or
@@ -237,13 +239,9 @@ func toAnswer(a *Action, r engine.Result) (*answer, string) {
 	case r.Outcome == engine.Done:
 		ans := &answer{Outcome: stdio.TypeDone}
 		for i, e := range r.Emits {
-			outlet := e.Outlet
-			if name, _, ok := a.DefaultOutlet(); outlet == "" && ok {
-				outlet = name
-			}
-			if !slices.Contains(a.outlets(), outlet) {
-				line := stdio.AppendMessage(nil, &stdio.Message{Type: stdio.TypeEmit, Outlet: e.Outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
-				return nil, violation(stdio.NewProtocolError(stdio.RuleUndeclaredOutlet, line[:len(line)-1], fmt.Sprintf("emit %d names outlet %q, which the action does not declare (its outlets: %s)", i+1, outlet, strings.Join(a.outlets(), ", "))))
+			outlet, err := a.EmitOutlet(i+1, &e)
+			if errors.As(err, &pe) {
+				return nil, "the action broke the protocol " + violation(pe) + " (production fails such a record for good)"
 			}
 			ans.Emits = append(ans.Emits, emitOut{Outlet: outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
 		}
@@ -254,7 +252,7 @@ func toAnswer(a *Action, r engine.Result) (*answer, string) {
 		retryable := act.Retryable
 		return &answer{Outcome: stdio.TypeError, Retryable: &retryable, Message: act.Message}, ""
 	case errors.As(r.Err, &pe):
-		return nil, "no answer: the action broke the protocol " + violation(pe)
+		return nil, "no answer: the action broke the protocol " + violation(pe) + stopped
 	case errors.Is(r.Err, engine.ErrTimeout):
 		return nil, fmt.Sprintf("no answer: %v; answer every item, end each line with \\n, %s", r.Err, streamHint)
 	}
