@@ -103,11 +103,15 @@ func RunFixtures(ctx context.Context, a Action, opts FixtureOptions) (*FixtureRe
 const fixtureOwner = "fixture"
 
 // fixtureConfig is the engine config of a fixture's conversation: the action's, one process,
-// no retry (a fixture shows what one attempt answers), hello with the fixture's config.
+// no retry (a fixture shows what one attempt answers), hello with the fixture's config. The
+// ready timeout is doubled, and 5 s added, as the conformance kit waits: fixtures judge answers,
+// and the kit's ready check judges the start, so a start slowed down by a loaded machine (CI
+// running every action's fixtures at once) does not fail them.
 func fixtureConfig(a *Action, config json.RawMessage) engine.Config {
 	cfg := a.EngineConfig()
 	cfg.Version, cfg.Env, cfg.ShutdownGrace = a.Version, a.Env, a.ShutdownGrace
 	cfg.Concurrency, cfg.Retries = 1, 0
+	cfg.ReadyTimeout = 2*a.ReadyTimeout + 5*time.Second
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: a.Version, Config: config, Vars: a.vars()}
 	return cfg
 }
