@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,7 +112,7 @@ func fixtureConfig(a *Action, config json.RawMessage) engine.Config {
 	cfg := a.EngineConfig()
 	cfg.Version, cfg.Env, cfg.ShutdownGrace = a.Version, a.Env, a.ShutdownGrace
 	cfg.Concurrency, cfg.Retries = 1, 0
-	cfg.ReadyTimeout = 2*a.ReadyTimeout + 5*time.Second
+	cfg.ReadyTimeout = 2*cmp.Or(a.ReadyTimeout, engine.DefaultReadyTimeout) + 5*time.Second
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: a.Version, Config: config, Vars: a.vars()}
 	return cfg
 }
