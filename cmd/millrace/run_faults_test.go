@@ -41,6 +41,10 @@ func TestRunFailsFast(t *testing.T) {
 			[]string{"the action breaks the protocol (invalid-json) on record t.in/0/0", `"{\"type\":\"done\",\"delivery\":dl_`, "fix: write each message with a JSON encoder"}},
 		{"invalid-utf8", "python3 main.py", answerer(`out.buffer.write(b'{"type":"emit","delivery":"' + m["delivery"].encode() + b'","payload":"Zo\xeb"}\n'); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
 			[]string{"the action breaks the protocol (not-utf8) on record t.in/0/0", `Zo\xeb`, "fix: encode stdout as UTF-8"}},
+		{"not-in-flight", "python3 main.py", answerer(`send({"type": "done", "delivery": "dl-x"})`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (not-in-flight) on record t.in/0/0", `"{\"type\": \"done\", \"delivery\": \"dl-x\"}"`, "fix: answer each delivery exactly once, copying \"delivery\" from its item"}},
+		{"undeclared-outlet", "python3 main.py", answerer(`send({"type": "emit", "delivery": m["delivery"], "outlet": "nope", "payload": {}}); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (undeclared-outlet) on record t.in/0/0", `emit 1 names outlet "nope"`, "fix: emit to a declared outlet"}},
 		{"hello-answered-with-text", "python3 main.py", "import sys\nprint('starting up', flush=True)\nsys.stdin.read()\n", 0o644, `{"payload":{}}`,
 			[]string{"the program's answer to hello breaks the protocol (not-json)", `"starting up"`, "fix: stdout carries protocol lines only"}},
 	}
