@@ -14,7 +14,8 @@
 // The files: action.go (the Action, its defaults, descriptor, line and engine config),
 // parse.go (the config line's parser), words.go (its quoting), server.go (the services and
 // the one live conversation), conversation.go (a Start and its batches), records.go (records
-// to items, answers to Emits, dead letters), status.go (stream errors with their chain),
+// to items, answers to Emits, dead letters), events.go (what happens to the processes and
+// records, told to Options.Events as typed values), status.go (stream errors with their chain),
 // metrics.go (Prometheus), trace.go (W3C trace context from records to items and outputs),
 // otel.go (span export with the OpenTelemetry SDK), run.go (the process: port, listeners). The constants the sidecar
 // shares (port, message limit, stop bound, FLOW_* names) are package protocol's.
