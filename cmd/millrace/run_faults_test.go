@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestRunFailsFast: millrace run ends a fault that can only repeat with exit status 1 and one
@@ -35,15 +37,15 @@ func TestRunFailsFast(t *testing.T) {
 		{"refused", "python3 main.py", refuser, 0o644, `{"payload":{"id":4}}`, []string{`the action refuses record t.in/0/0 on every delivery ("payload has no name")`, "--dead-letter PORT"}},
 		// A protocol violation is the action's bug: it ends the run at its second occurrence
 		// (the retry), not after the stall.
-		{"debug-print", "python3 main.py", answerer(`print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+		{"debug-print", "python3 main.py", testkit.PythonAnswerer(`print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
 			[]string{"the action breaks the protocol (not-json) on record t.in/0/0", `"debug: got dl_`, "fix: stdout carries protocol lines only: write logs and debug prints to stderr"}},
-		{"invalid-json", "python3 main.py", answerer(`out.write('{"type":"done","delivery":' + m["delivery"] + '}\n'); out.flush()`), 0o644, `{"payload":{}}`,
+		{"invalid-json", "python3 main.py", testkit.PythonAnswerer(`out.write('{"type":"done","delivery":' + m["delivery"] + '}\n'); out.flush()`), 0o644, `{"payload":{}}`,
 			[]string{"the action breaks the protocol (invalid-json) on record t.in/0/0", `"{\"type\":\"done\",\"delivery\":dl_`, "fix: write each message with a JSON encoder"}},
-		{"invalid-utf8", "python3 main.py", answerer(`out.buffer.write(b'{"type":"emit","delivery":"' + m["delivery"].encode() + b'","payload":"Zo\xeb"}\n'); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+		{"invalid-utf8", "python3 main.py", testkit.PythonAnswerer(`out.buffer.write(b'{"type":"emit","delivery":"' + m["delivery"].encode() + b'","payload":"Zo\xeb"}\n'); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
 			[]string{"the action breaks the protocol (not-utf8) on record t.in/0/0", `Zo\xeb`, "fix: encode stdout as UTF-8"}},
-		{"not-in-flight", "python3 main.py", answerer(`send({"type": "done", "delivery": "dl-x"})`), 0o644, `{"payload":{}}`,
+		{"not-in-flight", "python3 main.py", testkit.PythonAnswerer(`send({"type": "done", "delivery": "dl-x"})`), 0o644, `{"payload":{}}`,
 			[]string{"the action breaks the protocol (not-in-flight) on record t.in/0/0", `"{\"type\": \"done\", \"delivery\": \"dl-x\"}"`, "fix: answer each delivery exactly once, copying \"delivery\" from its item"}},
-		{"undeclared-outlet", "python3 main.py", answerer(`send({"type": "emit", "delivery": m["delivery"], "outlet": "nope", "payload": {}}); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+		{"undeclared-outlet", "python3 main.py", testkit.PythonAnswerer(`send({"type": "emit", "delivery": m["delivery"], "outlet": "nope", "payload": {}}); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
 			[]string{"the action breaks the protocol (undeclared-outlet) on record t.in/0/0", `emit 1 names outlet "nope"`, "fix: emit to a declared outlet"}},
 		{"hello-answered-with-text", "python3 main.py", "import sys\nprint('starting up', flush=True)\nsys.stdin.read()\n", 0o644, `{"payload":{}}`,
 			[]string{"the program's answer to hello breaks the protocol (not-json)", `"starting up"`, "fix: stdout carries protocol lines only"}},
@@ -107,7 +109,7 @@ func TestRunProtocolFaultVerbose(t *testing.T) {
 	files := map[string]string{
 		"action.conf": "t --in in=t-in.v1 --out out=t-out.v1 -- python3 main.py\n",
 		"in.jsonl":    `{"payload":{}}` + "\n",
-		"main.py":     answerer(`print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`),
+		"main.py":     testkit.PythonAnswerer(`print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`),
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -136,25 +138,6 @@ func runCmdCtx(ctx context.Context, t *testing.T, args ...string) (code int, std
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
 	code = dispatch(ctx, e, args)
 	return code, out.String(), errOut.String()
-}
-
-// answerer is a raw Python action that answers ready, and each item with answer (Python
-// statements on one line, with m the item, out sys.stdout and send writing one message).
-func answerer(answer string) string {
-	return `import json, sys
-out = sys.stdout
-def send(msg):
-    out.write(json.dumps(msg) + "\n")
-    out.flush()
-for line in sys.stdin:
-    m = json.loads(line)
-    if m["type"] == "hello":
-        send({"type": "ready"})
-    elif m["type"] == "item":
-        ` + answer + `
-    elif m["type"] == "shutdown":
-        break
-`
 }
 
 // refuser answers ready, then error (not retryable) for every item: a payload it does not

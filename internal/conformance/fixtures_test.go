@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -205,8 +206,7 @@ func TestFixturesUpdateKeepsMessages(t *testing.T) {
 	}
 }
 
-// pythonAction is a raw Python action in a folder of its own: it answers ready, and each item
-// with answer (statements on one line, m the item, out sys.stdout, send writing a message).
+// pythonAction is a raw Python action in a folder of its own (testkit.PythonAnswerer).
 func pythonAction(t *testing.T, answer string) conformance.Action {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -214,20 +214,7 @@ func pythonAction(t *testing.T, answer string) conformance.Action {
 	}
 	a := testAction(t, "python")
 	a.Name, a.Command, a.Env = "py", []string{"python3", "main.py"}, nil
-	writeFile(t, filepath.Join(a.Dir, "main.py"), `import json, sys
-out = sys.stdout
-def send(msg):
-    out.write(json.dumps(msg) + "\n")
-    out.flush()
-for line in sys.stdin:
-    m = json.loads(line)
-    if m["type"] == "hello":
-        send({"type": "ready"})
-    elif m["type"] == "item":
-        `+answer+`
-    elif m["type"] == "shutdown":
-        break
-`)
+	writeFile(t, filepath.Join(a.Dir, "main.py"), testkit.PythonAnswerer(answer))
 	return a
 }
 
