@@ -105,36 +105,46 @@ func (l *LineReader) tooLong(start []byte) error {
 // DecodeMessage decodes one protocol line (without its newline) into m, which it resets first.
 // The line must be UTF-8, one JSON object, with a known "type"; unknown keys are ignored and
 // payloads kept as raw bytes. Any other line gives a *ProtocolError (matching ErrProtocol):
-// the rule it breaks, what is wrong, and the start of the line.
+// the rule it breaks, what is wrong, and the start of the line. A batch envelope decodes as a message of
+// type batch with its array in Messages; SplitBatch reads its messages.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
 	if decodeFast(line, m) {
 		return nil
 	}
-	trimmed := bytes.TrimLeft(line, " \t\r")
+	if pe := decodeObject(line, m, "a line"); pe != nil {
+		return pe
+	}
+	return nil
+}
+
+// decodeObject is DecodeMessage past the fast path: it returns the violation of b, named as
+// noun ("a line", "a message"), or nil when m holds it.
+func decodeObject(b []byte, m *Message, noun string) *ProtocolError {
+	trimmed := bytes.TrimLeft(b, " \t\r")
 	if len(trimmed) == 0 {
 		return NewProtocolError(RuleEmptyLine, nil, "an empty line where a JSON object was expected")
 	}
-	if !utf8.Valid(line) {
-		return NewProtocolError(RuleNotUTF8, line, "a line that is not valid UTF-8")
+	if !utf8.Valid(b) {
+		return NewProtocolError(RuleNotUTF8, b, noun+" that is not valid UTF-8")
 	}
 	if trimmed[0] != '{' {
-		return NewProtocolError(RuleNotObject, line, "a line that is not a JSON object (one object per line; logs go to stderr)")
+		return NewProtocolError(RuleNotObject, b, noun+" that is not a JSON object (one object per line; logs go to stderr)")
 	}
-	if err := json.Unmarshal(line, m); err != nil {
+	if err := json.Unmarshal(b, m); err != nil {
 		rule := RuleInvalidJSON
-		if json.Valid(line) {
+		if json.Valid(b) {
 			rule = RuleBadField
 		}
-		return NewProtocolError(rule, line, fmt.Sprintf("a line that is not a valid JSON object (%v)", shortErr(err)))
+		return NewProtocolError(rule, b, fmt.Sprintf("%s that is not a valid JSON object (%v)", noun, shortErr(err)))
 	}
 	switch m.Type {
-	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown:
+	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch:
 		return nil
 	case "":
-		return NewProtocolError(RuleNoType, line, `a JSON object without "type"`)
+		return NewProtocolError(RuleNoType, b, `a JSON object without "type"`)
 	}
-	return NewProtocolError(RuleUnknownType, line, fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain or ready)", m.Type))
+	return NewProtocolError(RuleUnknownType, b, fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain, batch or ready)", m.Type))
 }
 
 // FastAnswer recognises, without the general decoder and without allocating, the two lines
@@ -172,11 +182,22 @@ func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey,
 	if !bytes.HasPrefix(rest, []byte(`,"payload":`)) {
 		return "", nil, nil, nil, false, false
 	}
-	payload = bytes.TrimSpace(rest[len(`,"payload":`) : len(rest)-1])
+	payload = trimSpace(rest[len(`,"payload":`) : len(rest)-1])
 	if len(payload) == 0 || !utf8.Valid(payload) || !json.Valid(payload) {
 		return "", nil, nil, nil, false, false
 	}
 	return TypeEmit, id, key, payload, hasKey, true
+}
+
+// trimSpace cuts JSON's whitespace (not every Unicode space: a line padded with those is
+// no JSON) from both ends of b.
+func trimSpace(b []byte) []byte {
+	i := skipSpace(b, 0)
+	j := len(b)
+	for j > i && (b[j-1] == ' ' || b[j-1] == '\t' || b[j-1] == '\r' || b[j-1] == '\n') {
+		j--
+	}
+	return b[i:j]
 }
 
 // decodeFast fills m from a line FastAnswer recognises.
@@ -254,6 +275,12 @@ func appendBody(dst []byte, m *Message) []byte {
 			dst = append(dst, `,"window":`...)
 			dst = strconv.AppendInt(dst, int64(m.Window), 10)
 		}
+		if m.Batch {
+			dst = append(dst, `,"batch":true`...)
+		}
+	case TypeBatch:
+		dst = append(dst, `,"messages":`...)
+		dst = appendRaw(dst, m.Messages, "[]")
 	case TypeItem:
 		dst = appendItemFields(dst, &Item{
 			ID: m.ID, Run: m.Run, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload,

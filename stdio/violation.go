@@ -24,6 +24,8 @@ const (
 	RuleNotInFlight      Rule = "not-in-flight"      // an answer for a delivery that is not in flight
 	RuleStagedTooMuch    Rule = "staged-too-much"    // more emit and metric bytes for one delivery than the engine holds
 	RuleUndeclaredOutlet Rule = "undeclared-outlet"  // an emit to an outlet the action config does not declare
+	RuleMalformedBatch   Rule = "malformed-batch"    // a batch envelope that breaks its rules
+	RuleUndeclaredBatch  Rule = "undeclared-batch"   // an envelope from an action whose ready did not declare "batch": true
 )
 
 // Fix says, in a sentence for the action's author, how to mend a line that breaks r.
@@ -49,6 +51,10 @@ func (r Rule) Fix() string {
 		return "answer hello with one ready, then send only emit, metric, done, error or abstain"
 	case RuleNotInFlight:
 		return `answer each delivery exactly once, copying "delivery" from its item, and write nothing between deliveries`
+	case RuleMalformedBatch:
+		return `write an envelope as {"type":"batch","messages":[…]} holding emit, metric, done, error and abstain objects only, or one message per line`
+	case RuleUndeclaredBatch:
+		return `declare "batch": true in the ready line to answer in envelopes, or write one message per line`
 	case RuleUndeclaredOutlet:
 		return "emit to a declared outlet, or declare it with --out PORT=SCHEMA on the config line"
 	}
