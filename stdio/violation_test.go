@@ -57,3 +57,19 @@ func TestLineTooLongRule(t *testing.T) {
 		t.Fatalf("ReadLine() = %v; want a ProtocolError of %s matching ErrLineTooLong and ErrProtocol", err, stdio.RuleLineTooLong)
 	}
 }
+
+// TestBatchRule: an envelope that breaks its own rules is a ProtocolError of
+// RuleMalformedBatch matching ErrMalformedBatch; a message in it that DecodeMessage would refuse
+// keeps its own rule and matches ErrMalformedBatch too.
+func TestBatchRule(t *testing.T) {
+	_, err := stdio.SplitBatch([]byte(`{"type":"batch"}`), func([]byte) error { return nil })
+	var pe *stdio.ProtocolError
+	if !errors.As(err, &pe) || pe.Rule != stdio.RuleMalformedBatch || !errors.Is(err, stdio.ErrMalformedBatch) || !errors.Is(err, stdio.ErrProtocol) {
+		t.Errorf("SplitBatch(no messages) = %v; want a ProtocolError of %s matching ErrMalformedBatch", err, stdio.RuleMalformedBatch)
+	}
+	var m stdio.Message
+	err = stdio.DecodeInBatch([]byte(`{"type":"done","delivery":dl-x}`), &m)
+	if !errors.As(err, &pe) || pe.Rule != stdio.RuleInvalidJSON || !errors.Is(err, stdio.ErrMalformedBatch) {
+		t.Errorf("DecodeInBatch(invalid JSON) = %v; want a ProtocolError of %s matching ErrMalformedBatch", err, stdio.RuleInvalidJSON)
+	}
+}

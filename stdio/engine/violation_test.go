@@ -24,6 +24,7 @@ func TestProtocolViolationHook(t *testing.T) {
 		{"wrongdelivery", stdio.RuleNotInFlight, `{"type":"done","delivery":"dl_someone_else"}`},
 		{"nonewline", stdio.RuleNoNewline, `{"type":"done","delivery":"`},
 		{"chatty", stdio.RuleStagedTooMuch, ""},
+		{"batchundeclared", stdio.RuleUndeclaredBatch, `{"type":"batch"`},
 	}
 	type report struct {
 		pid  int
