@@ -179,7 +179,7 @@ func TestRecords(t *testing.T) {
 		line: twoOutlets,
 		recs: []*flowv1.InputRecord{rec(5, nil, `{"op":"emits","n":1}`)},
 		check: func(t *testing.T, a *answer) {
-			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `record in-topic/0/5 failed for good after 1 attempt(s): emit 1 names no outlet, and the action has 2 outlets besides its --dead-letter and --fallback ports (a, b)`) || len(a.emits) != 0 {
+			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `record in-topic/0/5 failed for good after 1 attempt(s): stdio: protocol violation: emit 1 names no outlet, and the action has 2 outlets besides its --dead-letter and --fallback ports (a, b)`) || len(a.emits) != 0 {
 				t.Errorf("answer = %v; want Fail naming the record and the missing outlet", a)
 			}
 		},
@@ -197,7 +197,7 @@ func TestRecords(t *testing.T) {
 		line: oneOutlet,
 		recs: []*flowv1.InputRecord{rec(0, nil, `{"op":"skip"}`), rec(1, nil, `{"op":"to","outlets":["nope"]}`)},
 		check: func(t *testing.T, a *answer) {
-			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `record in-topic/0/1 failed for good after 1 attempt(s): emit 1 names outlet "nope", which the action config does not declare`) {
+			if a.fail == nil || !strings.Contains(a.fail.GetError().GetMessage(), `record in-topic/0/1 failed for good after 1 attempt(s): stdio: protocol violation: emit 1 names outlet "nope", which the action config does not declare`) {
 				t.Errorf("answer = %v; want Fail naming the undeclared outlet", a)
 			}
 		},

@@ -170,8 +170,14 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		}
 	}
 	var started []*running
-	stop := func() {
+	stop := func(abort bool) {
 		stopMetrics()
+		if abort { // a fault that can only repeat: nothing in flight will succeed, so none is waited for
+			for _, st := range started {
+				st.sidecar.cancel()
+				st.srv.Abort()
+			}
+		}
 		for _, st := range started { // the sidecars first: they stop their conversations
 			_ = st.sidecar.stop()
 		}
@@ -184,7 +190,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	for _, s := range p.Streamlets {
 		st, err := r.startStreamlet(runCtx, s, brokers)
 		if err != nil {
-			stop()
+			stop(false)
 			return nil, err
 		}
 		started = append(started, st)
@@ -198,7 +204,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	go r.produceInput(runCtx, inputDone)
 
 	err = r.watch(ctx, inputDone)
-	stop()
+	stop(errors.Is(err, errRepeats))
 	stopAll()
 	if errors.Is(err, ErrInterrupted) {
 		err = r.interrupted()
