@@ -49,3 +49,9 @@ var (
 )
 
 type ConfigError = configError
+
+// SetClock replaces the sidecar's clock (now) and its timers (after, on that clock); call it
+// before Run.
+func SetClock(s *Sidecar, now func() time.Time, after func(time.Duration) <-chan time.Time) {
+	s.now, s.after = now, after
+}

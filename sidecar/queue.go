@@ -67,6 +67,13 @@ type partition struct {
 
 	commits int // offset commits made for this partition, for tests
 
+	// pend is what is confirmed and not yet committed (at least once): the batches whose emits
+	// the broker confirmed since the last commit, their records gone from the queue.
+	pend pending
+	// revoking is set while a cooperative revocation lets the partition's batches finish
+	// (handOver): no new batch is sent for it.
+	revoking bool
+
 	// The lag: the high watermark last seen (from a fetch or an offset query) and the
 	// committed offset (the next offset the group resumes from), -1 while unknown. fetched
 	// says a fetch has come since the assignment: its first record is at the committed offset.
