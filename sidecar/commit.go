@@ -38,9 +38,7 @@ func (s *Sidecar) commitLoop(c *conversation) {
 		s.commitMu.Lock()
 		s.mu.Lock()
 		c.round, c.commitDone = nil, true
-		if s.kafka.txn == nil {
-			s.forgetPending()
-		}
+		s.forgetWritten()
 		s.handed.Broadcast()
 		s.mu.Unlock()
 		s.commitMu.Unlock()
@@ -207,58 +205,70 @@ func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 }
 
 // confirm records batches whose every emit the broker confirmed (at least once): their
-// offsets wait for the next commit, their records stay queued until it (a failure redelivers
-// from the last commit).
+// offsets wait for the next commit, their records stay queued until it (written).
 func (s *Sidecar) confirm(round []*batch) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	for _, b := range round {
+		if p := b.p; !b.revoked && p.owned && p.epoch == b.epoch {
+			p.pend.offset = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
+			p.pend.batches++
+			p.pend.records += int64(b.n)
+		}
+	}
+	s.mu.Unlock()
+	s.written(round)
+}
+
+// written marks the records of batches whose emits are written, and wait for their commit
+// (done): fetching resumes where that brings a partition below low water.
+func (s *Sidecar) written(round []*batch) {
+	resume := map[string][]int32{}
+	s.mu.Lock()
 	for _, b := range round {
 		p := b.p
 		if b.revoked || !p.owned || p.epoch != b.epoch {
 			continue // a rebalance discards: the new owner reads these records again
 		}
-		p.pend.offset = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
-		p.pend.batches++
-		p.pend.records += int64(b.n)
-		p.committedTo(b.last.in.GetOffset())
+		p.done = min(p.done+b.n, len(p.queue))
+		if p.paused && p.belowLowWater() {
+			p.paused = false
+			resume[p.topic] = append(resume[p.topic], p.partition)
+		}
+	}
+	s.mu.Unlock()
+	if len(resume) > 0 {
+		s.kafka.cl.ResumeFetchPartitions(resume)
 	}
 }
 
 // commitEarlyLocked reports whether what waits for the commit holds the stream back before
-// the interval ends: a partition whose fetching paused at high water holds confirmed records
-// (at least once) or records of the open transaction (exactly once), which only the commit
-// lets go; or, exactly once, the transaction's emits fill FLOW_MAX_HELD_EMIT_BYTES, past
-// which no batch is sent. The queues and the held emits stay within their bounds. Called with
-// mu held.
+// the interval ends: a partition whose fetching paused at high water by the bytes its
+// written records hold (they count by bytes, done), which only the commit lets go; or,
+// exactly once, the open transaction's emits fill FLOW_MAX_HELD_EMIT_BYTES, past which no
+// batch is sent. The queues and the held emits stay within their bounds. Called with mu held.
 func (s *Sidecar) commitEarlyLocked(c *conversation) bool {
-	if s.kafka.txn == nil {
-		for _, p := range s.order {
-			if p.owned && p.paused && p.pend.batches > 0 {
-				return true
-			}
+	if s.kafka.txn != nil {
+		if !c.txnOpen {
+			return false
 		}
-		return false
+		if s.stats.HeldEmitBytes >= s.cfg.MaxHeldEmitBytes {
+			return true
+		}
 	}
-	if !c.txnOpen {
-		return false
-	}
-	if s.stats.HeldEmitBytes >= s.cfg.MaxHeldEmitBytes {
-		return true
-	}
-	for _, b := range c.txn {
-		if b.p.paused {
+	for _, p := range s.order {
+		if p.owned && p.paused && p.done > 0 && len(p.queue)-p.done < highWaterBatches*p.inlet.MaxRecords {
 			return true
 		}
 	}
 	return false
 }
 
-// forgetPending is the end of a conversation at least once: what is confirmed and could not
-// be committed is sent again by the next conversation, from the last commit. Called with
-// commitMu and mu held.
-func (s *Sidecar) forgetPending() {
+// forgetWritten is the end of a conversation: what is written and could not be committed
+// is sent again by the next conversation, from the last commit. Called with commitMu and mu
+// held.
+func (s *Sidecar) forgetWritten() {
 	for _, p := range s.order {
-		p.pend = pending{}
+		p.pend, p.done = pending{}, 0
 	}
 }
 
@@ -320,6 +330,7 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 		}
 		p.commits++
 		p.committed = was.offset.Offset
+		p.committedTo(was.offset.Offset - 1)
 		p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
 		s.stats.BatchesCommitted += was.batches
 		s.stats.RecordsCommitted += was.records

@@ -55,3 +55,16 @@ type ConfigError = configError
 func SetClock(s *Sidecar, now func() time.Time, after func(time.Duration) <-chan time.Time) {
 	s.now, s.after = now, after
 }
+
+// Revoking returns the partitions of topic whose revocation waits for their batches.
+func Revoking(s *Sidecar, topic string) []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int32
+	for _, p := range s.order {
+		if p.topic == topic && p.revoking {
+			out = append(out, p.partition)
+		}
+	}
+	return out
+}

@@ -47,8 +47,13 @@ type partition struct {
 	queue      []record
 	queueBytes int64
 	sent       int
-	inflight   *batch // the batch with the process, nil if none
-	paused     bool
+	// done counts the records at the head of the queue that are written and wait for their
+	// commit (pend, or the open transaction): they stay queued (a failure redelivers from the
+	// last commit) and count against the high water mark by their bytes, not by their number,
+	// so a commit interval does not pause fetching while the memory bound holds.
+	done     int
+	inflight *batch // the batch with the process, nil if none
+	paused   bool
 	// next is the offset after the last record queued in this assignment: a record below it
 	// was queued (or committed) already and comes again after a pause, or after the
 	// exactly-once client rewinds its fetch position to the last commit when a transaction
@@ -153,11 +158,11 @@ func (s *Sidecar) enqueue(p *partition, r record) bool {
 }
 
 func (p *partition) aboveHighWater() bool {
-	return len(p.queue) >= highWaterBatches*p.inlet.MaxRecords || p.queueBytes >= int64(highWaterBatches*p.inlet.MaxBytes)
+	return len(p.queue)-p.done >= highWaterBatches*p.inlet.MaxRecords || p.queueBytes >= int64(highWaterBatches*p.inlet.MaxBytes)
 }
 
 func (p *partition) belowLowWater() bool {
-	return len(p.queue) <= lowWaterBatches*p.inlet.MaxRecords && p.queueBytes <= int64(lowWaterBatches*p.inlet.MaxBytes)
+	return len(p.queue)-p.done <= lowWaterBatches*p.inlet.MaxRecords && p.queueBytes <= int64(lowWaterBatches*p.inlet.MaxBytes)
 }
 
 // dropHead removes the first n records of the queue (committed, or discarded). Called with mu
@@ -173,6 +178,7 @@ func (s *Sidecar) dropHead(p *partition, n int) (resume bool) {
 		p.queue = nil
 	}
 	p.queueBytes -= bytes
+	p.done = max(p.done-n, 0)
 	p.sent -= n
 	if p.sent < 0 {
 		p.sent = 0

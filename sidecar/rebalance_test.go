@@ -108,3 +108,65 @@ func answer(c *call, by string) error {
 	}
 	return c.ack()
 }
+
+// TestRebalanceHandsOver runs two sidecars in one group at least once. A takes every
+// partition and its process holds every batch; B joins, and the cooperative rebalance revokes
+// some of A's partitions while their batches are with A's process. The revocation waits: A's
+// process answers while it does, A writes those batches' emits and commits them before giving
+// the partitions up, and B starts where A stopped. No record is processed twice.
+func TestRebalanceHandsOver(t *testing.T) {
+	b := newBroker(t)
+	const parts, n = 4, 40
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	b.Produce(t, records(in, parts, n)...)
+
+	held := make(chan *call, 100)
+	release := make(chan struct{})
+	fa := newProcess(t, nil)
+	fa.async = true
+	fa.onBatch = func(c *call) error {
+		held <- c
+		<-release
+		return answer(c, "A")
+	}
+	ea := baseEnv(t, b, fa, in, out)
+	group := ea["FLOW_CONSUMER_GROUP"]
+	ra := start(t, ea.config(t))
+	for range parts {
+		<-held // every partition's first batch is with A's process
+	}
+
+	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
+	eb := baseEnv(t, b, fb, in, out)
+	eb["FLOW_CONSUMER_GROUP"] = group
+	rb := start(t, eb.config(t))
+	var revoking []int32
+	waitFor(t, "A's revocation waiting for its batches", func() bool {
+		revoking = sidecar.Revoking(ra.sc, in)
+		return len(revoking) > 0
+	})
+	close(release) // A's process answers what it holds while the revocation waits
+	waitFor(t, "B to own partitions", func() bool { return len(sidecar.Owned(rb.sc, in)) > 0 })
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, ends(parts, n)) })
+	ra.stop(t)
+	rb.stop(t)
+
+	for _, p := range revoking {
+		if c := sidecar.CommitsFor(ra.sc, in, p); c == 0 {
+			t.Errorf("A never committed partition %d, revoked while its batch was out; want its batch committed before the hand-over", p)
+		}
+	}
+	if strings.Contains(ra.logs.String(), "did not finish in time") {
+		t.Errorf("A's revocation timed out; want the batches answered while it waited:\n%s", ra.logs.String())
+	}
+	got := b.ReadN(t, out, int(b.Count(t, out)), waitTimeout)
+	seen := map[string]int{}
+	for _, r := range got {
+		seen[string(r.Value)]++
+	}
+	for i := range n {
+		if v := fmt.Sprintf("v%d!", i); seen[v] != 1 {
+			t.Errorf("record %d written %d times; want once", i, seen[v])
+		}
+	}
+}

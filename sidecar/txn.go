@@ -114,6 +114,7 @@ func (s *Sidecar) txnStep(c *conversation, round []*batch, ending bool) error {
 			s.abortTxn(c)
 			return s.txnFailure("", err)
 		}
+		s.written(round)
 	}
 	if c.txnOpen && (ending || s.commitDue(c)) {
 		return s.endTxn(c)
