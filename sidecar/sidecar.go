@@ -13,8 +13,9 @@
 // conversation.go (one Run stream and the batches it sends), receive.go (the process's Emits,
 // Acks and Fails), kafka.go (the clients and the poller), queue.go (each partition's buffer
 // of fetched records), budget.go (the emit budgets: backpressure and halving an over-budget
-// batch), rebalance.go, commit.go (produce, then commit), txn.go (the exactly-once round: one
-// transaction), stall.go, readiness.go, lag.go (high watermarks and committed offsets),
+// batch), rebalance.go (revocation: a planned one lets the batches finish), commit.go (produce,
+// then commit, once per FLOW_COMMIT_INTERVAL), txn.go (exactly once: one transaction per
+// interval), stall.go, readiness.go, lag.go (high watermarks and committed offsets),
 // metrics.go (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics,
 // /healthz, /readyz). Its API is what cmd/millrace, internal/local and the benchmarks use.
 // Errors keep their cause: the logged error of an emit the broker refused matches

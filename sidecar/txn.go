@@ -32,8 +32,8 @@ import (
 // transactional id fences it sooner. A round must end within it: it covers produceTimeout.
 const txnTimeout = produceTimeout + commitTimeout
 
-// txnAttempts bounds the transactions one round may take: a round is aborted and retried
-// with the batches still owned when a rebalance touches it.
+// txnAttempts bounds the transactions one interval's batches may take: they are aborted and
+// written again, those still owned, when a rebalance touches them.
 const txnAttempts = 5
 
 // txnOpts are the exactly-once client's options beyond the consumer's.
@@ -222,7 +222,7 @@ func (s *Sidecar) endTxn(c *conversation) error {
 		// Not committed and no error: the group rebalanced (or the broker refused the offsets of
 		// an old generation) since Begin. Try again with what is still owned.
 		if attempt >= txnAttempts {
-			return streamFailed(causeCommit, "%w for group %s: %d transactions of one round aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
+			return streamFailed(causeCommit, "%w for group %s: %d transactions of one commit interval aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
 		}
 		s.log.Info("the transaction was aborted: the group rebalanced while it was open; writing the batches still owned again", "attempt", attempt)
 		if batches = s.owned(batches); len(batches) == 0 {
