@@ -12,7 +12,8 @@ import (
 
 // TestRebalanceRevokesMidBatch runs two sidecars in one group. A takes every partition and
 // its process holds every batch; B joins, and the rebalance revokes some of A's partitions
-// while their batches are with A's process. When A's process then emits and acknowledges
+// while their batches are with A's process, which does not answer within the revocation's
+// wait (handOverTimeout): they are discarded. When A's process then emits and acknowledges
 // everything, the revoked batches' emits and acks are dropped silently: A commits nothing
 // for a partition it no longer owns, writes none of their emits, and does not fail its
 // stream; B reads those partitions again from the last commit, and no record is lost.
@@ -77,6 +78,9 @@ func TestRebalanceRevokesMidBatch(t *testing.T) {
 	}
 	if strings.Contains(ra.logs.String(), "stream failed") {
 		t.Errorf("A failed its stream over answers for revoked batches; want them dropped silently:\n%s", ra.logs.String())
+	}
+	if !strings.Contains(ra.logs.String(), "did not finish in time") {
+		t.Errorf("A's log does not say the revoked partitions' batches were discarded after the hand-over's wait:\n%s", ra.logs.String())
 	}
 	total := b.Count(t, out)
 	got := b.ReadN(t, out, int(total), waitTimeout)
