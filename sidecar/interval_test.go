@@ -1,13 +1,16 @@
 package sidecar_test
 
 import (
+	"context"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -208,4 +211,76 @@ func TestCommitIntervalCrash(t *testing.T) {
 	if n := b.Count(t, out); n != 75 {
 		t.Errorf("outputs = %d; want 75 (40, then the 35 redelivered)", n)
 	}
+}
+
+// TestCommitIntervalWaitsForWrites holds every write to the outlet while batches are
+// acknowledged and the commit interval passes again and again: nothing of them is committed
+// while their emits are unconfirmed, though the earlier, confirmed round was; once the writes
+// go through, the next commit covers them.
+func TestCommitIntervalWaitsForWrites(t *testing.T) {
+	t.Setenv(testkit.EnvBrokers, "") // holding the writes needs kfake
+	b := newBroker(t)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
+	f := newProcess(t, echo)
+	e := baseEnv(t, b, f, in, out)
+	e["FLOW_COMMIT_INTERVAL"] = "1s"
+	e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "10"
+	group := e["FLOW_CONSUMER_GROUP"]
+	clock := newFakeClock()
+	r := startTuned(t, e.config(t), func(s *sidecar.Sidecar) { sidecar.SetClock(s, clock.now, clock.after) })
+	all := records(in, 1, 30)
+	b.Produce(t, all[:5]...)
+	waitFor(t, "the first round committed", func() bool { return committed(t, b, group, in)[0] == 5 })
+
+	release := make(chan struct{})
+	held := holdWrites(t, b, out, release)
+	b.Produce(t, all[5:]...)
+	<-held // a write of an acknowledged batch waits at the broker
+	waitFor(t, "a batch acknowledged while its writes are held", func() bool {
+		return metricCount(t, r.sc.Registry(), "millrace_sidecar_batch_round_trip_seconds") >= 2
+	})
+	for range 5 {
+		clock.advance(time.Second)
+	}
+	if got := committed(t, b, group, in)[0]; got != 5 {
+		t.Errorf("committed while the writes were held = %d; want 5: nothing before its emits are confirmed", got)
+	}
+	close(release)
+	waitFor(t, "every record committed once the writes went through", func() bool {
+		clock.advance(time.Second)
+		return committed(t, b, group, in)[0] == 30
+	})
+	if got := b.ReadN(t, out, 30, waitTimeout); len(got) != 30 {
+		t.Errorf("outputs = %d; want 30", len(got))
+	}
+}
+
+// holdWrites holds every produce request to topic, named or by its topic id (Produce v13
+// names topics by id), until release is closed. The channel it returns is closed once one is
+// held.
+func holdWrites(t *testing.T, b *testkit.Broker, topic string, release <-chan struct{}) <-chan struct{} {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), b.Admin)
+	if err != nil || len(resp.Topics) != 1 {
+		t.Fatalf("the topic id of %s: %v", topic, err)
+	}
+	id := resp.Topics[0].TopicID
+	held := make(chan struct{})
+	var once sync.Once
+	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == topic || tp.TopicID == id {
+				once.Do(func() { close(held) })
+				b.Cluster.SleepControl(func() { <-release })
+				break
+			}
+		}
+		return nil, nil, false
+	})
+	return held
 }

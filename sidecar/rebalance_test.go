@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
@@ -166,6 +167,48 @@ func TestRebalanceHandsOver(t *testing.T) {
 	got := b.ReadN(t, out, int(b.Count(t, out)), waitTimeout)
 	seen := map[string]int{}
 	for _, r := range got {
+		seen[string(r.Value)]++
+	}
+	for i := range n {
+		if v := fmt.Sprintf("v%d!", i); seen[v] != 1 {
+			t.Errorf("record %d written %d times; want once", i, seen[v])
+		}
+	}
+}
+
+// TestRebalanceWritesBeforeHandOver: A's batches are acknowledged but their writes are held at
+// the broker when B joins and the rebalance revokes some of A's partitions. The revocation
+// waits for the writes and commits them before giving the partitions up: B starts after them,
+// and no record is written twice (a revocation that gave the partitions up at once left those
+// writes uncommitted, and B wrote the records again).
+func TestRebalanceWritesBeforeHandOver(t *testing.T) {
+	t.Setenv(testkit.EnvBrokers, "") // holding the writes needs kfake
+	b := newBroker(t)
+	const parts, n = 4, 40
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	release := make(chan struct{})
+	held := holdWrites(t, b, out, release)
+	b.Produce(t, records(in, parts, n)...)
+
+	fa := newProcess(t, func(c *call) error { return answer(c, "A") })
+	ea := baseEnv(t, b, fa, in, out)
+	group := ea["FLOW_CONSUMER_GROUP"]
+	ra := start(t, ea.config(t))
+	<-held // A's acknowledged batches wait to be written
+
+	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
+	eb := baseEnv(t, b, fb, in, out)
+	eb["FLOW_CONSUMER_GROUP"] = group
+	rb := start(t, eb.config(t))
+	waitFor(t, "A's revocation waiting for its writes", func() bool { return len(sidecar.Revoking(ra.sc, in)) > 0 })
+	close(release)
+	waitFor(t, "B to own partitions", func() bool { return len(sidecar.Owned(rb.sc, in)) > 0 })
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, ends(parts, n)) })
+	ra.stop(t)
+	rb.stop(t)
+
+	seen := map[string]int{}
+	for _, r := range b.ReadN(t, out, int(b.Count(t, out)), waitTimeout) {
 		seen[string(r.Value)]++
 	}
 	for i := range n {
