@@ -241,11 +241,12 @@ func (s *Sidecar) written(round []*batch) {
 	}
 }
 
-// commitEarlyLocked reports whether what waits for the commit holds the stream back before
-// the interval ends: a partition whose fetching paused at high water by the bytes its
-// written records hold (they count by bytes, done), which only the commit lets go; or,
-// exactly once, the open transaction's emits fill FLOW_MAX_HELD_EMIT_BYTES, past which no
-// batch is sent. The queues and the held emits stay within their bounds. Called with mu held.
+// commitEarlyLocked reports whether what waits for the commit should not wait for the
+// interval's end: a partition holds as many written records as the high water mark allows
+// unwritten ones (they count by bytes only, done), or its fetching paused at high water by
+// the bytes its written records hold, which only the commit lets go; or, exactly once, the
+// open transaction's emits fill FLOW_MAX_HELD_EMIT_BYTES, past which no batch is sent. The
+// queues and the held emits stay within their bounds. Called with mu held.
 func (s *Sidecar) commitEarlyLocked(c *conversation) bool {
 	if s.kafka.txn != nil {
 		if !c.txnOpen {
@@ -256,7 +257,10 @@ func (s *Sidecar) commitEarlyLocked(c *conversation) bool {
 		}
 	}
 	for _, p := range s.order {
-		if p.owned && p.paused && p.done > 0 && len(p.queue)-p.done < highWaterBatches*p.inlet.MaxRecords {
+		if !p.owned || p.done == 0 {
+			continue
+		}
+		if p.done >= highWaterBatches*p.inlet.MaxRecords || (p.paused && len(p.queue)-p.done < highWaterBatches*p.inlet.MaxRecords) {
 			return true
 		}
 	}

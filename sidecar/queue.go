@@ -50,7 +50,8 @@ type partition struct {
 	// done counts the records at the head of the queue that are written and wait for their
 	// commit (pend, or the open transaction): they stay queued (a failure redelivers from the
 	// last commit) and count against the high water mark by their bytes, not by their number,
-	// so a commit interval does not pause fetching while the memory bound holds.
+	// so a commit interval does not pause fetching; by number they are at most as many again
+	// (then the commit comes early, commitEarlyLocked).
 	done     int
 	inflight *batch // the batch with the process, nil if none
 	paused   bool
