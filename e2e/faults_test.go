@@ -189,9 +189,10 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 	}
 	t.Log("the sidecar", exited)
 	if !b.Real() {
-		// kfake keeps a classic-group member that joined and died before its SyncGroup in the
-		// group for good (its session never expires), so a third sidecar gets only some
-		// partitions there; a real broker expires it after the session timeout, 45 s.
+		// kfake starts a member's session timer only once a response reached it, so the
+		// second sidecar, dead while its JoinGroup waited, never expires once the group's
+		// leader has synced, and a third sidecar gets only some partitions there (e2e
+		// README); a real broker expires it after the session timeout, 45 s.
 		return
 	}
 

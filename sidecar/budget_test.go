@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,7 +105,10 @@ func TestEmitBudgetBisect(t *testing.T) {
 	e["FLOW_MAX_BATCH_EMIT_BYTES"] = fmt.Sprint(emit * 3 / 2) // one record's emits fit, two do not
 	r := start(t, e.config(t))
 	group := e["FLOW_CONSUMER_GROUP"]
-	waitFor(t, "16 records committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: 16}) })
+	// The sidecar's own count moves with the cap's end, after the broker took the commit.
+	waitFor(t, "16 records committed", func() bool {
+		return allCommitted(t, b, group, in, map[int32]int64{0: 16}) && r.sc.RecordsCommitted() == 16
+	})
 	more := records(in, 1, 20)[16:]
 	b.Produce(t, more...)
 	waitFor(t, "20 records committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: 20}) })
@@ -117,9 +121,12 @@ func TestEmitBudgetBisect(t *testing.T) {
 	for range 16 {
 		want = append(want, 1)
 	}
-	want = append(want, 4, 2, 1, 1, 1, 1)
-	if fmt.Sprint(sizes) != fmt.Sprint(want) {
-		t.Errorf("batch sizes = %v; want %v (halved down to one record, whole again once committed)", sizes, want)
+	if len(sizes) < len(want) || fmt.Sprint(sizes[:len(want)]) != fmt.Sprint(want) {
+		t.Errorf("batch sizes = %v; want them to begin %v (halved down to one record)", sizes, want)
+	} else if tail := sizes[len(want):]; slices.Max(append([]int{0}, tail...)) < 2 {
+		// The four more records are one batch, then halved, unless a fetch brought fewer of
+		// them at once: the cap may not hold them to one record each.
+		t.Errorf("batch sizes after the first 16 records committed = %v; want a batch of more than one record (whole again once committed)", tail)
 	}
 	for _, msg := range []string{
 		fmt.Sprintf("topic %s partition 0 (offsets 0-15, 16 records)", in),

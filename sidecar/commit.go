@@ -16,42 +16,79 @@ import (
 // commitTimeout bounds one offset commit.
 const commitTimeout = 30 * time.Second
 
-// commitLoop produces and commits acknowledged batches, in rounds: every batch acknowledged
-// since the last round is produced, all confirmed, and only then committed together. Once the
-// conversation has ended (failed or stopping) it drains what was acknowledged before the end
-// (those acks were valid) and returns; a produce or commit failure of its own ends it at once,
-// committing nothing more.
+// pending is a partition's confirmed, uncommitted work: the offset to commit and how many
+// batches and records it covers.
+type pending struct {
+	offset  kgo.EpochOffset
+	batches int
+	records int64
+}
+
+// commitLoop produces acknowledged batches in rounds, every batch acknowledged since the last
+// round at once, and commits at most once per FLOW_COMMIT_INTERVAL. At least once, a round's
+// emits are written as soon as it is taken and its offsets wait, confirmed, for the next
+// commit, which covers every round confirmed since the last; in exactly-once mode rounds are
+// written into one open transaction, which ends when the interval has passed (txn.go). Once
+// the conversation has ended (failed, or stopped and drained) it writes what was acknowledged
+// before the end (those acks were valid), commits what is confirmed and returns; exactly
+// once, a failed conversation aborts its open transaction instead. A produce or commit
+// failure of its own ends it at once.
 func (s *Sidecar) commitLoop(c *conversation) {
+	defer func() {
+		s.commitMu.Lock()
+		s.mu.Lock()
+		c.round, c.commitDone = nil, true
+		s.forgetWritten()
+		s.handed.Broadcast()
+		s.mu.Unlock()
+		s.commitMu.Unlock()
+	}()
+	var (
+		tick   <-chan time.Time
+		tickAt time.Time
+	)
 	for {
 		s.mu.Lock()
-		for len(c.acked) == 0 && c.err == nil && !c.stopping {
+		for len(c.acked) == 0 && c.err == nil && !c.ended {
+			dueAt, waiting := s.commitDueLocked(c)
+			if waiting && (!s.now().Before(dueAt) || s.commitEarlyLocked(c)) {
+				break
+			}
+			if !waiting {
+				tick = nil
+			} else if tick == nil || !tickAt.Equal(dueAt) {
+				tick, tickAt = s.after(dueAt.Sub(s.now())), dueAt
+			}
 			s.mu.Unlock()
 			select {
 			case <-c.commitKick:
 			case <-c.failed:
+			case <-tick:
+				tick = nil
 			}
 			s.mu.Lock()
 		}
 		round := c.acked
 		c.acked = nil
+		ending := c.err != nil || c.ended
 		// Exactly once: a stream failure aborts; what was acknowledged is delivered again.
 		abandon := s.kafka.txn != nil && c.err != nil
 		c.round = round
 		s.mu.Unlock()
-		if len(round) == 0 || abandon {
-			s.mu.Lock()
-			for _, b := range round {
-				s.drop(b) // never written: the budgets let go of them
-			}
-			s.mu.Unlock()
-			return
+
+		var err error
+		switch {
+		case abandon:
+			s.abandonTxn(c, round)
+		case s.kafka.txn != nil:
+			err = s.txnStep(c, round, ending)
+		default:
+			err = s.step(c, round, ending)
 		}
-		err := s.commit(c, round)
 		s.mu.Lock()
 		c.round = nil
-		s.mu.Unlock()
+		s.handed.Broadcast()
 		if err != nil {
-			s.mu.Lock()
 			c.fail(err)
 			c.acked = nil
 			for _, b := range round {
@@ -59,33 +96,61 @@ func (s *Sidecar) commitLoop(c *conversation) {
 					c.failing[b.p] = true // a batch whose write keeps failing stalls its partition too
 				}
 			}
-			s.mu.Unlock()
+		}
+		done := err != nil || abandon || (ending && len(c.acked) == 0)
+		s.mu.Unlock()
+		if done {
 			return
 		}
 	}
 }
 
-// commit is one commit round: a transaction in exactly-once mode, else produce then commit.
-func (s *Sidecar) commit(c *conversation, round []*batch) error {
-	if s.kafka.txn != nil {
-		// The emits are held until the round ends (an aborted attempt writes them again), then
-		// the budgets let go of them, committed or not.
-		err := s.commitTxnRound(c, round)
-		s.mu.Lock()
-		for _, b := range round {
-			s.drop(b)
+// commitDueLocked returns when the next commit is due and whether anything waits for it:
+// confirmed offsets (at least once) or an open transaction. Called with mu held.
+func (s *Sidecar) commitDueLocked(c *conversation) (time.Time, bool) {
+	waiting := c.txnOpen
+	if s.kafka.txn == nil {
+		for _, p := range s.order {
+			if p.owned && p.pend.batches > 0 {
+				waiting = true
+				break
+			}
 		}
-		s.mu.Unlock()
-		return err
 	}
-	return s.commitRound(c.produceCtx, round)
+	return s.lastCommit.Add(max(s.cfg.CommitInterval, 0)), waiting
 }
 
-// commitRound writes the emits of acknowledged batches and commits their offsets. Commit after
-// the write: offsets only after every emit is confirmed by the broker; never a commit for a
-// partition no longer owned (checked under commitMu, which revocation takes too).
-func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
-	cl, prod := s.kafka.cl, s.kafka.prod
+// commitDue reports whether the commit interval has passed since the last commit, or the
+// commit should come early (commitEarlyLocked).
+func (s *Sidecar) commitDue(c *conversation) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.now().Before(s.lastCommit.Add(max(s.cfg.CommitInterval, 0))) || s.commitEarlyLocked(c)
+}
+
+// step is one round at least once: the round's emits are written and, all confirmed, its
+// offsets join the confirmed ones; those are committed when the interval has passed or the
+// conversation is ending. A produce failure still commits what earlier rounds confirmed.
+func (s *Sidecar) step(c *conversation, round []*batch, ending bool) error {
+	if len(round) > 0 {
+		if err := s.produceRound(c.produceCtx, round); err != nil {
+			if cerr := s.commitPending(c.produceCtx, s.kafka.cl); cerr != nil {
+				s.log.Warn("cannot commit the offsets confirmed before a produce failure; they are delivered again", "error", cerr)
+			}
+			return err
+		}
+	}
+	if ending || s.commitDue(c) {
+		return s.commitPending(c.produceCtx, s.kafka.cl)
+	}
+	return nil
+}
+
+// produceRound writes the emits of acknowledged batches and waits for the broker to confirm
+// every one; then the batches' offsets are confirmed (confirm). A batch of a partition no
+// longer owned is written (its Ack came while it was owned) but never confirmed.
+func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
+	prod := s.kafka.prod
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
@@ -142,33 +207,113 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 	if firstErr != nil {
 		return firstErr
 	}
+	s.mu.Lock()
+	s.stats.EmitsProduced += emits
+	s.mu.Unlock()
+	s.confirm(round)
+	return nil
+}
 
+// confirm records batches whose every emit the broker confirmed (at least once): their
+// offsets wait for the next commit, their records stay queued until it (written).
+func (s *Sidecar) confirm(round []*batch) {
+	s.mu.Lock()
+	for _, b := range round {
+		if p := b.p; !b.revoked && p.owned && p.epoch == b.epoch {
+			p.pend.offset = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
+			p.pend.batches++
+			p.pend.records += int64(b.n)
+		}
+	}
+	s.mu.Unlock()
+	s.written(round)
+}
+
+// written marks the records of batches whose emits are written, and wait for their commit
+// (done): fetching resumes where that brings a partition below low water.
+func (s *Sidecar) written(round []*batch) {
+	resume := map[string][]int32{}
+	s.mu.Lock()
+	for _, b := range round {
+		p := b.p
+		if b.revoked || !p.owned || p.epoch != b.epoch {
+			continue // a rebalance discards: the new owner reads these records again
+		}
+		p.done = min(p.done+b.n, len(p.queue))
+		if p.paused && p.belowLowWater() {
+			p.paused = false
+			resume[p.topic] = append(resume[p.topic], p.partition)
+		}
+	}
+	s.mu.Unlock()
+	if len(resume) > 0 {
+		s.kafka.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// commitEarlyLocked reports whether what waits for the commit should not wait for the
+// interval's end: a partition holds as many written records as the high water mark allows
+// unwritten ones (they count by bytes only, done), or its fetching paused at high water by
+// the bytes its written records hold, which only the commit lets go; or, exactly once, the
+// open transaction's emits fill FLOW_MAX_HELD_EMIT_BYTES, past which no batch is sent. The
+// queues and the held emits stay within their bounds. Called with mu held.
+func (s *Sidecar) commitEarlyLocked(c *conversation) bool {
+	if s.kafka.txn != nil {
+		if !c.txnOpen {
+			return false
+		}
+		if s.stats.HeldEmitBytes >= s.cfg.MaxHeldEmitBytes {
+			return true
+		}
+	}
+	for _, p := range s.order {
+		if !p.owned || p.done == 0 {
+			continue
+		}
+		if p.done >= highWaterBatches*p.inlet.MaxRecords || (p.paused && len(p.queue)-p.done < highWaterBatches*p.inlet.MaxRecords) {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetWritten is the end of a conversation: what is written and could not be committed
+// is sent again by the next conversation, from the last commit. Called with commitMu and mu
+// held.
+func (s *Sidecar) forgetWritten() {
+	for _, p := range s.order {
+		p.pend, p.done = pending{}, 0
+	}
+}
+
+// commitPending commits the confirmed offsets of every owned partition in one request. Never
+// a commit for a partition no longer owned: ownership is checked under commitMu, which
+// revocation takes too. What is confirmed while the commit is out waits for the next one.
+func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
-	var committed []*batch
+	sent := map[*partition]pending{}
 	s.mu.Lock()
-	s.stats.EmitsProduced += emits
-	for _, b := range round {
-		if b.revoked || !b.p.owned || b.p.epoch != b.epoch {
-			continue // a rebalance discards: the new owner reads these records again
+	for _, p := range s.order {
+		if !p.owned || p.pend.batches == 0 {
+			continue
 		}
-		if offsets[b.p.topic] == nil {
-			offsets[b.p.topic] = map[int32]kgo.EpochOffset{}
+		if offsets[p.topic] == nil {
+			offsets[p.topic] = map[int32]kgo.EpochOffset{}
 		}
-		offsets[b.p.topic][b.p.partition] = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
-		b.p.commits++
-		committed = append(committed, b)
+		offsets[p.topic][p.partition] = p.pend.offset
+		sent[p] = p.pend
 	}
 	s.mu.Unlock()
-	if len(committed) == 0 {
+	if len(sent) == 0 {
 		return nil
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	var problems commitProblems
-	began = s.now()
+	began := s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			problems = append(problems, err)
@@ -188,7 +333,27 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
 	}
 
-	s.settle(committed)
+	resume := map[string][]int32{}
+	s.mu.Lock()
+	s.lastCommit = s.now()
+	for p, was := range sent {
+		p.pend.batches -= was.batches
+		p.pend.records -= was.records
+		if s.dropHead(p, int(was.records)) {
+			resume[p.topic] = append(resume[p.topic], p.partition)
+		}
+		p.commits++
+		p.committed = was.offset.Offset
+		p.committedTo(was.offset.Offset - 1)
+		p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
+		s.stats.BatchesCommitted += was.batches
+		s.stats.RecordsCommitted += was.records
+		s.metrics.inlet(p.topic).committed.Add(float64(was.records))
+	}
+	s.mu.Unlock()
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
 	return nil
 }
 
@@ -206,11 +371,12 @@ func (ps commitProblems) Error() string {
 
 func (ps commitProblems) Unwrap() []error { return ps }
 
-// settle records committed batches: their records leave the queues (fetching resumes below
-// low water), their partitions' stall tracking is reset, and the counters move.
+// settle records batches committed in a transaction: their records leave the queues (fetching
+// resumes below low water), their partitions' stall tracking is reset, and the counters move.
 func (s *Sidecar) settle(committed []*batch) {
 	resume := map[string][]int32{}
 	s.mu.Lock()
+	s.lastCommit = s.now()
 	for _, b := range committed {
 		if b.p.epoch != b.epoch {
 			continue
@@ -228,5 +394,17 @@ func (s *Sidecar) settle(committed []*batch) {
 	s.mu.Unlock()
 	if len(resume) > 0 {
 		s.kafka.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// kickCommitterLocked wakes the current conversation's committer, if any. Called with mu
+// held.
+func (s *Sidecar) kickCommitterLocked() {
+	if s.conv == nil {
+		return
+	}
+	select {
+	case s.conv.commitKick <- struct{}{}:
+	default:
 	}
 }

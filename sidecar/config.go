@@ -37,6 +37,14 @@ const (
 	// defaultSessionTimeout is Kafka's own default (session.timeout.ms since 3.0): with
 	// static membership it is how long a pod that is gone for good keeps its partitions.
 	defaultSessionTimeout = 45 * time.Second
+	// DefaultCommitInterval is how often confirmed offsets are committed (FLOW_COMMIT_INTERVAL),
+	// Kafka Streams' commit.interval.ms in exactly-once mode: a round is about 100 records on a
+	// busy partition, so committing each costs a request (or a transaction) per 100 records,
+	// while a crash redelivers at most this long's confirmed work.
+	DefaultCommitInterval = 100 * time.Millisecond
+	// CommitEveryRound as Config.CommitInterval commits after every round
+	// (FLOW_COMMIT_INTERVAL=0).
+	CommitEveryRound time.Duration = -1
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
@@ -77,6 +85,10 @@ type Config struct {
 	// SessionTimeout is the group session timeout: how long the group waits for a member
 	// that stopped heartbeating before giving its partitions to others.
 	SessionTimeout time.Duration
+	// CommitInterval is how often the offsets of confirmed batches are committed (in
+	// exactly-once mode, how long one transaction gathers rounds); zero takes
+	// DefaultCommitInterval, CommitEveryRound commits after every round.
+	CommitInterval time.Duration
 	// KeepMembershipOnShutdown (FLOW_LEAVE_GROUP_ON_SHUTDOWN=false) keeps a static member in
 	// its group at a graceful shutdown, for a pod that comes back under the same name (a
 	// StatefulSet) to move no partition; by default it leaves, so a pod that is replaced (a
@@ -268,6 +280,7 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	c.MaxHeldEmitBytes = parseBudget(getenv, "FLOW_MAX_HELD_EMIT_BYTES", DefaultMaxHeldEmitBytes, bad)
 	c.InstanceID = strings.TrimSpace(getenv("FLOW_POD_NAME"))
 	c.SessionTimeout = parseDuration(getenv, "FLOW_SESSION_TIMEOUT", defaultSessionTimeout, bad)
+	c.CommitInterval = parseCommitInterval(getenv, bad)
 	if v := strings.TrimSpace(getenv("FLOW_LEAVE_GROUP_ON_SHUTDOWN")); v != "" {
 		if leave, err := strconv.ParseBool(v); err != nil {
 			bad("FLOW_LEAVE_GROUP_ON_SHUTDOWN=%s is neither true nor false", v)
@@ -415,6 +428,25 @@ func parseDuration(getenv func(string) string, name string, def time.Duration, b
 	if err != nil || d <= 0 {
 		bad("%s=%s is not a positive duration (write e.g. 30s or 5m)", name, s)
 		return def
+	}
+	return d
+}
+
+// parseCommitInterval reads FLOW_COMMIT_INTERVAL: a duration of 0 or more, where 0 commits
+// after every round.
+func parseCommitInterval(getenv func(string) string, bad func(string, ...any)) time.Duration {
+	const name = "FLOW_COMMIT_INTERVAL"
+	s := strings.TrimSpace(getenv(name))
+	if s == "" {
+		return DefaultCommitInterval
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		bad("%s=%s is not a duration of 0 or more (write e.g. 100ms or 1s; 0 commits after every round)", name, s)
+		return DefaultCommitInterval
+	}
+	if d == 0 {
+		return CommitEveryRound
 	}
 	return d
 }

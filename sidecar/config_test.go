@@ -49,6 +49,7 @@ func TestConfigFromEnvDefaults(t *testing.T) {
 		{"max held emit bytes", cfg.MaxHeldEmitBytes, int64(sidecar.DefaultMaxHeldEmitBytes)},
 		{"instance id without a pod", cfg.InstanceID, ""},
 		{"session timeout", cfg.SessionTimeout, 45 * time.Second},
+		{"commit interval", cfg.CommitInterval, 100 * time.Millisecond},
 		{"delivery", cfg.Delivery, sidecar.AtLeastOnce},
 		{"transactional id (at least once: none)", cfg.TransactionalID, ""},
 		{"produce compression", cfg.Compression, sidecar.CompressionNone},
@@ -73,6 +74,7 @@ func TestConfigFromEnvSettings(t *testing.T) {
 	e["FLOW_MAX_HELD_EMIT_BYTES"] = "1Gi"
 	e["FLOW_POD_NAME"] = "upper-7d9f-x2"
 	e["FLOW_SESSION_TIMEOUT"] = "2m"
+	e["FLOW_COMMIT_INTERVAL"] = "250ms"
 	e["FLOW_LEAVE_GROUP_ON_SHUTDOWN"] = "false"
 	e["FLOW_PRODUCE_COMPRESSION"] = " ZSTD "
 	cfg, err := sidecar.ConfigFromEnv(e.get, nil)
@@ -81,6 +83,15 @@ func TestConfigFromEnvSettings(t *testing.T) {
 	}
 	if cfg.MaxBatchEmitBytes != 100<<20 || cfg.MaxHeldEmitBytes != 1<<30 || cfg.InstanceID != "upper-7d9f-x2" || cfg.SessionTimeout != 2*time.Minute || !cfg.KeepMembershipOnShutdown {
 		t.Errorf("ConfigFromEnv() budgets %d/%d, instance %q, session %v; want 100Mi/1Gi, upper-7d9f-x2, 2m", cfg.MaxBatchEmitBytes, cfg.MaxHeldEmitBytes, cfg.InstanceID, cfg.SessionTimeout)
+	}
+	if cfg.CommitInterval != 250*time.Millisecond {
+		t.Errorf("ConfigFromEnv() commit interval %v; want 250ms", cfg.CommitInterval)
+	}
+	e["FLOW_COMMIT_INTERVAL"] = "0"
+	if every, err := sidecar.ConfigFromEnv(e.get, nil); err != nil {
+		t.Errorf("ConfigFromEnv(FLOW_COMMIT_INTERVAL=0) = %v; want nil", err)
+	} else if every.CommitInterval != sidecar.CommitEveryRound {
+		t.Errorf("ConfigFromEnv(FLOW_COMMIT_INTERVAL=0) commit interval %v; want CommitEveryRound", every.CommitInterval)
 	}
 	if cfg.Inlets[0].MaxRecords != 500 || cfg.Inlets[0].MaxBytes != 2<<20 || cfg.MaxMessageBytes != 8<<20 || cfg.ConsumerGroup != "g" {
 		t.Errorf("ConfigFromEnv() = %+v; want the values set", cfg)
@@ -116,9 +127,10 @@ func TestConfigFromEnvProblems(t *testing.T) {
 			want: []string{`"junk" is not port=topic`, `does not bind declared port "in"`, `binds "other", which the descriptor does not declare`, `binds port "out" twice`}},
 		{name: "numbers", set: map[string]string{"FLOW_PROCESS_PORT": "abc", "FLOW_SIDECAR_PORT": "70000", "FLOW_STALL_WARNING_AFTER": "-1s", "FLOW_SHUTDOWN_TIMEOUT": "soon",
 			"FLOW_MAX_MESSAGE_BYTES": "lots", "FLOW_INLET_IN_BATCH_MAX_RECORDS": "0", "FLOW_INLET_IN_BATCH_MAX_BYTES": "1Qi",
-			"FLOW_MAX_BATCH_EMIT_BYTES": "12", "FLOW_MAX_HELD_EMIT_BYTES": "much", "FLOW_SESSION_TIMEOUT": "0s", "FLOW_LEAVE_GROUP_ON_SHUTDOWN": "maybe"},
+			"FLOW_MAX_BATCH_EMIT_BYTES": "12", "FLOW_MAX_HELD_EMIT_BYTES": "much", "FLOW_SESSION_TIMEOUT": "0s", "FLOW_LEAVE_GROUP_ON_SHUTDOWN": "maybe", "FLOW_COMMIT_INTERVAL": "-1s"},
 			want: []string{"FLOW_PROCESS_PORT=abc", "FLOW_SIDECAR_PORT=70000", "FLOW_STALL_WARNING_AFTER=-1s", "FLOW_SHUTDOWN_TIMEOUT=soon", "FLOW_MAX_MESSAGE_BYTES=lots", "FLOW_INLET_IN_BATCH_MAX_RECORDS=0", "FLOW_INLET_IN_BATCH_MAX_BYTES=1Qi",
-				"FLOW_MAX_BATCH_EMIT_BYTES=12 is not a size of at least 1Ki", "FLOW_MAX_HELD_EMIT_BYTES=much", "FLOW_SESSION_TIMEOUT=0s", "FLOW_LEAVE_GROUP_ON_SHUTDOWN=maybe"}},
+				"FLOW_MAX_BATCH_EMIT_BYTES=12 is not a size of at least 1Ki", "FLOW_MAX_HELD_EMIT_BYTES=much", "FLOW_SESSION_TIMEOUT=0s", "FLOW_LEAVE_GROUP_ON_SHUTDOWN=maybe",
+				"FLOW_COMMIT_INTERVAL=-1s is not a duration of 0 or more"}},
 		{name: "batch over the message limit", set: map[string]string{"FLOW_MAX_MESSAGE_BYTES": "1Mi"}, want: []string{"FLOW_INLET_IN_BATCH_MAX_BYTES=1048576 does not leave a batch under the message limit"}},
 		{name: "config", set: map[string]string{"FLOW_CONFIG": `{"suffix": 1, "typo": "x"}`}, want: []string{"config.min-rooms", "config.typo"}},
 		{name: "config not json", set: map[string]string{"FLOW_CONFIG": `min-rooms=2`}, want: []string{"FLOW_CONFIG is not a JSON object"}},

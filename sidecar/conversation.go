@@ -45,6 +45,16 @@ type conversation struct {
 	produceCtx context.Context
 	// stopping is set once Stop was sent: no more batches.
 	stopping bool
+	// ended is set once the receiver and the sender are done: nothing more is acknowledged,
+	// and the committer finishes.
+	ended bool
+	// commitDone is set once the committer has returned: what is acknowledged after it is
+	// never written.
+	commitDone bool
+	// txn holds the batches written into the open transaction (exactly once), their emits
+	// held until it ends; txnOpen says one is open.
+	txn     []*batch
+	txnOpen bool
 	// failing holds the partitions whose acknowledged batches could not be written or
 	// committed: with those in flight at a failure, they count a failed attempt.
 	failing map[*partition]bool
@@ -168,7 +178,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	wg.Wait()
 	// The committer produces and commits what was acknowledged before the end, then stops.
 	s.mu.Lock()
-	c.stopping = true
+	c.stopping, c.ended = true, true
 	select {
 	case c.commitKick <- struct{}{}:
 	default:
@@ -286,7 +296,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 	for range s.order {
 		p := s.order[s.next%len(s.order)]
 		s.next++
-		if !p.owned || p.inflight != nil || p.sent >= len(p.queue) {
+		if !p.owned || p.revoking || p.inflight != nil || p.sent >= len(p.queue) {
 			continue
 		}
 		if s.heldFull() {

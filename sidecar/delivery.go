@@ -11,11 +11,12 @@ import (
 type Delivery string
 
 const (
-	// AtLeastOnce is the spec's behaviour and the default: each commit round produces the
-	// acknowledged batches' emits, waits for the broker to confirm every one, then commits
-	// their offsets. A failure between the two redelivers, so an emit may be written twice.
+	// AtLeastOnce is the spec's behaviour and the default: each round produces the
+	// acknowledged batches' emits and waits for the broker to confirm every one; their offsets
+	// are committed after, with every round confirmed in the commit interval. A failure
+	// between the two redelivers, so an emit may be written twice.
 	AtLeastOnce Delivery = "at-least-once"
-	// ExactlyOnce makes each commit round one Kafka transaction: the emits and the input
+	// ExactlyOnce makes the rounds of each commit interval one Kafka transaction: the emits and the input
 	// offsets commit together or not at all, so a reader with isolation.level=read_committed
 	// sees every emit once. Effects outside Kafka are not covered (the bridge's idempotencyKey
 	// is for those).

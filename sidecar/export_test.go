@@ -51,3 +51,22 @@ var (
 )
 
 type ConfigError = configError
+
+// SetClock replaces the sidecar's clock (now) and its timers (after, on that clock); call it
+// before Run.
+func SetClock(s *Sidecar, now func() time.Time, after func(time.Duration) <-chan time.Time) {
+	s.now, s.after = now, after
+}
+
+// Revoking returns the partitions of topic whose revocation waits for their batches.
+func Revoking(s *Sidecar, topic string) []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int32
+	for _, p := range s.order {
+		if p.topic == topic && p.revoking {
+			out = append(out, p.partition)
+		}
+	}
+	return out
+}

@@ -68,7 +68,7 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 			kgo.BlockRebalanceOnPoll(),
 			kgo.OnPartitionsAssigned(s.assigned),
 			kgo.OnPartitionsRevoked(s.revoked),
-			kgo.OnPartitionsLost(s.revoked),
+			kgo.OnPartitionsLost(s.lost),
 			kgo.SessionTimeout(s.cfg.SessionTimeout),
 		)
 		if s.cfg.InstanceID != "" {
@@ -277,6 +277,7 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 			if !p.paused && p.aboveHighWater() {
 				p.paused = true
 				s.stats.Pauses++
+				s.kickCommitterLocked() // what waits for the commit may be what fills the queue
 				if pause == nil {
 					pause = map[string][]int32{}
 				}

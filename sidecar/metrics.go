@@ -137,7 +137,7 @@ func newMetrics(s *Sidecar) *metrics {
 		}),
 		roundTrip: histogram("millrace_sidecar_batch_round_trip_seconds", "Time from a Batch sent to the process to its Ack."),
 		produce:   histogram("millrace_sidecar_produce_seconds", "Time from an emit handed to the producer to the broker's confirmation."),
-		commit:    histogram("millrace_sidecar_commit_seconds", "Time of one offset commit (a round of acknowledged batches)."),
+		commit:    histogram("millrace_sidecar_commit_seconds", "Time of one offset commit (every round confirmed since the last), or in exactly-once mode of one transaction's end; its count is the commits made."),
 	}
 	// Every series of a bounded label set exists from the start, so rate() and increase()
 	// see the first event.

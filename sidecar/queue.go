@@ -47,8 +47,14 @@ type partition struct {
 	queue      []record
 	queueBytes int64
 	sent       int
-	inflight   *batch // the batch with the process, nil if none
-	paused     bool
+	// done counts the records at the head of the queue that are written and wait for their
+	// commit (pend, or the open transaction): they stay queued (a failure redelivers from the
+	// last commit) and count against the high water mark by their bytes, not by their number,
+	// so a commit interval does not pause fetching; by number they are at most as many again
+	// (then the commit comes early, commitEarlyLocked).
+	done     int
+	inflight *batch // the batch with the process, nil if none
+	paused   bool
 	// next is the offset after the last record queued in this assignment: a record below it
 	// was queued (or committed) already and comes again after a pause, or after the
 	// exactly-once client rewinds its fetch position to the last commit when a transaction
@@ -66,6 +72,13 @@ type partition struct {
 	warned     bool
 
 	commits int // offset commits made for this partition, for tests
+
+	// pend is what is confirmed and not yet committed (at least once): the batches whose emits
+	// the broker confirmed since the last commit, their records gone from the queue.
+	pend pending
+	// revoking is set while a cooperative revocation lets the partition's batches finish
+	// (handOver): no new batch is sent for it.
+	revoking bool
 
 	// The lag: the high watermark last seen (from a fetch or an offset query) and the
 	// committed offset (the next offset the group resumes from), -1 while unknown. fetched
@@ -146,11 +159,11 @@ func (s *Sidecar) enqueue(p *partition, r record) bool {
 }
 
 func (p *partition) aboveHighWater() bool {
-	return len(p.queue) >= highWaterBatches*p.inlet.MaxRecords || p.queueBytes >= int64(highWaterBatches*p.inlet.MaxBytes)
+	return len(p.queue)-p.done >= highWaterBatches*p.inlet.MaxRecords || p.queueBytes >= int64(highWaterBatches*p.inlet.MaxBytes)
 }
 
 func (p *partition) belowLowWater() bool {
-	return len(p.queue) <= lowWaterBatches*p.inlet.MaxRecords && p.queueBytes <= int64(lowWaterBatches*p.inlet.MaxBytes)
+	return len(p.queue)-p.done <= lowWaterBatches*p.inlet.MaxRecords && p.queueBytes <= int64(lowWaterBatches*p.inlet.MaxBytes)
 }
 
 // dropHead removes the first n records of the queue (committed, or discarded). Called with mu
@@ -166,6 +179,7 @@ func (s *Sidecar) dropHead(p *partition, n int) (resume bool) {
 		p.queue = nil
 	}
 	p.queueBytes -= bytes
+	p.done = max(p.done-n, 0)
 	p.sent -= n
 	if p.sent < 0 {
 		p.sent = 0

@@ -6,13 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // TestRebalanceRevokesMidBatch runs two sidecars in one group. A takes every partition and
 // its process holds every batch; B joins, and the rebalance revokes some of A's partitions
-// while their batches are with A's process. When A's process then emits and acknowledges
+// while their batches are with A's process, which does not answer within the revocation's
+// wait (handOverTimeout): they are discarded. When A's process then emits and acknowledges
 // everything, the revoked batches' emits and acks are dropped silently: A commits nothing
 // for a partition it no longer owns, writes none of their emits, and does not fail its
 // stream; B reads those partitions again from the last commit, and no record is lost.
@@ -78,6 +80,9 @@ func TestRebalanceRevokesMidBatch(t *testing.T) {
 	if strings.Contains(ra.logs.String(), "stream failed") {
 		t.Errorf("A failed its stream over answers for revoked batches; want them dropped silently:\n%s", ra.logs.String())
 	}
+	if !strings.Contains(ra.logs.String(), "did not finish in time") {
+		t.Errorf("A's log does not say the revoked partitions' batches were discarded after the hand-over's wait:\n%s", ra.logs.String())
+	}
 	total := b.Count(t, out)
 	got := b.ReadN(t, out, int(total), waitTimeout)
 	seen := map[string]bool{}
@@ -107,4 +112,108 @@ func answer(c *call, by string) error {
 		}
 	}
 	return c.ack()
+}
+
+// TestRebalanceHandsOver runs two sidecars in one group at least once. A takes every
+// partition and its process holds every batch; B joins, and the cooperative rebalance revokes
+// some of A's partitions while their batches are with A's process. The revocation waits: A's
+// process answers while it does, A writes those batches' emits and commits them before giving
+// the partitions up, and B starts where A stopped. No record is processed twice.
+func TestRebalanceHandsOver(t *testing.T) {
+	b := newBroker(t)
+	const parts, n = 4, 40
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	b.Produce(t, records(in, parts, n)...)
+
+	held := make(chan *call, 100)
+	release := make(chan struct{})
+	fa := newProcess(t, nil)
+	fa.async = true
+	fa.onBatch = func(c *call) error {
+		held <- c
+		<-release
+		return answer(c, "A")
+	}
+	ea := baseEnv(t, b, fa, in, out)
+	group := ea["FLOW_CONSUMER_GROUP"]
+	ra := start(t, ea.config(t))
+	for range parts {
+		<-held // every partition's first batch is with A's process
+	}
+
+	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
+	eb := baseEnv(t, b, fb, in, out)
+	eb["FLOW_CONSUMER_GROUP"] = group
+	rb := start(t, eb.config(t))
+	var revoking []int32
+	waitFor(t, "A's revocation waiting for its batches", func() bool {
+		revoking = sidecar.Revoking(ra.sc, in)
+		return len(revoking) > 0
+	})
+	close(release) // A's process answers what it holds while the revocation waits
+	waitFor(t, "B to own partitions", func() bool { return len(sidecar.Owned(rb.sc, in)) > 0 })
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, ends(parts, n)) })
+	ra.stop(t)
+	rb.stop(t)
+
+	for _, p := range revoking {
+		if c := sidecar.CommitsFor(ra.sc, in, p); c == 0 {
+			t.Errorf("A never committed partition %d, revoked while its batch was out; want its batch committed before the hand-over", p)
+		}
+	}
+	if strings.Contains(ra.logs.String(), "did not finish in time") {
+		t.Errorf("A's revocation timed out; want the batches answered while it waited:\n%s", ra.logs.String())
+	}
+	got := b.ReadN(t, out, int(b.Count(t, out)), waitTimeout)
+	seen := map[string]int{}
+	for _, r := range got {
+		seen[string(r.Value)]++
+	}
+	for i := range n {
+		if v := fmt.Sprintf("v%d!", i); seen[v] != 1 {
+			t.Errorf("record %d written %d times; want once", i, seen[v])
+		}
+	}
+}
+
+// TestRebalanceWritesBeforeHandOver: A's batches are acknowledged but their writes are held at
+// the broker when B joins and the rebalance revokes some of A's partitions. The revocation
+// waits for the writes and commits them before giving the partitions up: B starts after them,
+// and no record is written twice (a revocation that gave the partitions up at once left those
+// writes uncommitted, and B wrote the records again).
+func TestRebalanceWritesBeforeHandOver(t *testing.T) {
+	t.Setenv(testkit.EnvBrokers, "") // holding the writes needs kfake
+	b := newBroker(t)
+	const parts, n = 4, 40
+	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	release := make(chan struct{})
+	held := holdWrites(t, b, out, release)
+	b.Produce(t, records(in, parts, n)...)
+
+	fa := newProcess(t, func(c *call) error { return answer(c, "A") })
+	ea := baseEnv(t, b, fa, in, out)
+	group := ea["FLOW_CONSUMER_GROUP"]
+	ra := start(t, ea.config(t))
+	<-held // A's acknowledged batches wait to be written
+
+	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
+	eb := baseEnv(t, b, fb, in, out)
+	eb["FLOW_CONSUMER_GROUP"] = group
+	rb := start(t, eb.config(t))
+	waitFor(t, "A's revocation waiting for its writes", func() bool { return len(sidecar.Revoking(ra.sc, in)) > 0 })
+	close(release)
+	waitFor(t, "B to own partitions", func() bool { return len(sidecar.Owned(rb.sc, in)) > 0 })
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, ends(parts, n)) })
+	ra.stop(t)
+	rb.stop(t)
+
+	seen := map[string]int{}
+	for _, r := range b.ReadN(t, out, int(b.Count(t, out)), waitTimeout) {
+		seen[string(r.Value)]++
+	}
+	for i := range n {
+		if v := fmt.Sprintf("v%d!", i); seen[v] != 1 {
+			t.Errorf("record %d written %d times; want once", i, seen[v])
+		}
+	}
 }

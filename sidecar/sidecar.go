@@ -86,6 +86,12 @@ type Sidecar struct {
 	next     int          // round-robin cursor into order, so no partition starves
 	conv     *conversation
 	stats    stats
+	// lastCommit is when offsets were last committed (a transaction last ended): the next
+	// commit is due FLOW_COMMIT_INTERVAL later.
+	lastCommit time.Time
+	// handed is signalled (with mu) whenever a revoked partition's batches may have finished:
+	// a commit round ended, a conversation's committer stopped (handOver waits on it).
+	handed *sync.Cond
 
 	kafka *kafka // nil until the first discovery succeeds
 	// limits are the outlet topics' max.message.bytes, read at each conversation start.
@@ -99,6 +105,9 @@ type Sidecar struct {
 	lagRefresh time.Duration
 
 	now func() time.Time
+	// after is time.After on the clock of now: the commit interval's and the hand-over's
+	// timers. Tests replace it with now.
+	after func(time.Duration) <-chan time.Time
 	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
 	// attempts. Tests replace it, with now, so as not to wait.
 	sleep func(ctx context.Context, d time.Duration) bool
@@ -160,6 +169,9 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = defaultSessionTimeout
 	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
@@ -175,7 +187,8 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, after: time.After, sleep: sleep}
+	s.handed = sync.NewCond(&s.mu)
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]

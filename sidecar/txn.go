@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Exactly once (FLOW_DELIVERY=exactly-once): each commit round is one Kafka transaction. The
+// Exactly once (FLOW_DELIVERY=exactly-once): the rounds of one commit interval
+// (FLOW_COMMIT_INTERVAL) are one Kafka transaction. The
 // sidecar uses one client for it, franz-go's GroupTransactSession, rather than its two
 // clients of at-least-once mode: the session's offset commit carries the group's generation,
 // member id and instance id (KIP-447), so the broker refuses it from a member whose
@@ -30,8 +32,8 @@ import (
 // transactional id fences it sooner. A round must end within it: it covers produceTimeout.
 const txnTimeout = produceTimeout + commitTimeout
 
-// txnAttempts bounds the transactions one round may take: a round is aborted and retried
-// with the batches still owned when a rebalance touches it.
+// txnAttempts bounds the transactions one interval's batches may take: they are aborted and
+// written again, those still owned, when a rebalance touches them.
 const txnAttempts = 5
 
 // txnOpts are the exactly-once client's options beyond the consumer's.
@@ -77,84 +79,210 @@ func (s *Sidecar) initProducer(ctx context.Context) error {
 	}
 }
 
-// commitTxnRound is a commit round in exactly-once mode: one transaction holds the emits of
-// the round's batches and their offsets. Emits held until the Ack, offsets only with the
-// writes: a produce failure aborts, a stream failure (c.err) aborts, and a batch whose
-// partition was revoked while the transaction was open aborts it; the batches still owned
-// are then written again in a new transaction, so nothing of a revoked batch ever commits.
-// A fenced producer (another sidecar took this transactional id) returns ErrFenced.
-func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
+// txnStep is one round in exactly-once mode: the round's emits are written into the open
+// transaction (one is begun if none is), held until it ends, and the transaction ends when the
+// interval has passed, the conversation is ending, or what it holds would hold the stream
+// back (commitEarlyLocked). Emits held until the Ack, offsets only with the writes: a produce failure
+// aborts, and so does a stream failure; an abort loses the whole transaction's work, which is
+// delivered again. A fenced producer (another sidecar took this transactional id) returns
+// ErrFenced.
+func (s *Sidecar) txnStep(c *conversation, round []*batch, ending bool) error {
 	sess := s.kafka.txn
-	for attempt := 1; ; attempt++ {
-		// A batch revoked since its Ack is not written at all.
-		round = s.owned(round)
-		if len(round) == 0 {
-			return nil
+	// A batch revoked since its Ack is not written at all.
+	if kept := s.owned(round); len(kept) < len(round) {
+		s.mu.Lock()
+		for _, b := range round {
+			if !slices.Contains(kept, b) {
+				s.drop(b)
+			}
 		}
-		if err := sess.Begin(); err != nil {
-			return s.txnFailure("cannot begin a transaction", err)
+		s.mu.Unlock()
+		round = kept
+	}
+	if len(round) > 0 {
+		if !c.txnOpen {
+			if err := sess.Begin(); err != nil {
+				s.dropTxn(c, round)
+				return s.txnFailure("cannot begin a transaction", err)
+			}
+			c.txnOpen = true
 		}
-		emits, perr := s.produceTxn(c.produceCtx, sess, round)
+		s.mu.Lock()
+		c.txn = append(c.txn, round...)
+		s.mu.Unlock()
+		if _, err := s.produceTxn(c.produceCtx, sess, round); err != nil {
+			if err := s.rewriteTooLarge(c, err); err != nil {
+				return err
+			}
+		}
+		s.written(round)
+	}
+	if c.txnOpen && (ending || s.commitDue(c)) {
+		return s.endTxn(c)
+	}
+	return nil
+}
 
+// rewriteTooLarge handles a write of the open transaction that failed with err. When the broker
+// refused emits as too large (an outlet's limit was lowered), the limits are read again, the
+// transaction is aborted with its emits kept, and all of them are written again in a new one,
+// split under the new limits; an emit over its topic's new limit on its own, or any other
+// failure, aborts the transaction and fails the stream.
+func (s *Sidecar) rewriteTooLarge(c *conversation, err error) error {
+	retry, ferr := s.refusedTooLarge(c.produceCtx, c.txn, err)
+	if !retry || ferr != nil {
+		s.abortTxn(c)
+		if ferr != nil {
+			return ferr
+		}
+		return s.txnFailure("", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	_, aerr := s.kafka.txn.End(ctx, kgo.TryAbort)
+	cancel()
+	c.txnOpen = false
+	if aerr != nil {
+		s.abortUnconfirmed(s.kafka.txn)
+		s.dropTxn(c, nil)
+		return s.txnFailure("cannot abort the transaction", aerr)
+	}
+	if err := s.rewrite(c, c.txn); err != nil {
+		s.dropTxn(c, nil)
+		return err
+	}
+	return nil
+}
+
+// abandonTxn ends a failed conversation's work in exactly-once mode: the open transaction is
+// aborted and round, acknowledged but never written, is let go; all of it is delivered again.
+func (s *Sidecar) abandonTxn(c *conversation, round []*batch) {
+	if c.txnOpen {
+		s.log.Info("stream failed: the open transaction is aborted; its batches are delivered again", "batches", len(c.txn))
+		s.abortTxn(c)
+	}
+	s.dropTxn(c, round)
+}
+
+// abortTxn aborts the open transaction and lets its emits go.
+func (s *Sidecar) abortTxn(c *conversation) {
+	sess := s.kafka.txn
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	_, err := sess.End(ctx, kgo.TryAbort)
+	cancel()
+	if err != nil {
+		s.abortUnconfirmed(sess)
+	}
+	s.dropTxn(c, nil)
+}
+
+// dropTxn lets go of the emits of the open transaction's batches and of extra, and forgets
+// the transaction: the budgets free them, committed or not.
+func (s *Sidecar) dropTxn(c *conversation, extra []*batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range c.txn {
+		s.drop(b)
+	}
+	for _, b := range extra {
+		s.drop(b)
+	}
+	c.txn, c.txnOpen = nil, false
+}
+
+// endTxn commits the open transaction: its emits and the offsets of its batches together. A
+// stream failure since it began aborts it, and so does a batch whose partition was revoked
+// while it was open; the batches still owned are then written again in a new transaction, so
+// nothing of a revoked batch ever commits.
+func (s *Sidecar) endTxn(c *conversation) error {
+	sess := s.kafka.txn
+	defer s.dropTxn(c, nil)
+	batches := c.txn
+	for attempt := 1; ; attempt++ {
 		// Offsets only with the writes, and only for partitions still owned: what a rebalance
 		// took aborts the whole transaction (its emits are in it).
 		s.mu.Lock()
 		failed := c.err != nil
 		s.mu.Unlock()
-		kept := s.owned(round)
-
+		kept := s.owned(batches)
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-		if perr != nil || failed || len(kept) < len(round) {
+		if failed || len(kept) < len(batches) {
 			_, err := sess.End(ctx, kgo.TryAbort)
 			cancel()
+			c.txnOpen = false
 			if err != nil {
 				s.abortUnconfirmed(sess)
-			}
-			retry, ferr := s.refusedTooLarge(c.produceCtx, round, perr)
-			switch {
-			case ferr != nil:
-				return ferr
-			case retry && err == nil && attempt < txnAttempts:
-				continue // written again, under the topics' new limits
-			case perr != nil:
-				return s.txnFailure("", perr)
-			case err != nil:
 				return s.txnFailure("cannot abort the transaction", err)
-			case failed:
-				s.log.Info("stream failed: the open transaction is aborted; its batches are delivered again", "batches", len(round))
+			}
+			if failed {
+				s.log.Info("stream failed: the open transaction is aborted; its batches are delivered again", "batches", len(batches))
 				return nil
 			}
-			s.log.Info("a rebalance took partitions of the open transaction: aborted; the batches still owned are written again", "revoked", len(round)-len(kept), "kept", len(kept))
+			s.log.Info("a rebalance took partitions of the open transaction: aborted; the batches still owned are written again", "revoked", len(batches)-len(kept), "kept", len(kept))
+			if batches = kept; len(batches) == 0 {
+				return nil
+			}
+			if err := s.rewrite(c, batches); err != nil {
+				return err
+			}
 			continue
 		}
 		began := s.now()
-		ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, commitOnly(round)), kgo.TryCommit)
+		ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, commitOnly(batches)), kgo.TryCommit)
 		cancel()
+		c.txnOpen = false
 		s.metrics.commit.Observe(s.now().Sub(began).Seconds())
 		if err != nil {
 			s.abortUnconfirmed(sess)
 			return s.txnFailure("cannot commit the transaction", err)
 		}
 		if ok {
+			var emits int64
 			s.mu.Lock()
-			s.stats.EmitsProduced += emits
-			for _, b := range round {
+			for _, b := range batches {
 				b.p.commits++
+				emits += int64(len(b.emits))
 				for _, r := range b.emits {
 					s.metrics.outlet(r.Topic).produced.Inc() // confirmed, and committed
 				}
 			}
+			s.stats.EmitsProduced += emits
 			s.mu.Unlock()
-			s.settle(round)
+			s.settle(batches)
 			return nil
 		}
 		// Not committed and no error: the group rebalanced (or the broker refused the offsets of
 		// an old generation) since Begin. Try again with what is still owned.
 		if attempt >= txnAttempts {
-			return streamFailed(causeCommit, "%w for group %s: %d transactions of one round aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
+			return streamFailed(causeCommit, "%w for group %s: %d transactions of one commit interval aborted by rebalances; the records are delivered again from the last commit", errCommit, s.cfg.ConsumerGroup, attempt)
 		}
 		s.log.Info("the transaction was aborted: the group rebalanced while it was open; writing the batches still owned again", "attempt", attempt)
+		if batches = s.owned(batches); len(batches) == 0 {
+			return nil
+		}
+		if err := s.rewrite(c, batches); err != nil {
+			return err
+		}
 	}
+}
+
+// rewrite begins a new transaction and writes batches into it again (their emits are still
+// held), after an abort.
+func (s *Sidecar) rewrite(c *conversation, batches []*batch) error {
+	sess := s.kafka.txn
+	if err := sess.Begin(); err != nil {
+		return s.txnFailure("cannot begin a transaction", err)
+	}
+	c.txnOpen = true
+	if _, err := s.produceTxn(c.produceCtx, sess, batches); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		if _, aerr := sess.End(ctx, kgo.TryAbort); aerr != nil {
+			s.abortUnconfirmed(sess)
+		}
+		cancel()
+		c.txnOpen = false
+		return s.txnFailure("", err)
+	}
+	return nil
 }
 
 // owned returns the batches of round whose partitions are still owned as when they were sent.
