@@ -28,7 +28,7 @@ func (s *Sidecar) commitLoop(c *conversation) {
 			s.mu.Unlock()
 			select {
 			case <-c.commitKick:
-			case <-c.failed:
+			case <-c.failed.Done():
 			}
 			s.mu.Lock()
 		}
