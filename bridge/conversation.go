@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/internal/lifetime"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
@@ -47,29 +47,26 @@ type conversation struct {
 	batches  sync.WaitGroup // added to under mu while !closing
 
 	sendMu sync.Mutex
-	voided atomic.Bool
+	voided lifetime.Event // fired by void, under sendMu: nothing more is sent
 
-	superseded chan struct{} // closed when the conversation is voided
-	unhealthy  chan error    // the pool's crash-loop report, at most one waiting
+	unhealthy  chan error // the pool's crash-loop report, at most one waiting
 	voidOnce   sync.Once
 	finishOnce sync.Once
-	closeOnce  sync.Once
 }
 
 // newConversation checks st and starts the action's pool for it.
 func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess], st *flowv1.Start) (*conversation, error) {
 	a := s.opts.Action
 	c := &conversation{
-		s:          s,
-		id:         st.GetConversationId(),
-		start:      st,
-		stream:     stream,
-		inlets:     map[string]string{},
-		outlets:    map[string]string{},
-		maxBytes:   int(st.GetMaxMessageBytes()),
-		inFlight:   map[uint64]bool{},
-		superseded: make(chan struct{}),
-		unhealthy:  make(chan error, 1),
+		s:         s,
+		id:        st.GetConversationId(),
+		start:     st,
+		stream:    stream,
+		inlets:    map[string]string{},
+		outlets:   map[string]string{},
+		maxBytes:  int(st.GetMaxMessageBytes()),
+		inFlight:  map[uint64]bool{},
+		unhealthy: make(chan error, 1),
 	}
 	if c.maxBytes <= 0 {
 		c.maxBytes = protocol.MaxMessageBytes
@@ -394,7 +391,7 @@ func (c *conversation) answer(id uint64, msgs []*flowv1.FromProcess) {
 func (c *conversation) send(id uint64, msgs []*flowv1.FromProcess) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	if c.voided.Load() {
+	if c.voided.HasFired() {
 		return
 	}
 	for _, m := range msgs {
@@ -426,7 +423,7 @@ func (c *conversation) finish(ctx context.Context) {
 			c.log.Warn("batches still in flight at the deadline are abandoned; the sidecar redelivers them")
 			c.void("the shutdown deadline passed", false)
 			<-answered
-		case <-c.superseded:
+		case <-c.voided.Done():
 			<-answered
 		}
 		c.closePool(true)
@@ -446,11 +443,10 @@ func (c *conversation) void(reason string, sameStream bool) {
 		if sameStream {
 			c.sendMu.Lock()
 		}
-		c.voided.Store(true)
+		c.voided.Fire()
 		if sameStream {
 			c.sendMu.Unlock()
 		}
-		close(c.superseded)
 		c.stopTaking()
 		c.cancel()
 		c.closePool(false)
@@ -466,13 +462,13 @@ func (c *conversation) stopTaking() {
 	c.mu.Unlock()
 }
 
+// closePool closes the pool; finish and void may both call it. Pool.Close and poolClosed may
+// be called twice: a later call waits for the first and reports nothing.
 func (c *conversation) closePool(drain bool) {
-	c.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), voidTimeout)
-		defer cancel()
-		if err := c.pool.Close(ctx, drain); err != nil {
-			c.log.Warn("the action's processes did not all shut down in time", "error", err)
-		}
-		c.s.opts.Metrics.poolClosed(c.pool)
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), voidTimeout)
+	defer cancel()
+	if err := c.pool.Close(ctx, drain); err != nil {
+		c.log.Warn("the action's processes did not all shut down in time", "error", err)
+	}
+	c.s.opts.Metrics.poolClosed(c.pool)
 }

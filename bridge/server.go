@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/internal/lifetime"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/protocol/codec"
@@ -79,9 +80,8 @@ type Server struct {
 	current     *conversation
 	starts      uint64             // Starts taken: the latest one is the live conversation
 	cancelStart context.CancelFunc // ends the wait of the Start whose processes are starting
-	terminating chan struct{}      // closed by shutdown
-	terminated  bool
-	wg          sync.WaitGroup // receive goroutines of Run
+	terminating lifetime.Event     // fired by shutdown, under mu
+	wg          sync.WaitGroup     // receive goroutines of Run
 }
 
 var (
@@ -104,12 +104,11 @@ func NewServer(opts Options) (*Server, error) {
 		opts.Budget = engine.NewBudget(DefaultMaxHeldBytes)
 	}
 	s := &Server{
-		opts:        opts,
-		tracer:      opts.Tracer,
-		budget:      opts.Budget,
-		log:         opts.Logger.With("streamlet", opts.Action.Name),
-		spec:        opts.Action.Spec(opts.Version),
-		terminating: make(chan struct{}),
+		opts:   opts,
+		tracer: opts.Tracer,
+		budget: opts.Budget,
+		log:    opts.Logger.With("streamlet", opts.Action.Name),
+		spec:   opts.Action.Spec(opts.Version),
 	}
 	opts.Metrics.budgetIs(s.budget)
 	return s, nil
@@ -168,10 +167,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // called more than once; it returns when the conversation is over.
 func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Lock()
-	if !s.terminated {
-		s.terminated = true
-		close(s.terminating)
-	}
+	s.terminating.Fire()
 	c := s.current
 	if s.cancelStart != nil {
 		s.cancelStart()
@@ -247,7 +243,7 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 			unhealthy  <-chan error
 		)
 		if c != nil {
-			superseded, unhealthy = c.superseded, c.unhealthy
+			superseded, unhealthy = c.voided.Done(), c.unhealthy
 		}
 		var r received
 		select {
@@ -258,7 +254,7 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 			// Waiting on a crash-looping action would stall every partition in silence; ending
 			// the conversation makes the sidecar back off and start over, and shows why.
 			return rpcErrorf(codes.Unavailable, "conversation %s ended: %w", c.id, err)
-		case <-s.terminating:
+		case <-s.terminating.Done():
 			if c != nil {
 				c.finish(ctx) // shutdown bounds it
 				c = nil
@@ -313,7 +309,7 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 // stops waiting for them and is voided, whichever of the two would finish starting first.
 func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess], st *flowv1.Start) (*conversation, error) {
 	s.mu.Lock()
-	if s.terminated {
+	if s.terminating.HasFired() {
 		s.mu.Unlock()
 		return nil, status.Error(codes.Unavailable, "the bridge is shutting down and takes no new conversation")
 	}
@@ -333,7 +329,7 @@ func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flow
 	}
 	c, err := newConversation(sctx, s, stream, st)
 	s.mu.Lock()
-	latest := s.starts == n && !s.terminated
+	latest := s.starts == n && !s.terminating.HasFired()
 	if s.starts == n {
 		s.cancelStart = nil
 	}
@@ -376,9 +372,7 @@ func (s *Server) Abort() {
 }
 
 func (s *Server) isTerminated() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.terminated
+	return s.terminating.HasFired()
 }
 
 // release forgets c if it is the live conversation.

@@ -62,7 +62,7 @@ func (s *Sidecar) commitLoop(c *conversation) {
 			s.mu.Unlock()
 			select {
 			case <-c.commitKick:
-			case <-c.failed:
+			case <-c.failed.Done():
 			case <-tick:
 				tick = nil
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ankka-flow/millrace/internal/lifetime"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/protocol/codec"
 )
@@ -62,18 +63,18 @@ type conversation struct {
 	kick       chan struct{} // wakes the sender
 	sendMu     sync.Mutex    // held by whoever sends on the stream: the sender or the receiver
 	commitKick chan struct{} // wakes the committer
-	failed     chan struct{} // closed at the first failure
 	err        error         // the first failure
 	recvDone   chan struct{} // closed when the receiver has seen the end of the stream
+
+	failed lifetime.Event // fired by the first failure, whichever goroutine has it
 }
 
-// fail records the first failure of the conversation and wakes everyone. Called with mu held.
+// fail records the first failure of the conversation and wakes everyone; later failures are
+// dropped. Called with mu held.
 func (c *conversation) fail(err error) {
-	if c.err != nil {
-		return
+	if c.failed.Fire() {
+		c.err = err
 	}
-	c.err = err
-	close(c.failed)
 }
 
 func (s *Sidecar) failConv(c *conversation, err error) {
@@ -130,7 +131,6 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		failing:    map[*partition]bool{},
 		kick:       make(chan struct{}, 1),
 		commitKick: make(chan struct{}, 1),
-		failed:     make(chan struct{}),
 		recvDone:   make(chan struct{}),
 	}
 	for _, o := range start.GetOutlets() {
@@ -156,7 +156,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	graceful := false
 	var deadline time.Time // the end may take until then; then writes are abandoned
 	select {
-	case <-c.failed:
+	case <-c.failed.Done():
 		deadline = s.now().Add(s.cfg.ShutdownTimeout)
 	case <-ctx.Done():
 		graceful = true
@@ -166,7 +166,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		t := time.NewTimer(s.cfg.ShutdownTimeout)
 		select {
 		case <-c.recvDone:
-		case <-c.failed:
+		case <-c.failed.Done():
 		case <-t.C:
 			s.failConv(c, streamFailed(causeStopTimeout, "the process did not complete the stream within %v of Stop (FLOW_SHUTDOWN_TIMEOUT)", s.cfg.ShutdownTimeout))
 		}
@@ -226,7 +226,7 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			return
 		}
 		select {
-		case <-c.failed:
+		case <-c.failed.Done():
 			return
 		case <-ctx.Done():
 			s.mu.Lock()
@@ -235,7 +235,7 @@ func (s *Sidecar) send(ctx context.Context, c *conversation) {
 			c.sendMu.Lock()
 			defer c.sendMu.Unlock()
 			select {
-			case <-c.failed:
+			case <-c.failed.Done():
 				return
 			default:
 			}

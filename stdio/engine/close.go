@@ -52,23 +52,18 @@ func (p *Pool) abandonAll() {
 // and every goroutine and process is gone, with ctx.Err() if ctx ended before the drain
 // finished. It may be called more than once; later calls wait for the first and return nil.
 func (p *Pool) Close(ctx context.Context, drain bool) error {
-	first := false
-	p.closeOnce.Do(func() { first = true })
-	if !first {
+	p.mu.Lock()
+	if p.isClosed() {
+		p.mu.Unlock()
 		<-p.closeDone
 		return nil
 	}
 	defer close(p.closeDone)
-	p.mu.Lock()
-	p.closed = true
-	close(p.closedCh)
-	if p.outstanding == 0 && !p.drainedDone {
-		p.drainedDone = true
-		close(p.drained)
-	}
+	close(p.closed)
+	idle := p.outstanding == 0
 	p.mu.Unlock()
 	var err error
-	if drain {
+	if drain && !idle {
 		select {
 		case <-p.drained:
 		case <-ctx.Done():
@@ -79,10 +74,19 @@ func (p *Pool) Close(ctx context.Context, drain bool) error {
 		p.abandonAll()
 	}
 	p.stopCtx = ctx
-	close(p.quit)
 	p.lifeCancel()
 	p.wg.Wait()
 	p.timers.Wait()
 	p.log.Info("action pool closed", "action", p.cfg.Name, "drained", drain && err == nil)
 	return err
+}
+
+// isClosed reports whether Close has begun; the caller holds mu.
+func (p *Pool) isClosed() bool {
+	select {
+	case <-p.closed:
+		return true
+	default:
+		return false
+	}
 }

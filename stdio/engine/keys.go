@@ -39,8 +39,7 @@ func (p *Pool) final(t *task, res Result) {
 		close(p.space)
 		p.space = nil
 	}
-	if p.closed && p.outstanding == 0 && !p.drainedDone {
-		p.drainedDone = true
+	if p.outstanding == 0 && p.isClosed() {
 		close(p.drained)
 	}
 	p.mu.Unlock()

@@ -43,25 +43,23 @@ type Pool struct {
 	procs       map[*process]struct{}
 	outstanding int
 	space       chan struct{} // closed when a full queue drains to lowWater; nil when nobody waits
-	closed      bool
-	drained     chan struct{} // closed once closed and nothing is outstanding
-	drainedDone bool
+	// drained is closed by the final that takes outstanding to zero once closed is: nothing is
+	// enqueued after Close, so outstanding only falls and reaches zero at most once (Close
+	// does not wait on it when nothing was outstanding).
+	drained chan struct{}
 
 	healthMu   sync.Mutex
 	health     error
 	startFails int
 
-	closedCh   chan struct{} // closed by Close: Submit stops waiting
-	quit       chan struct{} // closed by Close after drain or abandon: workers stop
+	closed     chan struct{} // closed by the first Close, under mu: Submit stops waiting and refuses
+	closeDone  chan struct{} // closed when the first Close returns: later ones wait for it
 	stopCtx    context.Context
+	lifeCtx    context.Context // cancelled by Close after drain or abandon: workers stop
 	lifeCancel context.CancelFunc
-	lifeCtx    context.Context
 	wg         sync.WaitGroup
 	timers     sync.WaitGroup // retry timers that may still fire
 	clock      clock
-
-	closeOnce sync.Once
-	closeDone chan struct{}
 }
 
 // Start validates cfg, starts the pool's processes (Concurrency of them; in per-item mode the
@@ -84,8 +82,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 		retrying:  make(map[*task]struct{}),
 		procs:     make(map[*process]struct{}),
 		drained:   make(chan struct{}),
-		closedCh:  make(chan struct{}),
-		quit:      make(chan struct{}),
+		closed:    make(chan struct{}),
 		closeDone: make(chan struct{}),
 	}
 	p.clock = cmp.Or[clock](cfg.clock, realClock{})

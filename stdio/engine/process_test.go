@@ -278,6 +278,38 @@ func TestCloseAbandons(t *testing.T) {
 	}
 }
 
+// TestCloseConcurrentDrain: Close called at once from several goroutines while items are in
+// flight drains them once; every call returns nil after the pool is closed, and an idle pool
+// drains at once.
+func TestCloseConcurrentDrain(t *testing.T) {
+	p := start(t, config("slowwindow"))
+	var chans []<-chan engine.Result
+	for i := range 4 {
+		chans = append(chans, submit(t, p, item(strconv.Itoa(i), "1")))
+	}
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { errs[i] = p.Close(context.Background(), true) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Close(drain) call %d = %v; want nil", i, err)
+		}
+	}
+	for i, ch := range chans {
+		if r := wait(t, ch); r.Outcome != engine.Done {
+			t.Errorf("item %d = %v %v; want done (drained before Close returned)", i, r.Outcome, r.Err)
+		}
+	}
+
+	idle := start(t, config("echo"))
+	if err := idle.Close(context.Background(), true); err != nil {
+		t.Fatalf("Close(drain) of an idle pool = %v; want nil", err)
+	}
+}
+
 // TestAbandonBlockedWrite: a child that stops reading stdin blocks the engine's write of a
 // large item; with no item timeout, Close(abandon) still ends it and returns.
 func TestAbandonBlockedWrite(t *testing.T) {

@@ -22,7 +22,7 @@ func (p *Pool) restartBackOff() *backoff.ExponentialBackOff {
 func (p *Pool) respawn(bo *backoff.ExponentialBackOff) *process {
 	for {
 		select {
-		case <-p.quit:
+		case <-p.lifeCtx.Done():
 			return nil
 		default:
 		}
@@ -49,7 +49,7 @@ func (p *Pool) respawn(bo *backoff.ExponentialBackOff) *process {
 		if fails >= p.cfg.CrashLoopAfter {
 			p.setHealth(fmt.Errorf("%w: %d starts in a row failed (queued items wait; fix the action or its config); last: %w", ErrCrashLoop, fails, err))
 		}
-		if !sleep(p.clock, bo.NextBackOff(), p.quit) {
+		if !sleep(p.clock, bo.NextBackOff(), p.lifeCtx.Done()) {
 			return nil
 		}
 	}

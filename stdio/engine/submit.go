@@ -54,7 +54,7 @@ func (p *Pool) enqueue(ctx context.Context, t *task) error {
 		t.key, t.keyed = "\x00base64:"+t.item.KeyBase64, true
 	}
 	p.mu.Lock()
-	for p.outstanding >= p.queueSize && !p.closed {
+	for p.outstanding >= p.queueSize && !p.isClosed() {
 		if p.space == nil {
 			p.space = make(chan struct{})
 		}
@@ -64,11 +64,11 @@ func (p *Pool) enqueue(ctx context.Context, t *task) error {
 		case <-space:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-p.closedCh:
+		case <-p.closed:
 		}
 		p.mu.Lock()
 	}
-	if p.closed {
+	if p.isClosed() {
 		p.mu.Unlock()
 		return fmt.Errorf("%w: item %s not accepted", ErrClosed, t.item.ID)
 	}

@@ -54,7 +54,7 @@ func (p *Pool) serve(pr *process) bool {
 		limit = stdio.MaxLineBytes
 	}
 	for {
-		if alive, quit := pr.awaitRoom(p.quit); !alive || quit {
+		if alive, quit := pr.awaitRoom(p.lifeCtx.Done()); !alive || quit {
 			return !quit
 		}
 		if alive, quit := p.awaitBudget(pr); !alive || quit {
@@ -65,7 +65,7 @@ func (p *Pool) serve(pr *process) bool {
 		case t = <-p.ready:
 		case <-pr.dead:
 			return true
-		case <-p.quit:
+		case <-p.lifeCtx.Done():
 			return false
 		}
 		now := p.clock.Now() // the run's write time
@@ -77,7 +77,7 @@ func (p *Pool) serve(pr *process) bool {
 			select {
 			case <-pr.dead:
 				return true
-			case <-p.quit:
+			case <-p.lifeCtx.Done():
 				return false
 			}
 		}
@@ -98,7 +98,7 @@ func (p *Pool) serve(pr *process) bool {
 		pr.write(out.Bytes())
 		out.Reset()
 		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process
-			_, quit := pr.awaitRoom(p.quit)
+			_, quit := pr.awaitRoom(p.lifeCtx.Done())
 			return !quit
 		}
 	}
@@ -116,7 +116,7 @@ func (p *Pool) awaitBudget(pr *process) (alive, quit bool) {
 		case <-room:
 		case <-pr.dead:
 			return false, false
-		case <-p.quit:
+		case <-p.lifeCtx.Done():
 			return true, true
 		}
 	}
