@@ -22,6 +22,9 @@ const (
 func (r *runner) unknownKeys() {
 	t0 := time.Now()
 	s := r.open(CheckUnknownKeys, r.a.Config, unknownHelloKeys)
+	if !r.awaitMain(CheckUnknownKeys, s, true) {
+		return
+	}
 	n := 0
 	for _, i := range r.answeredInputs() {
 		d := s.deliver(i, r.inputs[i].Item, CheckUnknownKeys)
@@ -34,8 +37,7 @@ func (r *runner) unknownKeys() {
 		}
 	}
 	s.shutdown()
-	r.elapsed[CheckUnknownKeys] = time.Since(t0)
-	r.pass[CheckUnknownKeys] = fmt.Sprintf("hello and %d items with unknown keys answered as without them", n)
+	r.passed(CheckUnknownKeys, fmt.Sprintf("hello and %d items with unknown keys answered as without them", n), time.Since(t0))
 }
 
 func answerText(m *stdio.Message) string {
@@ -55,10 +57,13 @@ func (r *runner) badConfig() {
 	t0 := time.Now()
 	cfg := malform(r.a.Config)
 	if cfg == nil {
-		r.pass[CheckConfig] = "the action declares no parameter: nothing to malform"
+		r.passed(CheckConfig, "the action declares no parameter: nothing to malform", 0)
 		return
 	}
 	s := r.open(CheckConfig, cfg, "")
+	if !r.awaitMain(CheckConfig, s, true) {
+		return
+	}
 	got := map[string]int{}
 	for _, i := range r.answeredInputs() {
 		d := s.deliver(i, r.inputs[i].Item, CheckConfig)
@@ -68,8 +73,7 @@ func (r *runner) badConfig() {
 		got[d.outcome()]++
 	}
 	s.shutdown()
-	r.elapsed[CheckConfig] = time.Since(t0)
-	r.pass[CheckConfig] = fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got))
+	r.passed(CheckConfig, fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got)), time.Since(t0))
 }
 
 // malform returns cfg with every value replaced by one of another JSON type, or nil when cfg
@@ -148,6 +152,10 @@ func withField(payload json.RawMessage, name string, value string) json.RawMessa
 // it comes back in the outputs must come back unchanged.
 func (r *runner) nonASCII() {
 	t0 := time.Now()
+	s := r.open(CheckNonASCII, r.a.Config, "")
+	if !r.awaitMain(CheckNonASCII, s, false) {
+		return
+	}
 	it := r.exemplar()
 	key := marker + "clé-ключ-键-🔑"
 	header := marker + "naïve café — ελληνικά, עברית, 日本語 🙂"
@@ -156,16 +164,16 @@ func (r *runner) nonASCII() {
 	it.Key, it.KeyBase64 = &key, ""
 	it.Headers = append(slices.Clone(it.Headers), stdio.Header{Key: "x-conformance-note", Value: &header})
 	it.Payload = withField(it.Payload, "x-conformance-text", text)
-	d := r.single(CheckNonASCII, it, t0)
+	d := s.single(it)
 	if d == nil {
 		return
 	}
 	echoed := roundTrip(r, d, CheckNonASCII, []string{key, header, text})
 	if echoed == 0 {
-		r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answer was checked", d.outcome())
+		r.passed(CheckNonASCII, fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answer was checked", d.outcome()), time.Since(t0))
 		return
 	}
-	r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", d.outcome(), echoed)
+	r.passed(CheckNonASCII, fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", d.outcome(), echoed), time.Since(t0))
 }
 
 // roundTrip compares every string of d's outputs that starts with the marker with the strings

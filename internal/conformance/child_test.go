@@ -17,12 +17,12 @@ const envChild = testkit.EnvRole
 
 // The behaviours the test binary plays, each a good action or one broken in exactly one way,
 // and the one check that must catch it ("" for the good ones); no other check may fail, and
-// every check must run unless the fault stops every conversation.
+// every check must be judged unless the fault stops every conversation.
 var behaviours = []struct {
 	name  string
 	catch string
 	what  string
-	stops bool // the fault ends every conversation, so later checks cannot run
+	stops bool // the fault ends every conversation: the checks it keeps from being judged say "SKIP name: <catch> failed"
 }{
 	{"good", "", "echoes each item's key and payload as one output", false},
 	{"good-multi", "", "emits two outputs per item, keyed distinctly", false},
@@ -44,6 +44,8 @@ var behaviours = []struct {
 	{"huge-line", "framing", "answers every item with a 9 MiB line, over the protocol's 8 MiB", true},
 	{"mute", "ready", "reads hello and never answers ready (its stdout is stuck in a buffer)", true},
 	{"ignore-shutdown", "shutdown", "keeps running when shutdown arrives", false},
+	{"bad-json", "framing", `answers {"type":"done","delivery":dl-…}, the delivery unquoted (not JSON)`, true},
+	{"bad-utf8", "non-ascii", "writes its outputs' non-ASCII text as Latin-1 bytes, which is not UTF-8 (a Perl action without an encoding layer)", false},
 }
 
 // child runs the behaviour named by its argument as an action on stdin/stdout.
@@ -55,6 +57,9 @@ func child(b string) int {
 			data, _ = json.MarshalIndent(v, "", "  ")
 		} else {
 			data, _ = json.Marshal(v)
+		}
+		if b == "bad-utf8" {
+			data = latin1(data)
 		}
 		if b == "mangle" {
 			data = []byte(strings.Map(func(r rune) rune {
@@ -125,6 +130,10 @@ func child(b string) int {
 		case "same-key":
 			send(map[string]any{"type": "emit", "delivery": d, "key": key, "payload": m["payload"]})
 			send(map[string]any{"type": "emit", "delivery": d, "key": key, "payload": m["payload"]})
+		case "bad-json":
+			fmt.Fprintf(out, "{\"type\":\"done\",\"delivery\":%v}\n", d)
+			out.Flush()
+			return
 		default:
 			e := map[string]any{"type": "emit", "delivery": d, "payload": m["payload"]}
 			if _, ok := m["key"]; ok {
@@ -198,6 +207,23 @@ func child(b string) int {
 			return 0
 		}
 	}
+}
+
+// latin1 writes every character of data below U+0100 as its one Latin-1 byte (and the others
+// as '?'), as a program that never encodes its text does.
+func latin1(data []byte) []byte {
+	var out []byte
+	for _, r := range string(data) {
+		switch {
+		case r < 0x80:
+			out = append(out, byte(r))
+		case r < 0x100:
+			out = append(out, byte(r))
+		default:
+			out = append(out, '?')
+		}
+	}
+	return out
 }
 
 // strict decodes a hello or an item refusing unknown keys, as a naive typed decoder does.

@@ -215,9 +215,9 @@ var Checks = []struct{ Name, Rule string }{
 	{CheckShutdown, "exits with status 0 on shutdown, within the grace period"},
 }
 
-// Check is the verdict of one check. A check that could not run (its conversation was ended
-// by another check's fault, or the action never became ready) has Ran false and does not
-// pass.
+// Check is the verdict of one check. A check that could not be judged because another failed
+// (its conversation was ended by that fault, or the action never became ready) has Ran false,
+// does not pass, and its Detail names the check that failed ("framing failed").
 type Check struct {
 	Name    string        `json:"name"`
 	Pass    bool          `json:"pass"`
@@ -244,7 +244,7 @@ func (r *Report) Failed() []string {
 	return names
 }
 
-// NotRun returns the names of the checks that could not run.
+// NotRun returns the names of the checks that could not be judged (skipped).
 func (r *Report) NotRun() []string {
 	var names []string
 	for _, c := range r.Checks {
@@ -256,7 +256,8 @@ func (r *Report) NotRun() []string {
 }
 
 // WriteText writes the report as `millrace test action --conformance` prints it: one line
-// per check, "PASS name: detail (time)" or "FAIL …", then the verdict (WriteVerdict).
+// per check, "PASS name: detail (time)", "FAIL …" or "SKIP name: framing failed", then the
+// verdict (WriteVerdict).
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, c := range r.Checks {
@@ -277,7 +278,7 @@ func (r *Report) WriteVerdict(w io.Writer) error {
 	} else {
 		notRun := ""
 		if n := r.NotRun(); len(n) > 0 {
-			notRun = fmt.Sprintf("; %d not checked: %s", len(n), strings.Join(n, ", "))
+			notRun = fmt.Sprintf("; %d skipped: %s", len(n), strings.Join(n, ", "))
 		}
 		fmt.Fprintf(&b, "%s: not conformant (%d of %d checks failed: %s%s)\n", r.Action, len(r.Failed()), len(r.Checks), strings.Join(r.Failed(), ", "), notRun)
 	}

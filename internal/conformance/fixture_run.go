@@ -144,7 +144,7 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions,
 	}
 	// As strict as production: the engine stops a process on a line it cannot read as a
 	// message, so a fixture passes no action that writes one, and --update records nothing.
-	for _, c := range []string{CheckStdout, CheckFraming} {
+	for _, c := range []string{CheckStdout, CheckFraming, CheckNonASCII} { // non-ascii: a line not UTF-8
 		if fails := r.fails[c]; len(fails) > 0 {
 			res.Error = fmt.Sprintf("%s: %s (millrace run and production stop the process on such a line, and retry its batch)", c, fails[0])
 			return res, nil

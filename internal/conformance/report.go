@@ -54,35 +54,57 @@ func (r *runner) report() *Report {
 	return rep
 }
 
-// verdict is the check name as it stands: failed, not run, or passed with its detail.
+// verdict is the check name as it stands: failed, not judged because another check failed
+// (skipped), or passed with its detail.
 func (r *runner) verdict(name string) Check {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.verdictLocked(name)
+}
+
+func (r *runner) verdictLocked(name string) Check {
 	ck := Check{Name: name, Elapsed: r.elapsed[name], Ran: true}
-	switch fails := r.fails[name]; {
+	fails := r.fails[name]
+	cause, skipped := r.skip[name]
+	switch {
 	case len(fails) > 0:
 		ck.Detail = fails[0]
 		if len(fails) > 1 {
 			ck.Detail += fmt.Sprintf(" (and %d more)", len(fails)-1)
 		}
-	case r.notRun != "" && !observer(name):
-		ck.Ran, ck.Detail = false, "not checked: "+r.notRun
+		return ck
+	case skipped:
+	case r.blocked != "" && r.unseen(name):
+		cause = r.blocked
 	case name == CheckShutdown && r.shutdowns == 0:
-		ck.Ran, ck.Detail = false, "not checked: no conversation reached shutdown (see the failures above)"
+		ck.Ran, ck.Detail = false, "no conversation reached shutdown (see the failures above)"
+		return ck
 	case r.pass[name] == "":
-		ck.Ran, ck.Detail = false, "not checked: another check's fault ended its conversation (see the failures above)"
+		ck.Ran, ck.Detail = false, "another check's fault ended its conversation (see the failures above)"
+		return ck
 	default:
 		ck.Pass = true
 		ck.Detail = r.pass[name]
+		return ck
 	}
+	ck.Ran, ck.Detail = false, cause+" failed"
 	return ck
 }
 
-// observer reports whether a check watches every conversation rather than running its own.
-func observer(name string) bool {
-	switch name {
-	case CheckReady, CheckFraming, CheckStdout, CheckSilence, CheckOutputs, CheckStderr:
-		return true
+// unseen reports whether nothing of check could be seen in a run whose main conversation
+// never got going (r.blocked): no conversation of its own, or nothing it watches.
+func (r *runner) unseen(check string) bool {
+	switch check {
+	case CheckReady, CheckStderr:
+		return false
+	case CheckShutdown:
+		return r.shutdowns == 0
+	case CheckOutputs:
+		return r.answers == 0
+	case CheckFraming, CheckStdout, CheckSilence:
+		return r.messages == 0
 	}
-	return false
+	return true
 }
 
 func byteSize(n int64) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ankka-flow/millrace/stdio"
 )
@@ -28,6 +29,10 @@ type event struct {
 	msg  stdio.Message // evMessage
 	raw  []byte        // the line(s), copied
 	note string        // evBad: what is wrong; evMessage: the framing fault it was recovered from
+	// badUTF8: an evBad line that is not valid UTF-8, which the kit charges to non-ascii when
+	// the conversation carried non-ASCII text (the action broke it) and to framing otherwise
+	badUTF8 bool
+	shown   bool // the note quotes the line already
 }
 
 // maxJoin bounds the lines joined when the action spreads one JSON object over several lines.
@@ -72,6 +77,10 @@ func (p *proc) readStdout(r io.Reader) {
 			} else {
 				pending = append(append(pending, '\n'), line...)
 				pendingLines++
+				if !json.Valid(pending) && !jsonPrefix(pending) {
+					flush() // no continuation can make this JSON: report it now, not at the next line
+					continue
+				}
 				if json.Valid(pending) {
 					p.recovered(pending, pendingAt, fmt.Sprintf("one JSON object spread over %d lines (pretty-printed?): write each message on one line", pendingLines))
 					pending = nil
@@ -89,10 +98,12 @@ func (p *proc) readStdout(r io.Reader) {
 		}
 		t := bytes.TrimSpace(line)
 		switch {
+		case len(t) > 0 && t[0] == '{' && !utf8.Valid(t):
+			p.events <- event{kind: evBad, at: now, raw: line, note: derr.Error(), badUTF8: true, shown: true}
 		case len(t) == 0:
 			p.events <- event{kind: evBad, at: now, raw: line, note: "an empty line on stdout: write exactly one JSON object per line"}
 		case json.Valid(t):
-			p.events <- event{kind: evBad, at: now, raw: line, note: derr.Error()}
+			p.events <- event{kind: evBad, at: now, raw: line, note: derr.Error(), shown: true}
 		case t[0] == '{':
 			if msgs, ok := splitObjects(t); ok {
 				for i, m := range msgs {
@@ -104,11 +115,23 @@ func (p *proc) readStdout(r io.Reader) {
 				}
 				continue
 			}
+			if !jsonPrefix(t) { // broken JSON, not the first line of a pretty-printed object
+				p.events <- event{kind: evBad, at: now, raw: line, note: derr.Error(), shown: true}
+				continue
+			}
 			pending, pendingLines, pendingAt = line, 1, now
 		default:
 			p.events <- event{kind: evText, at: now, raw: line}
 		}
 	}
+}
+
+// jsonPrefix reports whether text is the start of a JSON value that more lines could complete
+// (a pretty-printed object's first lines), rather than JSON already broken.
+func jsonPrefix(text []byte) bool {
+	var v json.RawMessage
+	err := json.NewDecoder(bytes.NewReader(text)).Decode(&v)
+	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // recovered delivers the message in text as an event carrying the framing fault in note, or a
