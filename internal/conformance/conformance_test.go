@@ -126,8 +126,8 @@ func TestPerItem(t *testing.T) {
 	if !rep.Conformant || !strings.Contains(text.String(), "burst: does not apply with --per-item") {
 		t.Fatalf("Run(per-item) =\n%s", text.String())
 	}
-	// main (3) + unknown keys (3) + config (3) + non-ascii + large: one process each
-	if !strings.Contains(text.String(), "PASS shutdown: 11 processes exited with status 0") {
-		t.Fatalf("Run(per-item) did not shut 11 processes down:\n%s", text.String())
+	// main (3) + unknown keys (3) + config (3) + non-ascii (2) + large: one process each
+	if !strings.Contains(text.String(), "PASS shutdown: 12 processes exited with status 0") {
+		t.Fatalf("Run(per-item) did not shut 12 processes down:\n%s", text.String())
 	}
 }
