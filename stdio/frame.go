@@ -104,32 +104,42 @@ func (l *LineReader) tooLong(start []byte) error {
 // DecodeMessage decodes one protocol line (without its newline) into m, which it resets first.
 // The line must be UTF-8, one JSON object, with a known "type"; unknown keys are ignored and
 // payloads kept as raw bytes. Any other line gives an error wrapping ErrProtocol that says
-// what is wrong and quotes the start of the line.
+// what is wrong and quotes the start of the line. A batch envelope decodes as a message of
+// type batch with its array in Messages; SplitBatch reads its messages.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
 	if decodeFast(line, m) {
 		return nil
 	}
-	trimmed := bytes.TrimLeft(line, " \t\r")
-	if len(trimmed) == 0 {
-		return fmt.Errorf("%w: an empty line where a JSON object was expected", ErrProtocol)
+	if detail := decodeObject(line, m, "a line"); detail != "" {
+		return fmt.Errorf("%w: %s", ErrProtocol, detail)
 	}
-	if !utf8.Valid(line) {
-		return fmt.Errorf("%w: a line that is not valid UTF-8: %s", ErrProtocol, errtext.Quote(line))
+	return nil
+}
+
+// decodeObject is DecodeMessage past the fast path: it returns what is wrong with b, named
+// as noun ("a line", "a message"), or "" when m holds it.
+func decodeObject(b []byte, m *Message, noun string) string {
+	trimmed := bytes.TrimLeft(b, " \t\r")
+	if len(trimmed) == 0 {
+		return "an empty line where a JSON object was expected"
+	}
+	if !utf8.Valid(b) {
+		return noun + " that is not valid UTF-8: " + errtext.Quote(b)
 	}
 	if trimmed[0] != '{' {
-		return fmt.Errorf("%w: a line that is not a JSON object (one object per line; logs go to stderr): %s", ErrProtocol, errtext.Quote(line))
+		return noun + " that is not a JSON object (one object per line; logs go to stderr): " + errtext.Quote(b)
 	}
-	if err := json.Unmarshal(line, m); err != nil {
-		return fmt.Errorf("%w: a line that is not a valid JSON object (%v): %s", ErrProtocol, shortErr(err), errtext.Quote(line))
+	if err := json.Unmarshal(b, m); err != nil {
+		return fmt.Sprintf("%s that is not a valid JSON object (%v): %s", noun, shortErr(err), errtext.Quote(b))
 	}
 	switch m.Type {
-	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown:
-		return nil
+	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch:
+		return ""
 	case "":
-		return fmt.Errorf("%w: a JSON object without \"type\": %s", ErrProtocol, errtext.Quote(line))
+		return "a JSON object without \"type\": " + errtext.Quote(b)
 	}
-	return fmt.Errorf("%w: unknown message type %q (want emit, metric, done, error, abstain or ready): %s", ErrProtocol, m.Type, errtext.Quote(line))
+	return fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain, batch or ready): %s", m.Type, errtext.Quote(b))
 }
 
 // FastAnswer recognises, without the general decoder and without allocating, the two lines
@@ -249,6 +259,12 @@ func appendBody(dst []byte, m *Message) []byte {
 			dst = append(dst, `,"window":`...)
 			dst = strconv.AppendInt(dst, int64(m.Window), 10)
 		}
+		if m.Batch {
+			dst = append(dst, `,"batch":true`...)
+		}
+	case TypeBatch:
+		dst = append(dst, `,"messages":`...)
+		dst = appendRaw(dst, m.Messages, "[]")
 	case TypeItem:
 		dst = appendItemFields(dst, &Item{
 			ID: m.ID, Run: m.Run, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload,

@@ -21,6 +21,9 @@ const (
 	TypeError    = "error"
 	TypeAbstain  = "abstain"
 	TypeShutdown = "shutdown"
+	// TypeBatch is the batch envelope, {"type":"batch","messages":[…]}: several messages on
+	// one line, each meaning what it means on its own line (see Packer and SplitBatch).
+	TypeBatch = "batch"
 )
 
 // Header is one record header. Value holds a UTF-8 value; ValueBase64 holds, base64-encoded,
@@ -96,8 +99,14 @@ type Message struct {
 	Config   json.RawMessage `json:"config,omitempty"`
 	Vars     map[string]any  `json:"vars,omitempty"`
 
-	// ready: deliveries the action accepts written ahead (0 or 1: one at a time).
-	Window int `json:"window,omitempty"`
+	// ready: deliveries the action accepts written ahead (0 or 1: one at a time), and whether
+	// it reads and writes batch envelopes.
+	Window int  `json:"window,omitempty"`
+	Batch  bool `json:"batch,omitempty"`
+
+	// batch: the envelope's messages, the raw JSON array as given (SplitBatch reads a line's
+	// messages without copying them).
+	Messages json.RawMessage `json:"messages,omitempty"`
 
 	// item (and emit: Key, KeyBase64, Payload, Headers)
 	ID             string          `json:"id,omitempty"`

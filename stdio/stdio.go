@@ -1,6 +1,7 @@
 // Package stdio is the wire of the Millstream action protocol: its messages, one JSON object
 // per line, the item encoder, the answer decoder (with the engine's allocation-free fast path,
-// FastAnswer) and the capped line reader. It is what an action SDK (stdio/action) and the
+// FastAnswer), the batch envelope that carries several messages on one line (Packer,
+// SplitBatch) and the capped line reader. It is what an action SDK (stdio/action) and the
 // conformance kit need; the engine that supervises processes, pools them, retries and keeps
 // the window is apart, in stdio/engine.
 //
@@ -19,4 +20,8 @@ var (
 	ErrProtocol = errors.New("stdio: protocol violation")
 	// ErrLineTooLong is wrapped by ErrProtocol errors for a line over MaxLineBytes.
 	ErrLineTooLong = errors.New("stdio: line too long")
+	// ErrMalformedBatch is wrapped, with ErrProtocol, by errors for a batch envelope that breaks
+	// its rules (SplitBatch, DecodeInBatch): "messages" missing or not an array, a message that
+	// is not a JSON object or has no known type, an envelope inside an envelope.
+	ErrMalformedBatch = errors.New("a malformed batch envelope")
 )
