@@ -194,6 +194,7 @@ const (
 	CheckNonASCII    = "non-ascii"
 	CheckLarge       = "large-payload"
 	CheckBurst       = "burst"
+	CheckBatch       = "batch"
 	CheckStderr      = "stderr"
 	CheckShutdown    = "shutdown"
 )
@@ -211,6 +212,7 @@ var Checks = []struct{ Name, Rule string }{
 	{CheckNonASCII, "non-ASCII text in keys, headers and payloads round-trips unchanged"},
 	{CheckLarge, "a 1 MiB payload is read and answered"},
 	{CheckBurst, "items written at once are all answered, in order"},
+	{CheckBatch, "declaring \"batch\": true in ready, items in envelopes, on lines of their own and in an envelope at the 8 MiB line limit are all answered"},
 	{CheckStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
 	{CheckShutdown, "exits with status 0 on shutdown, within the grace period"},
 }

@@ -15,6 +15,10 @@ const DefaultAnswerWait = 10 * time.Second
 // sits in a buffer, their own stdout's or their stdin's.
 const streamHint = "flush stdout after each line (print(…, flush=True) or python3 -u; awk: fflush()) and read stdin line by line as it comes, not in blocks (mawk: -W interactive; sed: -u)"
 
+// batchHint is the way out for an action that declared envelopes and left items of one
+// unanswered.
+const batchHint = `read every message of an envelope ({"type":"batch","messages":[…]}: each an item as on its own line), lines up to 8 MiB long, and answer each item, or do not declare "batch": true in ready`
+
 // answerWait is how long a session waits for an answer, and whether that is the kit's bound
 // (shorter than the item timeout) rather than the item timeout itself. Zero: no bound.
 func (r *runner) answerWait() (time.Duration, bool) {
@@ -78,7 +82,7 @@ func (r *runner) noteOnce(kind, format string, args ...any) {
 
 // conversationChecks are the checks with a conversation of their own, in the order their
 // lines are written as they complete.
-var conversationChecks = []string{CheckAnswers, CheckUnknownKeys, CheckConfig, CheckNonASCII, CheckLarge, CheckBurst}
+var conversationChecks = []string{CheckAnswers, CheckUnknownKeys, CheckConfig, CheckNonASCII, CheckLarge, CheckBurst, CheckBatch}
 
 // finished marks the named checks complete and writes the line of each complete check not
 // written yet, as it stands now: the conversations' checks in their order (a check that ends

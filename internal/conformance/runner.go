@@ -46,6 +46,7 @@ type runner struct {
 	messages    int
 	quiets      int
 	answers     int // deliveries answered, in every conversation
+	envelopes   int // batch envelopes the action wrote
 	outputs     int
 	several     int // deliveries with several outputs to one outlet
 
@@ -225,7 +226,7 @@ func (r *runner) run() error {
 	steps := []struct {
 		check string
 		run   func()
-	}{{CheckUnknownKeys, r.unknownKeys}, {CheckConfig, r.badConfig}, {CheckNonASCII, r.nonASCII}, {CheckLarge, r.large}, {CheckBurst, r.burst}}
+	}{{CheckUnknownKeys, r.unknownKeys}, {CheckConfig, r.badConfig}, {CheckNonASCII, r.nonASCII}, {CheckLarge, r.large}, {CheckBurst, r.burst}, {CheckBatch, r.batchCheck}}
 	var wg sync.WaitGroup
 	for _, step := range steps {
 		wg.Add(1)

@@ -46,6 +46,7 @@ type session struct {
 	order      []*delivery // in answer order
 	broken     bool        // the process ended or was given up on: nothing more is sent
 	cause      string      // the check charged when it broke
+	batch      bool        // the process declared "batch": true in ready
 	seq        int
 }
 
@@ -94,6 +95,7 @@ func (s *session) start() {
 			}
 			if ev.kind == evMessage && ev.msg.Type == stdio.TypeReady {
 				s.observe(ev)
+				s.batch = ev.msg.Batch
 				s.readyIn = ev.at.Sub(t0)
 				r.mu.Lock()
 				r.readyTimes = append(r.readyTimes, s.readyIn)
@@ -186,17 +188,28 @@ func (s *session) send(idx int, it stdio.Item, owner string) *delivery {
 			return nil
 		}
 	}
-	s.seq++
-	it.Delivery = fmt.Sprintf("dl-%s-%d", s.owner, s.seq)
-	it.Attempt = 1
+	s.number(&it)
 	line := appendItem(nil, &it)
-	d := &delivery{idx: idx, item: it, owner: owner, written: time.Now(), text: !isASCII(line)}
-	s.inflight[it.Delivery] = d
-	s.count++
+	d := s.track(idx, it, owner, line)
 	if s.helloExtra != "" { // the conversation with unknown keys has them in items too
 		line = splice(line, unknownItemKeys)
 	}
 	s.p.write(line)
+	return d
+}
+
+// number gives it the session's next delivery, first attempt.
+func (s *session) number(it *stdio.Item) {
+	s.seq++
+	it.Delivery = fmt.Sprintf("dl-%s-%d", s.owner, s.seq)
+	it.Attempt = 1
+}
+
+// track records the delivery of it, written as line, as in flight.
+func (s *session) track(idx int, it stdio.Item, owner string, line []byte) *delivery {
+	d := &delivery{idx: idx, item: it, owner: owner, written: time.Now(), text: !isASCII(line)}
+	s.inflight[it.Delivery] = d
+	s.count++
 	return d
 }
 
@@ -221,7 +234,11 @@ func (s *session) await() {
 		case ev, ok := <-s.p.events:
 			if !ok {
 				d := s.oldest()
-				s.endAs(d.owner, fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d)))
+				why := fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d))
+				if d.owner == CheckBatch {
+					why += ": " + batchHint
+				}
+				s.endAs(d.owner, why)
 				return
 			}
 			before := len(s.inflight)
@@ -237,7 +254,11 @@ func (s *session) await() {
 			if bounded {
 				limit = fmt.Sprintf("the conformance wait; the item timeout is %s: give a slow action more with --timeout", s.r.a.Timeout)
 			}
-			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, streamHint))
+			hint := streamHint
+			if d.owner == CheckBatch {
+				hint = batchHint
+			}
+			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, hint))
 			return
 		case <-s.r.ctx.Done():
 			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())
@@ -383,7 +404,11 @@ func (s *session) observe(ev event) {
 		if !ev.shown {
 			detail += "; the line: " + quote(firstLine(ev.raw))
 		}
-		check, detail := CheckFraming, detail+"; the engine stops the process on such a line: write each message with a JSON encoder, one object per line"
+		hint := ev.hint
+		if hint == "" {
+			hint = "write each message with a JSON encoder, one object per line"
+		}
+		check, detail := CheckFraming, detail+"; the engine stops the process on such a line: "+hint
 		if ev.badUTF8 && s.carriesText() {
 			check = CheckNonASCII
 			detail = fmt.Sprintf("non-ASCII text came back broken: a line that is not valid UTF-8: %s; decode stdin as UTF-8 and encode stdout as UTF-8 (Perl: use open qw(:std :encoding(UTF-8))), and never cut text inside a character", quote(firstLine(ev.raw)))
@@ -394,6 +419,13 @@ func (s *session) observe(ev event) {
 		if ev.note != "" {
 			r.fail(CheckFraming, ev.note+"; it starts "+quote(firstLine(ev.raw)))
 		}
+	case evEnvelope:
+		if !s.batch {
+			r.fail(CheckFraming, fmt.Sprintf("a batch envelope from an action that did not declare \"batch\": true in ready: %s; declare it in ready ({\"type\":\"ready\",\"window\":64,\"batch\":true}) or write each message on its own line", quote(ev.raw)))
+			s.stop(CheckFraming)
+			return
+		}
+		r.add(&r.envelopes, 1)
 	}
 }
 

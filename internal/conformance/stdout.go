@@ -20,6 +20,9 @@ const (
 	evMessage eventKind = iota // a protocol message, perhaps recovered from bad framing (note)
 	evBad                      // a line that looks like JSON but is no protocol message
 	evText                     // a line that is not JSON at all: logging on stdout
+	// evEnvelope: a batch envelope, before the messages it holds (each an evMessage), so the
+	// session can tell whether the action declared envelopes; a malformed one is evBad
+	evEnvelope
 )
 
 // event is one thing read from the action's stdout.
@@ -32,7 +35,8 @@ type event struct {
 	// badUTF8: an evBad line that is not valid UTF-8, which the kit charges to non-ascii when
 	// the conversation carried non-ASCII text (the action broke it) and to framing otherwise
 	badUTF8 bool
-	shown   bool // the note quotes the line already
+	shown   bool   // the note quotes the line already
+	hint    string // evBad: the way out, when not the usual one
 }
 
 // maxJoin bounds the lines joined when the action spreads one JSON object over several lines.
@@ -92,6 +96,10 @@ func (p *proc) readStdout(r io.Reader) {
 		}
 		var m stdio.Message
 		derr := stdio.DecodeMessage(line, &m)
+		if derr == nil && m.Type == stdio.TypeBatch {
+			p.envelope(line, now)
+			continue
+		}
 		if derr == nil {
 			p.events <- event{kind: evMessage, at: now, msg: m, raw: line}
 			continue
@@ -125,6 +133,35 @@ func (p *proc) readStdout(r io.Reader) {
 		}
 	}
 }
+
+// envelope delivers a batch envelope: an evEnvelope, then each message it holds as an
+// evMessage, in order, up to the first that breaks the envelope's rules, which ends it as an
+// evBad naming "a malformed batch envelope" (the messages before it stand, as in the engine).
+func (p *proc) envelope(line []byte, at time.Time) {
+	p.events <- event{kind: evEnvelope, at: at, raw: line}
+	var msgs []event
+	_, err := stdio.SplitBatch(line, func(msg []byte) error {
+		var m stdio.Message
+		if err := stdio.DecodeInBatch(msg, &m); err != nil {
+			return err
+		}
+		switch m.Type {
+		case stdio.TypeHello, stdio.TypeReady, stdio.TypeItem, stdio.TypeShutdown:
+			return fmt.Errorf("%w: %w: a %q message inside an envelope (an action's envelope holds emit, metric, done, error and abstain): %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, m.Type, quote(msg))
+		}
+		msgs = append(msgs, event{kind: evMessage, at: at, msg: m, raw: bytes.Clone(msg)})
+		return nil
+	})
+	for _, ev := range msgs {
+		p.events <- ev
+	}
+	if err != nil {
+		p.events <- event{kind: evBad, at: at, raw: line, note: err.Error(), shown: errors.Is(err, stdio.ErrMalformedBatch), hint: envelopeHint}
+	}
+}
+
+// envelopeHint is the way out for a malformed envelope.
+const envelopeHint = `write an envelope as {"type":"batch","messages":[…]}, holding emit, metric, done, error and abstain messages, each as it would be on its own line`
 
 // jsonPrefix reports whether text is the start of a JSON value that more lines could complete
 // (a pretty-printed object's first lines), rather than JSON already broken.
