@@ -10,26 +10,28 @@ import (
 // TestRunFailsFast: millrace run ends a fault that can only repeat with exit status 1 and one
 // line naming the cause and the fix, instead of waiting for the stall: a command it cannot
 // execute (checked before anything starts), a program that exits at start every time or never
-// readies, a record the action refuses on every delivery (with no --dead-letter).
+// readies, a record the action refuses on every delivery (with no --dead-letter). millrace
+// test, fixtures or conformance, names a command it cannot execute in the same words.
 func TestRunFailsFast(t *testing.T) {
 	const shebang = "#!/usr/bin/env python3\n"
 	tests := []struct {
-		name    string
-		command string // the end of the config line: the command after --, or flags, -- and the command
-		main    string // main.py
-		mode    os.FileMode
-		input   string
-		want    []string
+		name       string
+		command    string // the end of the config line: the command after --, or flags, -- and the command
+		main       string // main.py
+		mode       os.FileMode
+		input      string
+		want       []string
+		unrunnable bool // a command that cannot be executed: found before anything starts, by test too
 	}{
-		{"not-found", "no-such-runtime-x main.py", "", 0o644, `{"payload":{}}`, []string{`command "no-such-runtime-x" is not found on PATH: install it (the runtime the action needs), or check PATH`}},
-		{"not-executable", "./main.py", shebang, 0o644, `{"payload":{}}`, []string{"./main.py is not executable (permission denied): chmod +x main.py"}},
-		{"no-shebang", "./main.py", "import sys\n", 0o755, `{"payload":{}}`, []string{"./main.py has no #! line, so it cannot be executed (exec format error): add #!/usr/bin/env python3 as its first line"}},
-		{"env-interpreter-missing", "./main.py", "#!/usr/bin/env no-such-python\n", 0o755, `{"payload":{}}`, []string{`./main.py runs "no-such-python" (its #! line), which is not found on PATH: install it, or correct the #! line`}},
-		{"interpreter-missing", "./main.py", "#!/no/such/python3\n", 0o755, `{"payload":{}}`, []string{"./main.py runs /no/such/python3 (its #! line), which does not exist: install it, or write #!/usr/bin/env python3"}},
-		{"bare-name", "main.py", shebang, 0o755, `{"payload":{}}`, []string{`command "main.py" is not found on PATH, but main.py is in the action's folder: write ./main.py after --`}},
-		{"exits-at-start", "python3 main.py", "import sys\nsys.stderr.write('boom: no model file\\n')\nsys.exit(3)\n", 0o644, `{"payload":{}}`, []string{"the program exits before answering ready, every time", "exit status 3", "boom: no model file"}},
-		{"never-ready", "--ready-timeout 1s -- python3 main.py", "import time\ntime.sleep(60)\n", 0o644, `{"payload":{}}`, []string{"the program never answered hello with ready within its ready timeout", "within 1s (the ready timeout)", "flush stdout"}},
-		{"refused", "python3 main.py", refuser, 0o644, `{"payload":{"id":4}}`, []string{`the action refuses record t.in/0/0 on every delivery ("payload has no name")`, "--dead-letter PORT"}},
+		{"not-found", "no-such-runtime-x main.py", "", 0o644, `{"payload":{}}`, []string{`command "no-such-runtime-x" is not found on PATH: install it (the runtime the action needs), or check PATH`}, true},
+		{"not-executable", "./main.py", shebang, 0o644, `{"payload":{}}`, []string{"./main.py is not executable (permission denied): chmod +x main.py"}, true},
+		{"no-shebang", "./main.py", "import sys\n", 0o755, `{"payload":{}}`, []string{"./main.py has no #! line, so it cannot be executed (exec format error): add #!/usr/bin/env python3 as its first line"}, true},
+		{"env-interpreter-missing", "./main.py", "#!/usr/bin/env no-such-python\n", 0o755, `{"payload":{}}`, []string{`./main.py runs "no-such-python" (its #! line), which is not found on PATH: install it, or correct the #! line`}, true},
+		{"interpreter-missing", "./main.py", "#!/no/such/python3\n", 0o755, `{"payload":{}}`, []string{"./main.py runs /no/such/python3 (its #! line), which does not exist: install it, or write #!/usr/bin/env python3"}, true},
+		{"bare-name", "main.py", shebang, 0o755, `{"payload":{}}`, []string{`command "main.py" is not found on PATH, but main.py is in the action's folder: write ./main.py after --`}, true},
+		{"exits-at-start", "python3 main.py", "import sys\nsys.stderr.write('boom: no model file\\n')\nsys.exit(3)\n", 0o644, `{"payload":{}}`, []string{"the program exits before answering ready, every time", "exit status 3", "boom: no model file"}, false},
+		{"never-ready", "--ready-timeout 1s -- python3 main.py", "import time\ntime.sleep(60)\n", 0o644, `{"payload":{}}`, []string{"the program never answered hello with ready within its ready timeout", "within 1s (the ready timeout)", "flush stdout"}, false},
+		{"refused", "python3 main.py", refuser, 0o644, `{"payload":{"id":4}}`, []string{`the action refuses record t.in/0/0 on every delivery ("payload has no name")`, "--dead-letter PORT"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,11 +42,11 @@ func TestRunFailsFast(t *testing.T) {
 				command = "-- " + command
 			}
 			conf := "t --in in=t-in.v1 --out out=t-out.v1 " + command + "\n"
-			files := map[string]string{"action.conf": conf, "in.jsonl": tt.input + "\n"}
+			files := map[string]string{"action.conf": conf, "in.jsonl": tt.input + "\n", "fixtures/x.in.jsonl": tt.input + "\n"}
 			if tt.main != "" {
 				files["main.py"] = tt.main
 			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(dir, "fixtures"), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			for name, text := range files {
@@ -71,6 +73,20 @@ func TestRunFailsFast(t *testing.T) {
 			for _, w := range tt.want {
 				if !strings.Contains(errOut, w) {
 					t.Errorf("run (%s) said %q; want it to say %q", tt.name, errOut, w)
+				}
+			}
+			if !tt.unrunnable {
+				return
+			}
+			for _, args := range [][]string{{"test", "action", dir}, {"test", "action", dir, "--conformance"}} {
+				code, out, errOut := runCmd(t, args...)
+				if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "millrace test: streamlet t: ") {
+					t.Fatalf("%v (%s) = %d with stdout %q, stderr\n%s\nwant 1 and one line on stderr", args, tt.name, code, out, errOut)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(errOut, w) {
+						t.Errorf("%v (%s) said %q; want it to say %q, as run does", args, tt.name, errOut, w)
+					}
 				}
 			}
 		})

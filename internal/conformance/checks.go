@@ -37,7 +37,7 @@ func (r *runner) unknownKeys() {
 		}
 	}
 	s.shutdown()
-	r.passed(CheckUnknownKeys, fmt.Sprintf("hello and %d items with unknown keys answered as without them", n), time.Since(t0))
+	r.passed(CheckUnknownKeys, fmt.Sprintf("hello and %s with unknown keys answered as without them", plural(n, "item", "items")), time.Since(t0))
 }
 
 func answerText(m *stdio.Message) string {

@@ -31,14 +31,15 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// Exported sentinel errors.
+// Exported sentinel errors. A person reads them after "millrace test:", so they carry no
+// package prefix.
 var (
 	// ErrAction is returned by Run and RunFixtures for an Action they cannot run at all (no
 	// command, a command that cannot start).
-	ErrAction = errors.New("conformance: action cannot run")
+	ErrAction = errors.New("the action cannot run")
 	// ErrFixture is returned by LoadFixtures and RunFixtures for a fixture file that cannot be
 	// read: a line that is not a JSON object, a golden line of an unknown shape.
-	ErrFixture = errors.New("conformance: bad fixture")
+	ErrFixture = errors.New("a bad fixture")
 )
 
 // Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
@@ -337,7 +338,7 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	}
 	workdir, err := os.MkdirTemp("", "millrace-conformance-")
 	if err != nil {
-		return nil, fmt.Errorf("conformance: a work folder: %w", err)
+		return nil, fmt.Errorf("a work folder for the test: %w", err)
 	}
 	defer engine.TrackDir(workdir)() // removed by engine.Teardown should the program quit at once
 	defer os.RemoveAll(workdir)

@@ -82,7 +82,7 @@ func TestFixturesUpdateThenPass(t *testing.T) {
 	}
 	var text bytes.Buffer
 	_ = rep.WriteText(&text)
-	for _, want := range []string{"FAIL basic: 1 of 3 items differ", "emits[0].payload.n: want 4, got 3", `want {"outcome":"done","emits":[{"key":"k3","payload":{"n":4,"extra":true}}]}`, `got  {"outcome":"done","emits":[{"outlet":"out","key":"k3","payload":{"n":3}}]}`, "--update"} {
+	for _, want := range []string{"FAIL basic: 1 of 3 items differs", "emits[0].payload.n: want 4, got 3", `want {"outcome":"done","emits":[{"key":"k3","payload":{"n":4,"extra":true}}]}`, `got  {"outcome":"done","emits":[{"outlet":"out","key":"k3","payload":{"n":3}}]}`, "--update"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, text.String())
 		}
@@ -147,8 +147,8 @@ func TestFixtureErrors(t *testing.T) {
 	}
 	a.Command = []string{filepath.Join(a.Dir, "no-such-program")}
 	writeFile(t, filepath.Join(a.Dir, "fixtures", "bad.in.jsonl"), "{\"payload\":1}\n")
-	if _, err := conformance.RunFixtures(context.Background(), a, conformance.FixtureOptions{}); !errors.Is(err, conformance.ErrAction) {
-		t.Fatalf("RunFixtures(missing program) = %v; want ErrAction", err)
+	if _, err := conformance.RunFixtures(context.Background(), a, conformance.FixtureOptions{}); !errors.Is(err, conformance.ErrAction) || strings.Contains(err.Error(), "conformance:") {
+		t.Fatalf("RunFixtures(missing program) = %v; want ErrAction, its text without the package's name", err)
 	}
 }
 
@@ -195,6 +195,9 @@ func TestFixturesStrict(t *testing.T) {
 			if got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "basic.out.jsonl")); string(got) != golden {
 				t.Fatalf("RunFixtures(%s, update %v) rewrote the golden file: %s", tt.behaviour, update, got)
 			}
+			if !update && strings.Contains(text.String(), "--update") { // no output differs: nothing to accept
+				t.Fatalf("RunFixtures(%s) suggests --update for an action that broke the protocol:\n%s", tt.behaviour, text.String())
+			}
 		}
 	}
 }
@@ -211,5 +214,17 @@ func TestFixturesUpdateKeepsMessages(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "x.out.jsonl"))
 	if want := `{"outcome":"error","retryable":false,"message":"config n must be a number"}` + "\n"; string(got) != want {
 		t.Fatalf("golden after --update = %s; want %s", got, want)
+	}
+}
+
+// TestRunCannotStart: an action whose command cannot start is an error wrapping ErrAction,
+// and no check's line is written before it.
+func TestRunCannotStart(t *testing.T) {
+	a := testAction(t, "good")
+	a.Command = []string{filepath.Join(a.Dir, "no-such-program")}
+	var progress bytes.Buffer
+	_, err := conformance.Run(context.Background(), a, conformance.Options{Inputs: testInputs(&a), Progress: &progress})
+	if !errors.Is(err, conformance.ErrAction) || progress.Len() > 0 {
+		t.Fatalf("Run(missing program) = %v, progress %q; want ErrAction and no progress", err, progress.String())
 	}
 }

@@ -93,6 +93,9 @@ func (r *runner) finished(names ...string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.fatal != nil {
+		return // no verdict: Run returns the error
+	}
 	for _, n := range names {
 		r.done[n] = true
 	}

@@ -290,7 +290,7 @@ func (r *runner) mainConversation() {
 	}
 	close(r.mainDone)
 	s.shutdown()
-	r.passed(CheckAnswers, fmt.Sprintf("%d items answered exactly once (%s)", len(r.main), counts(r.mainCounts)), time.Since(t0))
+	r.passed(CheckAnswers, fmt.Sprintf("%s answered exactly once (%s)", plural(len(r.main), "item", "items"), counts(r.mainCounts)), time.Since(t0))
 }
 
 // awaitMain waits for the main conversation's answers; it returns false, recording why, when

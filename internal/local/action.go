@@ -95,6 +95,17 @@ func (a *Action) SetConfig(values map[string]string) error {
 	return nil
 }
 
+// CheckCommand says why the action's command cannot be executed, in the words `millrace run`
+// says it before anything starts (a command not on PATH, a program in the folder named
+// without ./, a missing #! line or executable bit), or returns nil when it can be, as far as
+// can be told without running it.
+func (a *Action) CheckCommand() error {
+	if msg := commandFault(a.Dir, a.Command); msg != "" {
+		return &repeatError{streamlet: a.Name, msg: msg}
+	}
+	return nil
+}
+
 // Conformance returns the action as package conformance runs it: the same config line, with
 // hello's config and the version.
 func (a *Action) Conformance(version string) conformance.Action {

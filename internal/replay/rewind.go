@@ -146,9 +146,9 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 		line := fmt.Sprintf("  %s/%d: %s → %d", m.Topic, m.Partition, from, m.To)
 		switch {
 		case m.From > m.To:
-			line += fmt.Sprintf(" (%d records read again)", m.From-m.To)
+			line += fmt.Sprintf(" (%s read again)", plural(m.From-m.To, "record", "records"))
 		case m.From >= 0 && m.From < m.To:
-			line += fmt.Sprintf(" (%d records skipped)", m.To-m.From)
+			line += fmt.Sprintf(" (%s skipped)", plural(m.To-m.From, "record", "records"))
 		case m.From == m.To:
 			line += " (unchanged)"
 		}
@@ -259,4 +259,12 @@ func commit(ctx context.Context, cl *kgo.Client, group string, plan []Move) erro
 		}
 	}
 	return nil
+}
+
+// plural is n with the noun that fits it: "1 item", "2 items".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
