@@ -54,6 +54,9 @@ type Options struct {
 	// ExactlyOnce runs the sidecars with FLOW_DELIVERY=exactly-once: each commit round is one
 	// Kafka transaction. The printer reads read_committed in either mode.
 	ExactlyOnce bool
+	// BrokerStarted, when set, is called with the in-process broker's addresses once it listens
+	// (never with Brokers), so that the caller can say where other tools (millrace replay) find it.
+	BrokerStarted func(addrs []string)
 }
 
 // runner is one Run.
@@ -125,6 +128,9 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
+		if opts.BrokerStarted != nil {
+			opts.BrokerStarted(brokers)
+		}
 	}
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(topicMaxMessageBytes), kafkaLogger(r.log, "local"))
 	if err != nil {

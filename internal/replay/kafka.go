@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,19 +17,46 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// Sentinel errors. A person reads them after "millrace replay:", so only ErrUsage, which the
+// command cuts off, carries the package's name.
+var (
+	// ErrActiveGroup is returned by Rewind when the group has members: offsets can be set
+	// only while nobody consumes.
+	ErrActiveGroup = errors.New("the consumer group has active members")
+	// ErrUsage marks a mistake in what was asked (a bad target, a filter that matches nothing).
+	ErrUsage = errors.New("replay: usage")
+	// ErrUnreachable is returned by Rewind and Redrive when no broker of --brokers answers
+	// as Kafka within ReachTimeout: nothing listens there, or something that is not Kafka.
+	ErrUnreachable = errors.New("no Kafka broker answers")
+)
+
+// ReachTimeout bounds how long Rewind and Redrive wait for the first answer of a broker, so a
+// wrong address is an error in seconds, not after the client's retries.
+const ReachTimeout = 5 * time.Second
+
 // Kafka says how to reach the cluster.
 type Kafka struct {
 	Brokers []string  // host:port seeds (required)
 	Opts    []kgo.Opt // more client options (TLS, SASL, a logger)
 }
 
-func (k Kafka) client(more ...kgo.Opt) (*kgo.Client, error) {
+// client returns a client of the cluster once a broker has answered it, within ReachTimeout.
+func (k Kafka) client(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error) {
 	if len(k.Brokers) == 0 {
-		return nil, errors.New("replay: no brokers: give --brokers host:port (or set FLOW_BROKERS)")
+		return nil, errors.New("no brokers: give --brokers host:port (or set FLOW_BROKERS)")
 	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, k.Opts...), more...)...)
 	if err != nil {
-		return nil, fmt.Errorf("replay: a client of %v: %w", k.Brokers, err)
+		return nil, fmt.Errorf("a client of %v: %w", k.Brokers, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, ReachTimeout)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		cl.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w at %s within %s (%w): check --brokers, host:port of a Kafka listener (millrace run prints its in-process broker's with --data or --follow)", ErrUnreachable, strings.Join(k.Brokers, ","), ReachTimeout, err)
 	}
 	return cl, nil
 }
@@ -41,13 +69,13 @@ func partitions(ctx context.Context, cl *kgo.Client, topic string) ([]int32, err
 	req.Topics = append(req.Topics, mt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("replay: the metadata of topic %s: %w (is the broker reachable?)", topic, err)
+		return nil, fmt.Errorf("the metadata of topic %s: %w (is the broker reachable?)", topic, err)
 	}
 	if len(resp.Topics) == 0 {
-		return nil, fmt.Errorf("replay: topic %s: no metadata", topic)
+		return nil, fmt.Errorf("topic %s: no metadata", topic)
 	}
 	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		return nil, fmt.Errorf("replay: topic %s: %w", topic, err)
+		return nil, fmt.Errorf("topic %s: %w", topic, err)
 	}
 	var ps []int32
 	for _, p := range resp.Topics[0].Partitions {
@@ -63,7 +91,7 @@ func topicIDs(ctx context.Context, cl *kgo.Client) (map[string][16]byte, map[[16
 	req := kmsg.NewPtrMetadataRequest() // no topics: every topic
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replay: the cluster's topics: %w (is the broker reachable?)", err)
+		return nil, nil, fmt.Errorf("the cluster's topics: %w (is the broker reachable?)", err)
 	}
 	ids, names := map[string][16]byte{}, map[[16]byte]string{}
 	for _, t := range resp.Topics {
@@ -89,13 +117,13 @@ func listOffsets(ctx context.Context, cl *kgo.Client, topic string, ps []int32, 
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("replay: listing the offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("listing the offsets of %s: %w", topic, err)
 	}
 	out := map[int32]int64{}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("replay: listing the offsets of %s/%d: %w", topic, p.Partition, err)
+				return nil, fmt.Errorf("listing the offsets of %s/%d: %w", topic, p.Partition, err)
 			}
 			out[p.Partition] = p.Offset
 		}
@@ -132,14 +160,14 @@ func describeGroup(ctx context.Context, cl *kgo.Client, name string) (group, err
 		req.Groups = []string{name}
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
-			return group{}, fmt.Errorf("replay: describing group %s: %w", name, err)
+			return group{}, fmt.Errorf("describing group %s: %w", name, err)
 		}
 		if len(resp.Groups) == 0 {
-			return group{}, fmt.Errorf("replay: describing group %s: no answer", name)
+			return group{}, fmt.Errorf("describing group %s: no answer", name)
 		}
 		g := resp.Groups[0]
 		if err := kerr.ErrorForCode(g.ErrorCode); err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
-			return group{}, fmt.Errorf("replay: describing group %s: %w", name, err)
+			return group{}, fmt.Errorf("describing group %s: %w", name, err)
 		}
 		out := group{state: g.State}
 		for _, m := range g.Members {
@@ -158,7 +186,7 @@ func committed(ctx context.Context, cl *kgo.Client, name string) (map[string]map
 		req.Groups = append(req.Groups, rg)
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
-			return nil, fmt.Errorf("replay: the committed offsets of group %s: %w", name, err)
+			return nil, fmt.Errorf("the committed offsets of group %s: %w", name, err)
 		}
 		out := map[string]map[int32]int64{}
 		var names map[[16]byte]string
@@ -166,7 +194,7 @@ func committed(ctx context.Context, cl *kgo.Client, name string) (map[string]map
 			if err := kerr.ErrorForCode(g.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
 				return out, nil
 			} else if err != nil {
-				return nil, fmt.Errorf("replay: the committed offsets of group %s: %w", name, err)
+				return nil, fmt.Errorf("the committed offsets of group %s: %w", name, err)
 			}
 			for _, t := range g.Topics {
 				if t.Topic == "" { // named by id
@@ -179,7 +207,7 @@ func committed(ctx context.Context, cl *kgo.Client, name string) (map[string]map
 				}
 				for _, p := range t.Partitions {
 					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-						return nil, fmt.Errorf("replay: the committed offset of group %s on %s/%d: %w", name, t.Topic, p.Partition, err)
+						return nil, fmt.Errorf("the committed offset of group %s on %s/%d: %w", name, t.Topic, p.Partition, err)
 					}
 					if p.Offset >= 0 {
 						if out[t.Topic] == nil {

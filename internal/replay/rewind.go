@@ -15,13 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// ErrActiveGroup is returned by Rewind when the group has members: offsets can be set only
-// while nobody consumes.
-var ErrActiveGroup = errors.New("replay: the consumer group has active members")
-
-// ErrUsage marks a mistake in what was asked (a bad target, a filter that matches nothing).
-var ErrUsage = errors.New("replay: usage")
-
 // Target is where a rewind goes on each partition: the first record at or after Time, the
 // offset Offset, or the log start (Earliest). Exactly one is set.
 type Target struct {
@@ -95,7 +88,7 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	cl, err := o.client()
+	cl, err := o.client(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +236,7 @@ func commit(ctx context.Context, cl *kgo.Client, group string, plan []Move) erro
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("replay: committing the offsets of group %s: %w", group, err)
+		return fmt.Errorf("committing the offsets of group %s: %w", group, err)
 	}
 	for _, t := range resp.Topics {
 		if t.Topic == "" {
@@ -254,7 +247,7 @@ func commit(ctx context.Context, cl *kgo.Client, group string, plan []Move) erro
 				if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
 					return fmt.Errorf("%w: group %s: committing %s/%d: %w (a member joined meanwhile: stop the streamlet and try again)", ErrActiveGroup, group, t.Topic, p.Partition, err)
 				}
-				return fmt.Errorf("replay: group %s: committing %s/%d: %w", group, t.Topic, p.Partition, err)
+				return fmt.Errorf("group %s: committing %s/%d: %w", group, t.Topic, p.Partition, err)
 			}
 		}
 	}
