@@ -135,3 +135,20 @@ func TestPerItem(t *testing.T) {
 		t.Fatalf("Run(per-item) did not shut 12 processes down:\n%s", text.String())
 	}
 }
+
+// TestDeadLetterOutlet: with a --dead-letter port beside one outlet, an emit that names no
+// outlet goes to that one, as in the bridge: the action is conformant.
+func TestDeadLetterOutlet(t *testing.T) {
+	a := testAction(t, "good")
+	a.Outlets = append(a.Outlets, bridge.Port{Name: "rejected"})
+	a.DeadLetter = "rejected"
+	rep, err := conformance.Run(context.Background(), a, conformance.Options{Inputs: testInputs(&a)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	_ = rep.WriteText(&text)
+	if !rep.Conformant {
+		t.Fatalf("Run(good, --dead-letter rejected) =\n%s", text.String())
+	}
+}

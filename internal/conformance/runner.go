@@ -172,11 +172,14 @@ func (r *runner) answered(d *delivery) {
 		case len(r.a.Outlets) == 0:
 			r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted, but the action declares no outlet: declare one with --out PORT=SCHEMA", d.item.Delivery))
 			return
-		case outlet == "" && len(r.a.Outlets) > 1:
-			r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted without \"outlet\", but the action has %d outlets (%s): name one", d.item.Delivery, len(r.a.Outlets), strings.Join(r.a.outlets(), ", ")))
-			return
 		case outlet == "":
-			outlet = r.a.Outlets[0].Name
+			// as the bridge reads it: the one outlet that is neither --dead-letter nor --fallback
+			name, n, ok := r.a.DefaultOutlet()
+			if !ok {
+				r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted without \"outlet\", but the action has %d outlets besides --dead-letter and --fallback (%s): name one", d.item.Delivery, n, strings.Join(r.a.outlets(), ", ")))
+				return
+			}
+			outlet = name
 		case !slices.Contains(r.a.outlets(), outlet):
 			r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted to outlet %q, which is not declared: use one of %s, or declare it with --out", d.item.Delivery, outlet, strings.Join(r.a.outlets(), ", ")))
 			return

@@ -21,7 +21,7 @@ const ConfigFile = "action.conf"
 var (
 	// ErrNoAction is returned by Load for an argument that is neither an action directory, nor
 	// a config file, nor a config line.
-	ErrNoAction = errors.New("local: no action")
+	ErrNoAction = errors.New("no action")
 )
 
 // Action is an action as the tools see it: its parsed config line, where it came from, and

@@ -45,12 +45,12 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 	}
 	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
-		return fmt.Errorf("local: creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
+		return fmt.Errorf("creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
 	}
 	var existing []string
 	for _, t := range resp.Topics {
 		if err := kerrOf(t.ErrorCode); err != nil && t.ErrorCode != kerr.TopicAlreadyExists.Code {
-			return fmt.Errorf("local: creating topic %s: %w", t.Topic, err)
+			return fmt.Errorf("creating topic %s: %w", t.Topic, err)
 		}
 		if t.ErrorCode == kerr.TopicAlreadyExists.Code {
 			existing = append(existing, t.Topic)
@@ -73,7 +73,7 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 			if r.opts.DataDir != "" {
 				where = "in --data " + r.opts.DataDir
 			}
-			return fmt.Errorf("local: --partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
+			return fmt.Errorf("--partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
 		}
 	}
 	return nil
@@ -119,21 +119,21 @@ func (r *runner) topicsReady(ctx context.Context, topics []string) error {
 	shown := map[string]bool{}
 	for _, t := range resp.Topics {
 		if err := kerrOf(t.ErrorCode); err != nil {
-			return fmt.Errorf("local: topic %s: %w", deref(t.Topic), err)
+			return fmt.Errorf("topic %s: %w", deref(t.Topic), err)
 		}
 		if len(t.Partitions) == 0 {
-			return fmt.Errorf("local: topic %s has no partitions yet: %w", deref(t.Topic), kerr.LeaderNotAvailable)
+			return fmt.Errorf("topic %s has no partitions yet: %w", deref(t.Topic), kerr.LeaderNotAvailable)
 		}
 		for _, p := range t.Partitions {
 			if p.Leader < 0 || p.ErrorCode == kerr.LeaderNotAvailable.Code {
-				return fmt.Errorf("local: topic %s partition %d has no leader yet: %w", deref(t.Topic), p.Partition, kerr.LeaderNotAvailable)
+				return fmt.Errorf("topic %s partition %d has no leader yet: %w", deref(t.Topic), p.Partition, kerr.LeaderNotAvailable)
 			}
 		}
 		shown[deref(t.Topic)] = true
 	}
 	for _, t := range topics {
 		if !shown[t] {
-			return fmt.Errorf("local: topic %s: %w", t, kerr.UnknownTopicOrPartition)
+			return fmt.Errorf("topic %s: %w", t, kerr.UnknownTopicOrPartition)
 		}
 	}
 	return nil
@@ -149,7 +149,7 @@ func (r *runner) metadata(ctx context.Context, topics []string) (*kmsg.MetadataR
 	}
 	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
-		return nil, fmt.Errorf("local: topic metadata: %w", err)
+		return nil, fmt.Errorf("topic metadata: %w", err)
 	}
 	return resp, nil
 }
@@ -163,7 +163,7 @@ func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]
 	out := map[string][]int32{}
 	for _, t := range resp.Topics {
 		if err := kerrOf(t.ErrorCode); err != nil {
-			return nil, fmt.Errorf("local: topic %s: %w", deref(t.Topic), err)
+			return nil, fmt.Errorf("topic %s: %w", deref(t.Topic), err)
 		}
 		for _, p := range t.Partitions {
 			out[deref(t.Topic)] = append(out[deref(t.Topic)], p.Partition)
@@ -200,14 +200,14 @@ func (r *runner) endOffsets(ctx context.Context, topics []string) (map[string]ma
 	}
 	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
-		return nil, fmt.Errorf("local: end offsets: %w", err)
+		return nil, fmt.Errorf("end offsets: %w", err)
 	}
 	out := map[string]map[int32]int64{}
 	for _, t := range resp.Topics {
 		out[t.Topic] = map[int32]int64{}
 		for _, p := range t.Partitions {
 			if err := kerrOf(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("local: end offset of %s/%d: %w", t.Topic, p.Partition, err)
+				return nil, fmt.Errorf("end offset of %s/%d: %w", t.Topic, p.Partition, err)
 			}
 			out[t.Topic][p.Partition] = p.Offset
 		}
@@ -221,13 +221,13 @@ func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int
 	req.Group = st.group // no topics: every offset the group committed
 	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
-		return nil, fmt.Errorf("local: committed offsets of %s: %w", st.group, err)
+		return nil, fmt.Errorf("committed offsets of %s: %w", st.group, err)
 	}
 	if resp.ErrorCode == kerr.GroupIDNotFound.Code {
 		return nil, nil // the group has not joined yet: nothing committed
 	}
 	if err := kerrOf(resp.ErrorCode); err != nil {
-		return nil, fmt.Errorf("local: committed offsets of %s: %w", st.group, err)
+		return nil, fmt.Errorf("committed offsets of %s: %w", st.group, err)
 	}
 	out := map[string]map[int32]int64{}
 	add := func(topic string, p int32, off int64) {

@@ -21,13 +21,13 @@ import (
 var (
 	// errInput is returned for an input line that is not a record envelope (or, with Bare, not
 	// JSON); it names the line.
-	errInput = errors.New("local: bad input line")
+	errInput = errors.New("bad input line")
 	// errStalled is returned when a partition stalled: a batch kept failing for StallAfter.
-	errStalled = errors.New("local: a partition stalled")
+	errStalled = errors.New("a partition stalled")
 	// errRefused is returned when a sidecar refused its process at discovery.
-	errRefused = errors.New("local: the streamlet was refused at discovery")
+	errRefused = errors.New("the streamlet was refused at discovery")
 	// ErrInterrupted is returned when ctx ended before every output was committed.
-	ErrInterrupted = errors.New("local: interrupted")
+	ErrInterrupted = errors.New("interrupted")
 )
 
 // Options tune Run. The zero value runs an in-memory broker, reads no input and stops when
@@ -124,7 +124,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		}
 		cluster, err := kfake.NewCluster(kopts...)
 		if err != nil {
-			return nil, fmt.Errorf("local: starting the in-process Kafka broker: %w", err)
+			return nil, fmt.Errorf("starting the in-process Kafka broker: %w", err)
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
@@ -134,7 +134,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	}
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(topicMaxMessageBytes), kafkaLogger(r.log, "local"))
 	if err != nil {
-		return nil, fmt.Errorf("local: Kafka client for %s: %w", strings.Join(brokers, ","), err)
+		return nil, fmt.Errorf("Kafka client for %s: %w", strings.Join(brokers, ","), err)
 	}
 	defer admin.Close()
 	r.admin = admin
