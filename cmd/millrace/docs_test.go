@@ -75,7 +75,9 @@ func anchors(t *testing.T, file string) []string {
 	return ids
 }
 
-func isLetter(r rune) bool { return strings.ContainsRune("àâäéèêëîïôöùûüçñåøæß", r) }
+func isLetter(r rune) bool {
+	return strings.ContainsRune("àâäéèêëîïôöùûüçñåøæß", r)
+}
 
 func rel(root, path string) string {
 	if r, err := filepath.Rel(root, path); err == nil {
