@@ -31,7 +31,7 @@ func (r *runner) batchCheck() {
 		return
 	}
 	if !s.batch {
-		s.shutdown()
+		s.finish()
 		r.passed(CheckBatch, `does not apply: the action does not declare "batch": true in ready`, time.Since(t0))
 		return
 	}
@@ -48,7 +48,7 @@ func (r *runner) batchCheck() {
 	}
 	s.sendBatch(s.fill(r.variant(ex, 30000), limitItems, stdio.MaxLineBytes), stdio.MaxLineBytes)
 	s.await()
-	s.shutdown()
+	s.finish()
 	if len(s.answered) < batchItems+1+limitItems {
 		return
 	}

@@ -36,7 +36,7 @@ func (r *runner) unknownKeys() {
 			r.fail(CheckUnknownKeys, fmt.Sprintf("%s was answered %s with unknown keys in hello and the item, but %s without them%s: ignore keys you do not know", r.inputs[i].Source, got, want, answerText(d.answer)))
 		}
 	}
-	s.shutdown()
+	s.finish()
 	r.passed(CheckUnknownKeys, fmt.Sprintf("hello and %s with unknown keys answered as without them", plural(n, "item", "items")), time.Since(t0))
 }
 
@@ -72,7 +72,7 @@ func (r *runner) badConfig() {
 		}
 		got[d.outcome()]++
 	}
-	s.shutdown()
+	s.finish()
 	r.passed(CheckConfig, fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got)), time.Since(t0))
 }
 
@@ -172,13 +172,13 @@ func (r *runner) nonASCII() {
 		it.Payload = withField(it.Payload, "x-conformance-text", text[2])
 		d := s.deliver(-1, it, CheckNonASCII)
 		if d == nil || d.answer == nil {
-			s.shutdown()
+			s.finish()
 			return
 		}
 		outcomes[d.outcome()]++
 		echoed += roundTrip(r, d, CheckNonASCII, text)
 	}
-	s.shutdown()
+	s.finish()
 	if echoed == 0 {
 		r.passed(CheckNonASCII, fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answers were checked", counts(outcomes)), time.Since(t0))
 		return

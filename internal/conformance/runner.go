@@ -11,9 +11,10 @@ import (
 	"github.com/ankka-flow/millrace/stdio"
 )
 
-// runner is one conformance run: it drives the conversations, each on its own goroutine (they
-// are independent, so a slow ready or an ignored shutdown is waited for once, not once per
-// conversation), and collects what each check saw. mu guards what the conversations share;
+// runner is one conformance run: it drives the conversations, each on its own goroutine: they
+// start together, so a slow ready is waited for once, send their items one after another (see
+// turns), and shut down while the next goes on, so an ignored shutdown costs about one grace
+// period, not one per conversation. It collects what each check saw. mu guards what the conversations share;
 // the main conversation's results (main, mainCounts, …, blocked) are written before mainDone
 // is closed and only read after.
 type runner struct {
@@ -25,6 +26,11 @@ type runner struct {
 	wait     time.Duration // the answer wait of a conformance run; 0: the item timeout
 	start    time.Time
 	mainDone chan struct{} // closed once the main conversation's answers are known
+	// turns[c] is closed once check c's conversation has sent its items and had its answers:
+	// the checks' conversations take their turns one after another, in order (only their
+	// start and their shutdown overlap), so none competes with another for a slow action's CPU
+	turns    map[string]chan struct{}
+	previous map[string]string // the check whose turn comes before each one's
 	// blocked is the check whose fault ended the main conversation so that no other can be
 	// judged (ready: no ready to a plain hello; framing: a line the engine cannot read)
 	blocked string
@@ -59,7 +65,7 @@ type runner struct {
 func newRunner(ctx context.Context, a *Action, opts Options, workdir string, inputs []Input) *runner {
 	return &runner{
 		ctx: ctx, a: a, opts: opts, workdir: workdir, inputs: inputs, start: time.Now(),
-		mainDone: make(chan struct{}),
+		mainDone: make(chan struct{}), turns: map[string]chan struct{}{}, previous: map[string]string{},
 		fails:    map[string][]string{}, pass: map[string]string{}, elapsed: map[string]time.Duration{},
 		skip: map[string]string{}, main: map[int]string{}, mainCounts: map[string]int{},
 		printed: map[string]bool{}, done: map[string]bool{}, noted: map[string]bool{},
@@ -219,7 +225,7 @@ func emitKey(e *stdio.Message) (string, bool) {
 
 // run drives every conversation: the main one and, beside it, each check's own, which opens
 // its process at once (so a slow ready is waited for once) and sends its items when the main
-// conversation's answers are known.
+// conversation's answers are known and the check before it is done with its own.
 func (r *runner) run() error {
 	defer func() {
 		for _, p := range r.procs {
@@ -230,6 +236,11 @@ func (r *runner) run() error {
 		check string
 		run   func()
 	}{{CheckUnknownKeys, r.unknownKeys}, {CheckConfig, r.badConfig}, {CheckNonASCII, r.nonASCII}, {CheckLarge, r.large}, {CheckBurst, r.burst}, {CheckBatch, r.batchCheck}}
+	prev := CheckAnswers
+	for _, step := range steps {
+		r.turns[step.check], r.previous[step.check] = make(chan struct{}), prev
+		prev = step.check
+	}
 	var wg sync.WaitGroup
 	for _, step := range steps {
 		wg.Add(1)
@@ -237,6 +248,7 @@ func (r *runner) run() error {
 			defer wg.Done()
 			t0 := time.Now()
 			step.run()
+			r.endTurn(step.check) // on every way out
 			r.took(step.check, time.Since(t0))
 			r.finished(step.check)
 		}()
@@ -300,10 +312,18 @@ func (r *runner) mainConversation() {
 // check cannot be judged: the main conversation never got going, or none of its items was
 // answered and the check compares with them (compare).
 func (r *runner) awaitMain(check string, s *session, compare bool) bool {
-	select {
-	case <-r.mainDone:
-	case <-r.ctx.Done():
-		return false
+	r.mu.Lock()
+	prev := r.turns[r.previous[check]] // nil once closed
+	r.mu.Unlock()
+	for _, ch := range []chan struct{}{r.mainDone, prev} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-r.ctx.Done():
+			return false
+		}
 	}
 	cause := r.blocked
 	if cause == "" && compare && len(r.main) == 0 {
@@ -317,9 +337,19 @@ func (r *runner) awaitMain(check string, s *session, compare bool) bool {
 	}
 	r.skipFor(check, cause)
 	if s != nil {
-		s.shutdown() // its process got hello: shutdown can still be judged
+		s.finish() // its process got hello: shutdown can still be judged
 	}
 	return false
+}
+
+// endTurn lets the next check's conversation send its items. It may be called more than once.
+func (r *runner) endTurn(check string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.turns[check]; ok {
+		close(ch)
+		delete(r.turns, check) // so a second call closes nothing; the next waits on its copy
+	}
 }
 
 func (r *runner) skipOf(check string) (string, bool) {

@@ -380,6 +380,13 @@ func (s *session) shutdown() {
 	r.mu.Unlock()
 }
 
+// finish ends a check's conversation: the next check's may send its items while this one's
+// process is shut down.
+func (s *session) finish() {
+	s.r.endTurn(s.owner)
+	s.shutdown()
+}
+
 // name names the conversation in a report.
 func (s *session) name() string {
 	switch s.owner {

@@ -80,7 +80,7 @@ func (r *runner) burst() {
 	}
 	s.await()
 	took := time.Since(tw)
-	s.shutdown()
+	s.finish()
 	if len(s.order) < len(sent) {
 		return
 	}
@@ -111,7 +111,7 @@ func (r *runner) burstSize() int {
 // skip is recorded).
 func (s *session) single(it stdio.Item) *delivery {
 	d := s.deliver(-1, it, s.owner)
-	s.shutdown()
+	s.finish()
 	if d == nil || d.answer == nil {
 		return nil
 	}
