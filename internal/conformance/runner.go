@@ -66,7 +66,7 @@ func newRunner(ctx context.Context, a *Action, opts Options, workdir string, inp
 	return &runner{
 		ctx: ctx, a: a, opts: opts, workdir: workdir, inputs: inputs, start: time.Now(),
 		mainDone: make(chan struct{}), turns: map[string]chan struct{}{}, previous: map[string]string{},
-		fails:    map[string][]string{}, pass: map[string]string{}, elapsed: map[string]time.Duration{},
+		fails: map[string][]string{}, pass: map[string]string{}, elapsed: map[string]time.Duration{},
 		skip: map[string]string{}, main: map[int]string{}, mainCounts: map[string]int{},
 		printed: map[string]bool{}, done: map[string]bool{}, noted: map[string]bool{},
 	}
