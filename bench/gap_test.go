@@ -24,7 +24,7 @@ func BenchmarkGap(b *testing.B) {
 		b.Run(fmt.Sprintf("p%d", parts), func(b *testing.B) {
 			stats := filepath.Join(b.TempDir(), "idle.txt")
 			tag := fmt.Sprintf("gap-c1-window64-p%d", parts)
-			pp, records := runDeployed(b, tag, actionLine([]string{bins.gapEcho, stats}, 1, 64), parts)
+			pp, records := runDeployed(b, tag, actionLine([]string{bins.gapEcho, stats}, 1, 64), parts, deployment{})
 			// The child writes its idle periods when the bridge shuts it down.
 			for _, p := range []*proc{pp.sidecar, pp.bridge} {
 				if err := p.stop(30 * time.Second); err != nil {

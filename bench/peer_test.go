@@ -13,11 +13,12 @@ import (
 // it into a virtual environment of its own and sets this); default python3.
 const envPeerPython = "BENCH_PEER_PYTHON"
 
-// BenchmarkPeer is the same work written by hand, the contender of issue 15: the
+// BenchmarkPeer is the same work written by hand, the contender millrace is measured against: the
 // confluent-kafka loop of bench/peer/loop.py (consume 100 → json.loads/dumps each → produce →
 // flush → commit sync; one process) on the same in-process broker, with the same records,
 // timed the same way as BenchmarkE2E, on 1 and 8 partitions. It reports the loop process's
-// CPU per record and its peak RSS beside the rate.
+// CPU per record during the timed runs (peer-cpu-µs/rec, as runDeployed measures each process)
+// and its peak RSS beside the rate.
 func BenchmarkPeer(b *testing.B) {
 	python := os.Getenv(envPeerPython)
 	if python == "" {
@@ -44,12 +45,11 @@ func BenchmarkPeer(b *testing.B) {
 					return nil
 				}
 			}
-			cpu0 := procCPU(p.cmd.Process.Pid)
-			records := benchFlow(b, br, in, out, parts, alive)
+			pid := p.cmd.Process.Pid
+			benchFlow(b, br, in, out, parts, alive, meter{[]string{"peer-cpu-µs/rec"}, func() []float64 { return []float64{micros(procCPU(pid))} }})
 			if err := alive(); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64((procCPU(p.cmd.Process.Pid)-cpu0).Microseconds())/float64(records), "peer-cpu-µs/rec")
 			b.ReportMetric(mib(p.status("VmHWM")), "peer-peak-MiB")
 		})
 	}

@@ -130,13 +130,14 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 type procPipeline struct {
 	in, out string
 	sidecar *proc
-	bridge  *proc
+	bridge  *proc  // or the native streamlet in its place
 	ready   string // the sidecar's readiness file
 }
 
 // procs names how to start the two processes: argv of the bridge and of the sidecar, extra
 // environment of each, and the descriptor the sidecar is deployed with.
 type procs struct {
+	streamlet             string // the name of the process in the bridge's place; "" is "bridge"
 	bridge, sidecar       []string
 	bridgeEnv, sidecarEnv []string
 	descriptor            func(b testing.TB, line, path string)
@@ -172,7 +173,11 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 	p := &procPipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts), ready: filepath.Join(dir, "ready")}
 	bridgeEnv := append([]string{"MILLRACE_ACTION=" + line, "FLOW_PROCESS_PORT=" + port}, how.bridgeEnv...)
 	bridgeEnv = append(bridgeEnv, strings.Fields(os.Getenv("BENCH_BRIDGE_ENV"))...) // experiments: GOMAXPROCS=1, GOGC=200
-	p.bridge = startProc(b, "bridge", how.bridge, bridgeEnv)
+	name := how.streamlet
+	if name == "" {
+		name = "bridge"
+	}
+	p.bridge = startProc(b, name, how.bridge, bridgeEnv)
 	env := []string{
 		"FLOW_BROKERS=" + strings.Join(br.Addrs, ","),
 		"FLOW_PIPELINE=bench", "FLOW_STREAMLET=bench",

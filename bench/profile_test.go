@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -99,8 +100,12 @@ func runRole(role string) int {
 		err = serveBridgeRole(ctx, logger)
 	case "sidecar":
 		err = runSidecarRole(ctx, logger)
+	case "native":
+		err = serveNativeRole(ctx)
+	case "spin":
+		err = spin()
 	default:
-		err = fmt.Errorf("%s=%q: want bridge or sidecar", testkit.EnvRole, role)
+		err = fmt.Errorf("%s=%q: want bridge, sidecar, native or spin", testkit.EnvRole, role)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -121,6 +126,25 @@ func serveBridgeRole(ctx context.Context, logger *slog.Logger) error {
 	return bridge.ListenAndServe(ctx, port, bridge.Options{Action: a, Version: version, Logger: logger}, nil)
 }
 
+// serveNativeRole serves the native Go streamlet (see native) where the bridge would listen,
+// with the descriptor of the bridge's config line: the bridge and its child replaced by a
+// process that answers the sidecar itself.
+func serveNativeRole(ctx context.Context) error {
+	a, err := bridge.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	port, err := bridge.PortFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("the native streamlet cannot listen on port %d: %w", port, err)
+	}
+	return serveNative(a)(ctx, lis)
+}
+
 func runSidecarRole(ctx context.Context, logger *slog.Logger) error {
 	cfg, err := sidecar.ConfigFromEnv(os.Getenv, nil)
 	if err != nil {
@@ -134,10 +158,11 @@ func runSidecarRole(ctx context.Context, logger *slog.Logger) error {
 	return sc.Run(ctx)
 }
 
-// roleProcs runs the bridge and the sidecar as this test binary in their roles, each writing
+// roleProcs runs the sidecar and, in the bridge's place, the streamlet process (role "bridge",
+// or "native" for the native Go streamlet) as this test binary in their roles, each writing
 // its CPU and allocation profiles into dir (none when dir is empty) and its allocation counts
 // into statsDir when signalled (see memStats).
-func roleProcs(dir, statsDir, tag string) procs {
+func roleProcs(dir, statsDir, tag, streamlet string) procs {
 	prof := func(side string) []string {
 		if dir == "" {
 			return nil
@@ -146,8 +171,8 @@ func roleProcs(dir, statsDir, tag string) procs {
 	}
 	self := []string{os.Args[0], "-test.run=^$", "-test.bench=^$"}
 	return procs{
-		bridge: self, sidecar: self,
-		bridgeEnv:  append([]string{testkit.RoleEnv("bridge"), envMemStats + "=" + filepath.Join(statsDir, tag+".bridge.memstats")}, prof("bridge")...),
+		streamlet: streamlet, bridge: self, sidecar: self,
+		bridgeEnv:  append([]string{testkit.RoleEnv(streamlet), envMemStats + "=" + filepath.Join(statsDir, tag+"."+streamlet+".memstats")}, prof(streamlet)...),
 		sidecarEnv: append([]string{testkit.RoleEnv("sidecar"), envMemStats + "=" + filepath.Join(statsDir, tag+".sidecar.memstats")}, prof("sidecar")...),
 		descriptor: func(b testing.TB, line, path string) {
 			data, err := protocol.MarshalDescriptor(parseAction(b, line).Spec(version))
@@ -163,7 +188,7 @@ func roleProcs(dir, statsDir, tag string) procs {
 
 // BenchmarkProcs measures the throughput of the deployed shape: the bridge and the sidecar
 // each a process of its own (as in a pod), the broker in this process, with the CPU each
-// process spends per record and its peak RSS. With BENCH_PROFILE_DIR set, each process writes
+// process and the bridge's child spend per record and their peak RSS (see runDeployed). With BENCH_PROFILE_DIR set, each process writes
 // a CPU profile of its life there (TAG.bridge.pprof, TAG.sidecar.pprof) and the allocations
 // it made (TAG.bridge.allocs, TAG.sidecar.allocs), to read with `go tool pprof -top`.
 func BenchmarkProcs(b *testing.B) {
@@ -184,66 +209,119 @@ func BenchmarkProcs(b *testing.B) {
 		}
 		tag := fmt.Sprintf("%s-c%d-%s-p%d", s.c.name, s.n, mode, s.parts)
 		b.Run(strings.ReplaceAll(tag, "-", "/"), func(b *testing.B) {
-			runDeployed(b, tag, actionLine(s.c.argv, s.n, s.window), s.parts)
+			runDeployed(b, tag, actionLine(s.c.argv, s.n, s.window), s.parts, deployment{})
 		})
 	}
 }
 
+// deployment is how runDeployed runs a config line besides the line itself.
+type deployment struct {
+	// native puts the native Go streamlet (no child) in the bridge's place.
+	native bool
+	// sidecarEnv is the sidecar's extra environment (FLOW_DELIVERY=exactly-once).
+	sidecarEnv []string
+}
+
 // runDeployed runs one deployed-shape benchmark of the config line on parts partitions and
-// reports its figures; tag names its profiles. It returns the processes, still running, and
-// the records they moved (warm-up included).
-func runDeployed(b *testing.B, tag, line string, parts int) (*procPipeline, int) {
+// reports its figures; tag names its profiles. Each process's figures are what it spent
+// during the timed runs (benchFlow's meters), per record of those runs: the sidecar's, the
+// streamlet process's (the bridge's own, its children not counted, or the native streamlet's,
+// under "native-" instead of "bridge-"), and with the bridge the CPU of its children, the
+// action's processes (child-cpu-µs/rec). It returns the processes, still running, and the
+// records they moved (warm-up included).
+func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*procPipeline, int) {
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			b.Fatal(err)
 		}
 	}
+	side := "bridge"
+	if dep.native {
+		side = "native"
+	}
 	br := newBroker(b)
 	statsDir := b.TempDir()
-	pp := startProcs(b, br, roleProcs(dir, statsDir, tag), line, parts)
+	pp := startProcs(b, br, roleProcs(dir, statsDir, tag, side), line, parts, dep.sidecarEnv...)
 	pp.waitReady(b)
-	statsS, statsB := filepath.Join(statsDir, tag+".sidecar.memstats"), filepath.Join(statsDir, tag+".bridge.memstats")
-	cpuS, cpuB := procCPU(pp.sidecar.cmd.Process.Pid), procCPU(pp.bridge.cmd.Process.Pid)
-	ioS, ioB := procIO(pp.sidecar.cmd.Process.Pid), procIO(pp.bridge.cmd.Process.Pid)
-	mS0, bS0 := memStats(b, pp.sidecar, statsS, 1)
-	mB0, bB0 := memStats(b, pp.bridge, statsB, 1)
-	records := benchFlow(b, br, pp.in, pp.out, parts, pp.check)
-	pp.alive(b)
-	mS1, bS1 := memStats(b, pp.sidecar, statsS, 2)
-	mB1, bB1 := memStats(b, pp.bridge, statsB, 2)
-	b.ReportMetric(float64(mS1-mS0)/float64(records), "sidecar-allocs/rec")
-	b.ReportMetric(float64(mB1-mB0)/float64(records), "bridge-allocs/rec")
-	b.ReportMetric(float64(bS1-bS0)/float64(records), "sidecar-B/rec")
-	b.ReportMetric(float64(bB1-bB0)/float64(records), "bridge-B/rec")
-	b.ReportMetric(float64((procCPU(pp.sidecar.cmd.Process.Pid)-cpuS).Microseconds())/float64(records), "sidecar-cpu-µs/rec")
-	b.ReportMetric(float64((procCPU(pp.bridge.cmd.Process.Pid)-cpuB).Microseconds())/float64(records), "bridge-cpu-µs/rec")
+	sc, st := pp.sidecar.cmd.Process.Pid, pp.bridge.cmd.Process.Pid
+	seq := map[string]int{}
+	meters := []meter{}
 	for _, x := range []struct {
-		side   string
-		pid    int
-		before [3]int64
-	}{{"sidecar", pp.sidecar.cmd.Process.Pid, ioS}, {"bridge", pp.bridge.cmd.Process.Pid, ioB}} {
-		after := procIO(x.pid)
-		b.ReportMetric(float64(after[0]-x.before[0])/float64(records), x.side+"-reads/rec")
-		b.ReportMetric(float64(after[1]-x.before[1])/float64(records), x.side+"-writes/rec")
-		b.ReportMetric(float64(after[2]-x.before[2])/float64(records), x.side+"-ctxsw/rec")
+		side string
+		pid  int
+		p    *proc
+	}{{"sidecar", sc, pp.sidecar}, {side, st, pp.bridge}} {
+		stats := filepath.Join(statsDir, tag+"."+x.side+".memstats")
+		meters = append(meters,
+			meter{[]string{x.side + "-cpu-µs/rec"}, func() []float64 { return []float64{micros(procCPU(x.pid))} }},
+			meter{[]string{x.side + "-reads/rec", x.side + "-writes/rec", x.side + "-ctxsw/rec"}, func() []float64 {
+				n := procIO(x.pid)
+				return []float64{float64(n[0]), float64(n[1]), float64(n[2])}
+			}},
+			meter{[]string{x.side + "-allocs/rec", x.side + "-B/rec"}, func() []float64 {
+				seq[x.side]++
+				m, bytes := memStats(b, x.p, stats, seq[x.side])
+				return []float64{float64(m), float64(bytes)}
+			}})
 	}
+	if !dep.native {
+		meters = append(meters, meter{[]string{"child-cpu-µs/rec"}, func() []float64 { return []float64{micros(childrenOf(st))} }})
+	}
+	records := benchFlow(b, br, pp.in, pp.out, parts, pp.check, meters...)
+	pp.alive(b)
 	b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
-	b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+	b.ReportMetric(mib(pp.bridge.status("VmHWM")), side+"-peak-MiB")
 	return pp, records
 }
 
+// micros is d in microseconds.
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
 // procCPU returns the CPU time (user + system, children excluded) pid has used.
 func procCPU(pid int) time.Duration {
+	own, _ := procTimes(pid)
+	return own
+}
+
+// childrenOf returns the CPU time pid's children have used: each live child's own (its
+// /proc/PID/stat, read while it runs), plus what pid's reaped children used in their lives
+// (its cutime + cstime). Between two readings it grows by exactly what the children spent in
+// between, a child that exited and was reaped meanwhile included (its last own figure is
+// replaced by its whole life's). Of the bridge, it is the CPU of the action's processes.
+func childrenOf(pid int) time.Duration {
+	_, reaped := procTimes(pid) // first: a child reaped after is then counted in neither
+	live := time.Duration(0)
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, s := range strings.Fields(string(data)) {
+			if kid, err := strconv.Atoi(s); err == nil {
+				live += procCPU(kid)
+			}
+		}
+	}
+	return reaped + live
+}
+
+// procTimes returns the CPU time pid has used itself (utime + stime) and that its reaped
+// children used (cutime + cstime), from /proc/PID/stat; zeros when pid is gone.
+func procTimes(pid int) (own, reaped time.Duration) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	s := string(stat)
 	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.ParseInt(rest[11], 10, 64)
-	stime, _ := strconv.ParseInt(rest[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+	var t [4]int64
+	for i := range t {
+		t[i], _ = strconv.ParseInt(rest[11+i], 10, 64)
+	}
+	const tick = time.Second / 100 // USER_HZ
+	return time.Duration(t[0]+t[1]) * tick, time.Duration(t[2]+t[3]) * tick
 }
 
 // procIO returns the read and write system calls pid has made (syscr, syscw of

@@ -79,12 +79,21 @@ func BenchmarkBroker(b *testing.B) {
 	}
 }
 
+// A meter is a set of counters of other processes (CPU, system calls, allocations) that
+// benchFlow reads just before and just after each timed run: it reports what each grew by over
+// the timed runs, per record of those runs, under the unit of the same index. Startup and
+// warm-up are left out, as they are of the rate.
+type meter struct {
+	units []string
+	read  func() []float64
+}
+
 // benchFlow produces BENCH_RECORDS records per run to in, round-robin over its partitions,
 // and times each run from its first produce until the last of its records is read back from
 // out. A warm-up of 2,000 records first lets the group join and the processes start. It
 // returns the records it moved, warm-up included. check, when not nil, is called while
-// waiting and ends the benchmark early with its error.
-func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func() error) int {
+// waiting and ends the benchmark early with its error; meters are reported beside the rate.
+func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func() error, meters ...meter) int {
 	n := envInt("BENCH_RECORDS", defaultRecords)
 	prod := br.producer(b)
 	cnt := br.counter(b, out)
@@ -99,7 +108,15 @@ func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func()
 	next := warm
 	var rates runs
 	var cpu, kids time.Duration
+	grown := make([][]float64, len(meters))
+	for i, m := range meters {
+		grown[i] = make([]float64, len(m.units))
+	}
 	for b.Loop() {
+		at := make([][]float64, len(meters))
+		for i, m := range meters {
+			at[i] = m.read()
+		}
 		start, cpu0, kids0 := time.Now(), cpuTime(), childrenCPU()
 		errc := make(chan error, 1)
 		go func(first int) { errc <- produce(prod, in, parts, first, n, valueSize) }(next)
@@ -113,12 +130,23 @@ func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func()
 		rates = append(rates, float64(n)/time.Since(start).Seconds())
 		cpu += cpuTime() - cpu0
 		kids += childrenCPU().since(kids0)
+		for i, m := range meters {
+			for j, v := range m.read() {
+				grown[i][j] += v - at[i][j]
+			}
+		}
 		next += n
 	}
+	timed := float64(n * len(rates))
 	b.Logf("records/s of each run: %.0f", rates)
 	b.ReportMetric(rates.median(), "records/s")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n*len(rates)), "cpu-µs/rec")
-	b.ReportMetric(float64(kids.Microseconds())/float64(n*len(rates)), "children-cpu-µs/rec")
+	b.ReportMetric(float64(cpu.Microseconds())/timed, "cpu-µs/rec")
+	b.ReportMetric(float64(kids.Microseconds())/timed, "children-cpu-µs/rec")
+	for i, m := range meters {
+		for j, unit := range m.units {
+			b.ReportMetric(grown[i][j]/timed, unit)
+		}
+	}
 	return next
 }
 

@@ -290,6 +290,34 @@ func FuzzSplitBatch(f *testing.F) {
 			msgs = append(msgs, bytes.Clone(msg))
 			return nil
 		})
+		// SplitAnswers splits the same way, FastAnswer's shapes going to fast as FastAnswer reads them.
+		var fastMsgs [][]byte
+		okA, errA := stdio.SplitAnswers(line, func(typ string, delivery, key, payload []byte, hasKey bool, msg []byte) error {
+			t2, d2, k2, p2, h2, ok2 := stdio.FastAnswer(msg)
+			if !ok2 || t2 != typ || !bytes.Equal(d2, delivery) || !bytes.Equal(k2, key) || !bytes.Equal(p2, payload) || h2 != hasKey {
+				t.Fatalf("SplitAnswers passed %q as %s %q %q %q %v; FastAnswer reads %v %s %q %q %q %v", msg, typ, delivery, key, payload, hasKey, ok2, t2, d2, k2, p2, h2)
+			}
+			fastMsgs = append(fastMsgs, bytes.Clone(msg))
+			return nil
+		}, func(msg []byte) error {
+			if _, _, _, _, _, isFast := stdio.FastAnswer(msg); isFast {
+				t.Fatalf("SplitAnswers passed %q, which FastAnswer reads, to fn", msg)
+			}
+			var m stdio.Message
+			if err := stdio.DecodeInBatch(msg, &m); err != nil {
+				return err
+			}
+			fastMsgs = append(fastMsgs, bytes.Clone(msg))
+			return nil
+		})
+		if okA != ok || (errA == nil) != (err == nil) || len(fastMsgs) != len(msgs) {
+			t.Fatalf("SplitAnswers(%q) = %v, %v, %d messages; SplitBatch %v, %v, %d", line, okA, errA, len(fastMsgs), ok, err, len(msgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(fastMsgs[i], msgs[i]) {
+				t.Fatalf("SplitAnswers(%q) message %d = %q; SplitBatch %q", line, i+1, fastMsgs[i], msgs[i])
+			}
+		}
 		var m stdio.Message
 		decodeErr := stdio.DecodeMessage(line, &m)
 		if !ok {
@@ -396,7 +424,7 @@ func FuzzPacker(f *testing.F) {
 	f.Add(uint64(1), 400, 12)
 	f.Add(uint64(7), 100, 40)
 	f.Fuzz(func(t *testing.T, seed uint64, max, count int) {
-		if max < 40 || max > 1<<16 || count < 0 || count > 200 {
+		if max < 40 || max > 4096 || count < 0 || count > 64 {
 			return
 		}
 		r := rand.New(rand.NewPCG(seed, seed))
@@ -439,5 +467,59 @@ func FuzzPacker(f *testing.F) {
 				t.Fatalf("line %d's first message (%d bytes) fits in line %d (%d messages; limit %d)", i+1, len(lines[i][0]), i, len(lines[i-1]), max)
 			}
 		}
+	})
+}
+
+// BenchmarkReadAnswers measures the engine's read of 64 answers (an emit of a 200-byte
+// payload and a done each) as lines, one FastAnswer a line, and as one envelope: SplitBatch
+// then FastAnswer a message, and SplitAnswers as the engine reads it.
+//
+//	go test -run '^$' -bench BenchmarkReadAnswers -benchmem ./stdio/
+func BenchmarkReadAnswers(b *testing.B) {
+	payload := `{"id":104217,"name":"listing-42","city":"Lyon","price":1234.5,"tags":["a","b"],"pad":"qmVh3kLs9TzR2wXy7pBn4cJd8fGa1eHu6iKo0lMv5NtQxZ3rYsW9bCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"}`
+	var lines [][]byte
+	var p stdio.Packer
+	for i := range 64 {
+		d := fmt.Sprintf("dl_3fa1c2e4b5d6_%d", i)
+		key := "k" + d
+		for _, m := range []stdio.Message{{Type: stdio.TypeEmit, Delivery: d, Key: &key, Payload: []byte(payload)}, {Type: stdio.TypeDone, Delivery: d}} {
+			line := stdio.AppendMessage(nil, &m)
+			lines = append(lines, line[:len(line)-1])
+			p.AppendMessage(&m)
+		}
+	}
+	envelope := bytes.TrimSuffix(p.Bytes(), []byte("\n"))
+	fast := func(msg []byte) error {
+		if _, _, _, _, _, ok := stdio.FastAnswer(msg); !ok {
+			return errors.New("not fast")
+		}
+		return nil
+	}
+	b.Run("lines", func(b *testing.B) {
+		for b.Loop() {
+			for _, l := range lines {
+				if fast(l) != nil {
+					b.Fatal("not fast")
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(lines)), "ns/msg")
+	})
+	b.Run("envelope", func(b *testing.B) {
+		for b.Loop() {
+			if ok, err := stdio.SplitBatch(envelope, fast); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(lines)), "ns/msg")
+	})
+	b.Run("answers", func(b *testing.B) {
+		fastFn := func(string, []byte, []byte, []byte, bool, []byte) error { return nil }
+		for b.Loop() {
+			if ok, err := stdio.SplitAnswers(envelope, fastFn, fast); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(lines)), "ns/msg")
 	})
 }

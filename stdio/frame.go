@@ -177,11 +177,22 @@ func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey,
 	if !bytes.HasPrefix(rest, []byte(`,"payload":`)) {
 		return "", nil, nil, nil, false, false
 	}
-	payload = bytes.TrimSpace(rest[len(`,"payload":`) : len(rest)-1])
+	payload = trimSpace(rest[len(`,"payload":`) : len(rest)-1])
 	if len(payload) == 0 || !utf8.Valid(payload) || !json.Valid(payload) {
 		return "", nil, nil, nil, false, false
 	}
 	return TypeEmit, id, key, payload, hasKey, true
+}
+
+// trimSpace cuts JSON's whitespace (not every Unicode space: a line padded with those is
+// no JSON) from both ends of b.
+func trimSpace(b []byte) []byte {
+	i := skipSpace(b, 0)
+	j := len(b)
+	for j > i && (b[j-1] == ' ' || b[j-1] == '\t' || b[j-1] == '\r' || b[j-1] == '\n') {
+		j--
+	}
+	return b[i:j]
 }
 
 // decodeFast fills m from a line FastAnswer recognises.

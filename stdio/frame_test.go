@@ -33,6 +33,8 @@ func TestDecodeMessage(t *testing.T) {
 		{line: `{"delivery":"d1"}`, wantErr: `without "type"`},
 		{line: `{"type":"launch"}`, wantErr: `unknown message type "launch"`},
 		{line: `{"type":7}`, wantErr: `not a valid JSON object`},
+		{line: "{\"type\":\"emit\",\"delivery\":\"d\",\"payload\":1\v}", wantErr: `not a valid JSON object`}, // not JSON whitespace
+		{line: "{\"type\":\"emit\",\"delivery\":\"d\",\"payload\":\u00a01}", wantErr: `not a valid JSON object`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.line, func(t *testing.T) {
@@ -149,7 +151,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"done","delivery":"d1","unknown":{"deep":[true]}}`,
 		`[]`, `{"type":"x"}`, "\xff", `{"type":"done"} {}`,
 		`{"type":"done","delivery":"dl_1"}`, `{"type":"emit","delivery":"d","key":"k","payload":{"a":[1,"x"]}}`,
-		`{"type":"emit","delivery":"d","payload": 1 ,"payload":2}`, `{"type":"emit","delivery":"d","payload":"é"}`, `{"type":"done","delivery":"a\"b"}`, `{"type":"done","delivery":"x"}"}`,
+		`{"type":"emit","delivery":"d","payload": 1 ,"payload":2}`, "{\"type\":\"emit\",\"delivery\":\"d\",\"payload\":1\v}", `{"type":"emit","delivery":"d","payload":"é"}`, `{"type":"done","delivery":"a\"b"}`, `{"type":"done","delivery":"x"}"}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The hand-written Kafka loop millrace is measured against (issue 15): what a user would write
+"""The hand-written Kafka loop millrace is measured against: what a user would write
 instead of a streamlet. confluent-kafka (librdkafka), one process: consume up to 100 records,
 json.loads and json.dumps each, produce it, flush, commit synchronously; again.
 

@@ -3,10 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 )
 
-// peerRows are the millrace rows set against the hand-written loop: issue 15's table.
+// peerRows are the in-process rows (BenchmarkE2E, BenchmarkNative) set against the
+// hand-written loop.
 var peerRows = []struct{ key, label string }{
 	{"E2E/python/c1/lockstep", "millrace, Python echo, defaults: 1 process, one delivery at a time"},
 	{"E2E/python/c1/window64", "millrace, Python echo, `--window 64`, 1 process"},
@@ -25,10 +25,13 @@ func (r results) times(a, b string) (string, float64, bool) {
 	return fmt.Sprintf("%.2f×", x/y), x / y, true
 }
 
-// peer prints the hand-written loop beside millrace's rows, each with its ratio to the loop
-// on as many partitions.
+// peer prints the hand-written loop beside millrace's in-process rows, each with its ratio to
+// the loop on as many partitions. It writes nothing when the run has no such rows.
 func peer(w io.Writer, r results) {
-	fmt.Fprintln(w, "### Against the hand-written loop (records/s, median of the runs; same broker, same records, in the same run)")
+	if !r.has("E2E/") {
+		return
+	}
+	fmt.Fprintln(w, "### In process, against the hand-written loop (sidecar and bridge in the test process; records/s, median of the runs; same broker, same records, in the same run)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| contender | 1 partition | ÷ loop | 8 partitions | ÷ loop |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
@@ -47,6 +50,9 @@ func peer(w io.Writer, r results) {
 
 // gap prints the batch boundary: the child's idle periods (BenchmarkGap).
 func gap(w io.Writer, r results) {
+	if !r.has("Gap/") {
+		return
+	}
 	fmt.Fprintln(w, "### The batch boundary (deployed shape, gapecho action: 1 process, window 64; the child's waits for input with nothing left to answer)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| partitions | records/s | idle periods per 100 records | idle p50 µs | idle p90 µs | child idle µs per record | sidecar CPU µs/record | bridge CPU µs/record |")
@@ -57,41 +63,5 @@ func gap(w io.Writer, r results) {
 			r.num(k, "idle-p50-µs", 0), r.num(k, "idle-p90-µs", 0), r.num(k, "idle-µs/rec", 1),
 			r.num(k, "sidecar-cpu-µs/rec", 1), r.num(k, "bridge-cpu-µs/rec", 1))
 	}
-	fmt.Fprintln(w)
-}
-
-// peerTargets checks issue 15's targets: ratios to the loop in the same run, CPU per record
-// in the deployed shape, and peak memory against the loop's.
-func peerTargets(w io.Writer, r results) {
-	fmt.Fprintln(w, "### Targets of issue 15, computed from this run")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| target | figure | met |")
-	fmt.Fprintln(w, "| --- | --- | --- |")
-	ratio := func(label, key, peer string, want float64) {
-		s, x, ok := r.times(key, peer)
-		fmt.Fprintf(w, "| %s ≥ %.1f× the loop | %s | %s |\n", label, want, s, verdict(x >= want, ok))
-	}
-	ratio("Python echo, one delivery at a time, 8 partitions,", "E2E/python/c1/lockstep/p8", "Peer/p8", 0.5)
-	ratio("Python echo, `--window 64`, 1 process, 8 partitions,", "E2E/python/c1/window64/p8", "Peer/p8", 1.3)
-	ratio("Python echo, `--window 64`, 2 processes, 8 partitions,", "E2E/python/c2/window64/p8", "Peer/p8", 1.8)
-	ratio("go-echo at its defaults (window 64, 1 process), 8 partitions,", "E2E/go/c1/window64/p8", "Peer/p8", 2.5)
-	ratio("Python echo, `--window 64`, 1 process, 1 partition,", "E2E/python/c1/window64/p1", "Peer/p1", 0.8)
-	for _, p := range []string{"p1", "p8"} {
-		s, x, ok := r.ratio("E2E/go/c1/window64/"+p, "Native/"+p)
-		fmt.Fprintf(w, "| go-echo at least 75%% of the native streamlet end to end, %s partition(s) | %s | %s |\n", strings.TrimPrefix(p, "p"), s, verdict(x >= 0.75, ok))
-	}
-	const procs = "Procs/go/c2/window64/p8"
-	for _, c := range []struct {
-		side string
-		max  float64
-	}{{"sidecar", 4}, {"bridge", 3.5}} {
-		v, ok := r.get(procs, c.side+"-cpu-µs/rec")
-		fmt.Fprintf(w, "| %s CPU per record ≤ %.1f µs (deployed shape, go echo, window 64, 8 partitions) | %.1f µs | %s |\n", c.side, c.max, v, verdict(v <= c.max, ok))
-	}
-	s, ok1 := r.get(procs, "sidecar-peak-MiB")
-	b, ok2 := r.get(procs, "bridge-peak-MiB")
-	l, ok3 := r.get("Peer/p8", "peer-peak-MiB")
-	fmt.Fprintf(w, "| peak RSS of sidecar + bridge no higher than the loop's, 8 partitions, default batches | %.1f + %.1f = %.1f MiB against %.1f MiB | %s |\n",
-		s, b, s+b, l, verdict(s+b <= l, ok1 && ok2 && ok3))
 	fmt.Fprintln(w)
 }

@@ -16,8 +16,10 @@
 // "error" (not retryable unless wrapped with Retryable); a panic is answered the same way. A
 // config that does not decode into C is answered per item with a non-retryable error, never a
 // crash. Logs go to stderr (Context.Log). The SDK declares a delivery window (Window), so
-// the engine writes items ahead and the action never waits on a pipe round trip; it still
-// handles one item at a time, in order. On shutdown, or when stdin ends, the program exits 0.
+// the engine writes items ahead and the action never waits on a pipe round trip, and batch
+// envelopes, so the items written together come on one line and their answers go back on
+// one (answers to an item that came on a line of its own go on lines, as do single
+// answers); it still handles one item at a time, in order. On shutdown, or when stdin ends, the program exits 0.
 package action
 
 import (
@@ -214,10 +216,14 @@ func ServeKeyed[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Conte
 	})
 }
 
+// answersHeld bounds the answer bytes the SDK packs before it writes them even though more
+// input is waiting.
+const answersHeld = 1 << 20
+
 // session is one conversation with the engine.
 type session[C any] struct {
 	w         *bufio.Writer
-	buf       []byte
+	out       stdio.Packer // the answers not yet written, packed into envelopes
 	log       *slog.Logger
 	config    C
 	configErr error
@@ -226,9 +232,13 @@ type session[C any] struct {
 	emitted   int
 }
 
-func (s *session[C]) send(m *stdio.Message) {
-	s.buf = stdio.AppendMessage(s.buf[:0], m)
-	s.w.Write(s.buf)
+func (s *session[C]) send(m *stdio.Message) { s.out.AppendMessage(m) }
+
+// flush writes the answers packed so far, then everything buffered.
+func (s *session[C]) flush() error {
+	s.w.Write(s.out.Bytes())
+	s.out.Reset()
+	return s.w.Flush()
 }
 
 // emit stages one output, keeping the item's key unless key is set.
@@ -257,25 +267,9 @@ func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C]
 	s := &session[C]{w: bufio.NewWriterSize(out, 64<<10), log: slog.New(slog.NewJSONHandler(logs, nil))}
 	lr := stdio.NewLineReader(in, stdio.MaxLineBytes)
 	var m stdio.Message
-	helloSeen := false
-	for {
-		if lr.Buffered() == 0 {
-			// Nothing more is waiting: answers go out now, not when the buffer fills.
-			if err := s.w.Flush(); err != nil {
-				return fmt.Errorf("writing to stdout: %w", err)
-			}
-		}
-		line, err := lr.ReadLine()
-		if errors.Is(err, io.EOF) {
-			return s.w.Flush()
-		}
-		if err == nil {
-			err = stdio.DecodeMessage(line, &m)
-		}
-		if err != nil {
-			s.w.Flush()
-			return fmt.Errorf("reading the engine's line: %w", err)
-		}
+	helloSeen, stop := false, false
+	// one is what a message means, on its own line or in an envelope.
+	one := func(m *stdio.Message) error {
 		switch m.Type {
 		case stdio.TypeHello:
 			helloSeen = true
@@ -287,17 +281,65 @@ func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C]
 					s.log.Error("bad config", "err", s.configErr.Error())
 				}
 			}
-			s.send(&stdio.Message{Type: stdio.TypeReady, Window: Window})
+			// ready is a line of its own: the engine reads nothing else first.
+			s.w.Write(s.out.Bytes())
+			s.out.Reset()
+			s.w.Write(stdio.AppendMessage(nil, &stdio.Message{Type: stdio.TypeReady, Window: Window, Batch: true}))
 		case stdio.TypeShutdown:
-			return s.w.Flush()
+			stop = true
 		case stdio.TypeItem:
 			if !helloSeen {
 				return errors.New("an item before hello")
 			}
-			s.item = m
+			s.item = *m
 			answer(s, handle)
+			if s.out.Len() >= answersHeld {
+				s.w.Write(s.out.Bytes())
+				s.out.Reset()
+			}
+		}
+		return nil
+	}
+	inBatch := func(msg []byte) error {
+		if stop {
+			return nil // what follows a shutdown is not read
+		}
+		if err := stdio.DecodeInBatch(msg, &m); err != nil {
+			return err
+		}
+		return one(&m)
+	}
+	for !stop {
+		if lr.Buffered() == 0 {
+			// Nothing more is waiting: answers go out now, not when the buffer fills.
+			if err := s.flush(); err != nil {
+				return fmt.Errorf("writing to stdout: %w", err)
+			}
+		}
+		line, err := lr.ReadLine()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			// Answers take the framing of what they answer: those to the items of an
+			// envelope go in one, those to a line on lines (an engine that wrote lines, or
+			// a tool that knows no envelopes, reads lines back).
+			s.out.Bytes()
+			s.out.Single = false
+			var isBatch bool
+			if isBatch, err = stdio.SplitBatch(line, inBatch); !isBatch {
+				s.out.Single = true
+				if err = stdio.DecodeMessage(line, &m); err == nil {
+					err = one(&m)
+				}
+			}
+		}
+		if err != nil {
+			s.flush()
+			return fmt.Errorf("reading the engine's line: %w", err)
 		}
 	}
+	return s.flush()
 }
 
 // answer runs the function for the current item and writes its answer line.

@@ -60,6 +60,74 @@ func TestMain(m *testing.M) {
 
 func lines(ls ...string) string { return strings.Join(ls, "\n") + "\n" }
 
+// unpacked returns out with each batch envelope's messages on lines of their own.
+func unpacked(t *testing.T, out string) string {
+	t.Helper()
+	var b strings.Builder
+	for line := range strings.SplitAfterSeq(out, "\n") {
+		isBatch, err := stdio.SplitBatch([]byte(strings.TrimSuffix(line, "\n")), func(msg []byte) error {
+			b.Write(msg)
+			b.WriteByte('\n')
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("the SDK wrote a malformed envelope: %v", err)
+		}
+		if !isBatch {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// TestServeFraming: items in an envelope or on lines are answered alike, the answers to an
+// envelope's items in one envelope, those to a line on lines, a single answer on a line of
+// its own; a malformed envelope from the engine stops the SDK with an error naming it.
+func TestServeFraming(t *testing.T) {
+	echo := func(_ action.Context[action.NoConfig], in json.RawMessage) ([]json.RawMessage, error) {
+		if string(in) == `"none"` {
+			return nil, nil
+		}
+		return []json.RawMessage{in}, nil
+	}
+	const ready = `{"type":"ready","window":64,"batch":true}`
+	item := func(d, payload string) string {
+		return `{"type":"item","delivery":"` + d + `","id":"i","payload":` + payload + `,"attempt":1}`
+	}
+	tests := []struct {
+		name, in, want string
+	}{
+		{"an envelope of items", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", "1")+","+item("d2", `"none"`)+`],"future":1}`),
+			lines(ready, `{"type":"batch","messages":[{"type":"emit","delivery":"d1","payload":1},{"type":"done","delivery":"d1"},{"type":"done","delivery":"d2"}]}`)},
+		{"a single answer is a line", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", `"none"`)+`]}`),
+			lines(ready, `{"type":"done","delivery":"d1"}`)},
+		{"items on lines are answered on lines", lines(`{"type":"hello","protocol":1,"action":"e"}`, item("d1", "1"), item("d2", "2")),
+			lines(ready, `{"type":"emit","delivery":"d1","payload":1}`, `{"type":"done","delivery":"d1"}`, `{"type":"emit","delivery":"d2","payload":2}`, `{"type":"done","delivery":"d2"}`)},
+		{"an envelope, then a line", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", "1")+`]}`, item("d2", "2")),
+			lines(ready, `{"type":"batch","messages":[{"type":"emit","delivery":"d1","payload":1},{"type":"done","delivery":"d1"}]}`, `{"type":"emit","delivery":"d2","payload":2}`, `{"type":"done","delivery":"d2"}`)},
+		{"an empty envelope means nothing", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[]}`, item("d1", `"none"`)),
+			lines(ready, `{"type":"done","delivery":"d1"}`)},
+		{"shutdown in an envelope", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", `"none"`)+`,{"type":"shutdown"},`+item("d2", "2")+`]}`),
+			lines(ready, `{"type":"done","delivery":"d1"}`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := action.Serve(strings.NewReader(tt.in), &out, &bytes.Buffer{}, echo); err != nil || out.String() != tt.want {
+				t.Fatalf("Serve wrote\n%s(err %v)\nwant\n%s", out.String(), err, tt.want)
+			}
+		})
+	}
+	var out bytes.Buffer
+	err := action.Serve(strings.NewReader(lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", "1")+`,7]}`)), &out, &bytes.Buffer{}, echo)
+	if !errors.Is(err, stdio.ErrMalformedBatch) || !strings.Contains(err.Error(), "message 2 is not a JSON object") {
+		t.Fatalf("Serve over a malformed envelope = %v; want a malformed batch envelope error", err)
+	}
+	if got := unpacked(t, out.String()); got != lines(ready, `{"type":"emit","delivery":"d1","payload":1}`, `{"type":"done","delivery":"d1"}`) {
+		t.Errorf("before the fault the SDK wrote\n%s; want the first item answered", got)
+	}
+}
+
 const hello = `{"type":"hello","protocol":1,"action":"score","config":{"minRooms":2,"currency":"EUR"},"vars":{"city":"Lyon"}}`
 
 func TestServe(t *testing.T) {
@@ -69,24 +137,24 @@ func TestServe(t *testing.T) {
 		want string
 	}{
 		{"two outputs keep the key", lines(hello, `{"type":"item","delivery":"d1","id":"i1","key":"k1","payload":{"rooms":3},"attempt":2,"future":1}`, `{"type":"shutdown"}`),
-			lines(`{"type":"ready","window":64}`,
+			lines(`{"type":"ready","window":64,"batch":true}`,
 				`{"type":"metric","delivery":"d1","name":"rooms","value":3,"labels":{"attempt":"2"}}`,
 				`{"type":"emit","delivery":"d1","key":"k1","payload":{"rooms":3,"currency":"EUR"}}`,
 				`{"type":"emit","delivery":"d1","key":"k1","payload":{"rooms":6,"currency":"EUR"}}`,
 				`{"type":"done","delivery":"d1"}`)},
 		{"abstain", lines(hello, `{"type":"item","delivery":"d2","id":"i2","payload":{"rooms":0},"attempt":1}`),
-			lines(`{"type":"ready","window":64}`, `{"type":"abstain","delivery":"d2","reason":"no rooms"}`)},
+			lines(`{"type":"ready","window":64,"batch":true}`, `{"type":"abstain","delivery":"d2","reason":"no rooms"}`)},
 		{"retryable error", lines(hello, `{"type":"item","delivery":"d3","id":"i3","payload":{"rooms":-1},"attempt":1}`),
-			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d3","message":"negative rooms, maybe later","retryable":true}`)},
+			lines(`{"type":"ready","window":64,"batch":true}`, `{"type":"error","delivery":"d3","message":"negative rooms, maybe later","retryable":true}`)},
 		{"error", lines(hello, `{"type":"item","delivery":"d4","id":"i4","payload":{"rooms":1},"attempt":1}`),
-			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d4","message":"too small: 1 rooms","retryable":false}`)},
+			lines(`{"type":"ready","window":64,"batch":true}`, `{"type":"error","delivery":"d4","message":"too small: 1 rooms","retryable":false}`)},
 		{"panic", lines(hello, `{"type":"item","delivery":"d5","id":"i5","payload":{"rooms":13},"attempt":1}`, `{"type":"item","delivery":"d6","id":"i6","payload":{"rooms":0},"attempt":1}`),
-			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d5","message":"panic: unlucky","retryable":false}`, `{"type":"abstain","delivery":"d6","reason":"no rooms"}`)},
+			lines(`{"type":"ready","window":64,"batch":true}`, `{"type":"error","delivery":"d5","message":"panic: unlucky","retryable":false}`, `{"type":"abstain","delivery":"d6","reason":"no rooms"}`)},
 		{"payload of the wrong shape", lines(hello, `{"type":"item","delivery":"d7","id":"i7","payload":[1],"attempt":1}`),
-			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d7","message":"the payload of item i7 does not decode into action_test.listing: `)},
+			lines(`{"type":"ready","window":64,"batch":true}`, `{"type":"error","delivery":"d7","message":"the payload of item i7 does not decode into action_test.listing: `)},
 		{"bad config answers every item", lines(`{"type":"hello","protocol":1,"action":"score","config":{"minRooms":"two"}}`,
 			`{"type":"item","delivery":"d8","id":"i8","payload":{"rooms":3},"attempt":1}`, `{"type":"item","delivery":"d9","id":"i9","payload":{"rooms":3},"attempt":1}`),
-			lines(`{"type":"ready","window":64}`, `{"type":"error","delivery":"d8","message":"the action's config does not decode into action_test.config: `)},
+			lines(`{"type":"ready","window":64,"batch":true}`, `{"type":"error","delivery":"d8","message":"the action's config does not decode into action_test.config: `)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,7 +162,7 @@ func TestServe(t *testing.T) {
 			if err := action.Serve(strings.NewReader(tt.in), &out, &logs, score); err != nil {
 				t.Fatalf("Serve = %v; want nil", err)
 			}
-			got := out.String()
+			got := unpacked(t, out.String())
 			if !strings.HasPrefix(got, strings.TrimSuffix(tt.want, "\n")) {
 				t.Fatalf("Serve(%s) wrote\n%s\nwant it to start with\n%s", tt.name, got, tt.want)
 			}
@@ -111,11 +179,11 @@ func TestServeKeyed(t *testing.T) {
 	err := action.ServeKeyed(strings.NewReader(in), &out, &bytes.Buffer{}, func(ctx action.Context[action.NoConfig], in string) ([]action.Keyed[string], error) {
 		return []action.Keyed[string]{{Value: in + "1"}, {Key: "theirs", Value: in + "2", Outlet: "audit"}}, nil
 	})
-	want := lines(`{"type":"ready","window":64}`,
+	want := lines(`{"type":"ready","window":64,"batch":true}`,
 		`{"type":"emit","delivery":"d","key":"mine","payload":"x1"}`,
 		`{"type":"emit","delivery":"d","outlet":"audit","key":"theirs","payload":"x2"}`,
 		`{"type":"done","delivery":"d"}`)
-	if err != nil || out.String() != want {
+	if err != nil || unpacked(t, out.String()) != want {
 		t.Fatalf("ServeKeyed wrote\n%s (err %v)\nwant\n%s", out.String(), err, want)
 	}
 }
@@ -202,6 +270,20 @@ func TestUnderPool(t *testing.T) {
 	}
 	if r = <-results; r.Outcome != engine.Failed || !strings.Contains(r.Err.Error(), "too small") {
 		t.Errorf("third = %v %v; want failed: too small", r.Outcome, r.Err)
+	}
+	// Many items at once: written to the SDK in envelopes and answered in envelopes.
+	items := make([]stdio.Item, 200)
+	for i := range items {
+		items[i] = stdio.Item{ID: fmt.Sprint("many-", i), Payload: json.RawMessage(fmt.Sprintf(`{"rooms":%d}`, 2+i%5))}
+	}
+	many := make(chan engine.Result, len(items))
+	if errs := p.SubmitBatch(context.Background(), items, func(_ int, r engine.Result) { many <- r }); errs != nil {
+		t.Fatal(errs)
+	}
+	for range items {
+		if r := <-many; r.Outcome != engine.Done || len(r.Emits) != 2 {
+			t.Fatalf("one of many = %v, %d emits (%v); want done with two", r.Outcome, len(r.Emits), r.Err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

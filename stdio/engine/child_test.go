@@ -51,6 +51,10 @@ func (c *child) next() (stdio.Message, bool) {
 		fmt.Fprintln(os.Stderr, "child: bad line from engine:", err)
 		os.Exit(9)
 	}
+	if m.Type == stdio.TypeBatch { // only the batch children declare envelopes
+		fmt.Fprintln(os.Stderr, "child: a batch envelope, never declared:", string(line))
+		os.Exit(9)
+	}
 	return m, true
 }
 
@@ -61,6 +65,9 @@ func (c *child) echo(m stdio.Message) {
 
 func runChild(mode string) int {
 	c := &child{in: bufio.NewReaderSize(os.Stdin, 1<<20), out: bufio.NewWriterSize(os.Stdout, 1<<20), mode: mode}
+	if strings.HasPrefix(mode, "batch") {
+		return runBatchChild(c, mode)
+	}
 	marker := os.Getenv("STDIO_TEST_MARKER")
 	switch mode {
 	case "exit1":

@@ -73,12 +73,17 @@ func (pr *process) readStdout(stdout io.Reader) {
 		return
 	}
 	pr.window = settleWindow(pr.pool.cfg.Window, m.Window, pr.pool.cfg.PerItem)
+	pr.batch = m.Batch // an action that says nothing gets no envelope and may send none
 	pr.ready <- nil
+	inBatch := func(msg []byte) error { return pr.handleInBatch(msg, &m) }
+	fast := stdio.FastFunc(pr.handleFast)
 	for {
 		line, err := lr.ReadLine()
 		if err == nil {
 			if typ, delivery, key, payload, hasKey, ok := stdio.FastAnswer(line); ok {
 				err = pr.handleFast(typ, delivery, key, payload, hasKey, line)
+			} else if isBatch, berr := pr.splitBatch(line, fast, inBatch); isBatch {
+				err = berr
 			} else if err = stdio.DecodeMessage(line, &m); err == nil {
 				err = pr.handle(&m, line)
 			}
@@ -112,10 +117,38 @@ func readError(err error) error {
 	return err
 }
 
+// splitBatch applies the messages of an answer envelope, in order, when the action declared
+// envelopes and line is one; isBatch is false for any other line.
+// The common answers go to handleFast, read as the envelope is split.
+func (pr *process) splitBatch(line []byte, fast stdio.FastFunc, inBatch func([]byte) error) (isBatch bool, err error) {
+	if !pr.batch {
+		return false, nil
+	}
+	return stdio.SplitAnswers(line, fast, inBatch)
+}
+
+// handleInBatch applies one message of an answer envelope, other than those handleFast
+// takes, as the same line on its own.
+func (pr *process) handleInBatch(msg []byte, m *stdio.Message) error {
+	if err := stdio.DecodeInBatch(msg, m); err != nil {
+		return err
+	}
+	switch m.Type {
+	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
+		return pr.handle(m, msg)
+	}
+	return fmt.Errorf("%w: %w: a %q message, which an envelope from the action cannot hold (it may hold emit, metric, done, error and abstain messages): %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, m.Type, errtext.Quote(msg))
+}
+
 // handle applies one answer line to the delivery it names.
 func (pr *process) handle(m *stdio.Message, line []byte) error {
 	switch m.Type {
 	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
+	case stdio.TypeBatch:
+		if pr.batch { // an envelope the decoder reads and SplitBatch did not: its keys repeat
+			return fmt.Errorf("%w: %w: a line whose \"type\" is given more than once, the last one \"batch\": %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, errtext.Quote(line))
+		}
+		return fmt.Errorf("%w: a batch envelope from an action that did not declare \"batch\": true in its ready line (declare it there to answer in envelopes, or write one message per line): %s", stdio.ErrProtocol, errtext.Quote(line))
 	default:
 		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", stdio.ErrProtocol, m.Type, errtext.Quote(line))
 	}

@@ -1,5 +1,6 @@
 // Package engine runs a Millstream action: it supervises the action's processes, pools them,
-// hands them items over the wire of package stdio, writes deliveries ahead in a window, retries
+// hands them items over the wire of package stdio, writes deliveries ahead in a window (in
+// batch envelopes to an action that declares them), retries
 // failed attempts with backoff and reports every item's final Result. Only the bridge needs
 // it; an action (and its Go SDK, stdio/action) needs the wire alone.
 //

@@ -35,6 +35,7 @@ type process struct {
 	wmu     sync.Mutex // one line at a time on stdin
 	wbuf    []byte
 	window  int
+	batch   bool          // the action declared "batch": true: items go in envelopes, answers may
 	room    chan struct{} // the reader tells a worker waiting in awaitRoom that the window has room
 
 	ready   chan error     // the ready phase's outcome (capacity 1)
@@ -117,7 +118,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 		<-pr.dead
 		return nil, fmt.Errorf("%w: action %q (%s, pid %d) %w (%s); %s", ErrStart, cfg.Name, p.cmdline, pr.pid, err, exitText(pr.exitError()), pr.tailText())
 	}
-	pr.log.Debug("action ready", "window", pr.window)
+	pr.log.Debug("action ready", "window", pr.window, "batch", pr.batch)
 	if h := p.cfg.Hooks.ProcessStarted; h != nil {
 		h(pr.pid)
 	}

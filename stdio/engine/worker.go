@@ -45,7 +45,14 @@ func (p *Pool) forget(pr *process) {
 // serve feeds pr items until it dies (true), has served its one item in per-item mode (true),
 // or the pool quits (false).
 func (p *Pool) serve(pr *process) bool {
-	var batch []byte
+	// With a window, every ready item that fits goes out in the same write: as lines up to
+	// writeBatch, or to an action that declared envelopes packed into envelopes, each within
+	// the line limit (an item too large for one goes on a line of its own).
+	out := stdio.Packer{Single: !pr.batch}
+	limit := writeBatch
+	if pr.batch {
+		limit = stdio.MaxLineBytes
+	}
 	for {
 		if alive, quit := pr.awaitRoom(p.quit); !alive || quit {
 			return !quit
@@ -74,10 +81,9 @@ func (p *Pool) serve(pr *process) bool {
 				return false
 			}
 		}
-		// With a window, every ready item that fits goes out in the same write.
-		batch = stdio.AppendItem(batch[:0], t.item)
+		out.AppendItem(t.item)
 	fill:
-		for len(batch) < writeBatch && pr.hasRoom() && !p.cfg.Budget.isFull() {
+		for out.Len() < limit && pr.hasRoom() && !p.cfg.Budget.isFull() {
 			select {
 			case t = <-p.ready:
 			default:
@@ -87,12 +93,10 @@ func (p *Pool) serve(pr *process) bool {
 				p.requeue(t)
 				break
 			}
-			batch = stdio.AppendItem(batch, t.item)
+			out.AppendItem(t.item)
 		}
-		pr.write(batch)
-		if cap(batch) > 1<<20 {
-			batch = nil
-		}
+		pr.write(out.Bytes())
+		out.Reset()
 		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process
 			_, quit := pr.awaitRoom(p.quit)
 			return !quit
