@@ -70,6 +70,9 @@ func TestBehaviours(t *testing.T) {
 				a.ShutdownGrace = time.Second
 			case "batch-unread":
 				opts.AnswerWait = 2 * time.Second
+			case "batch-good", "batch-small-buffer":
+				// an envelope of 8 MiB through a race-built child on a loaded machine takes seconds
+				opts.AnswerWait = 30 * time.Second
 			}
 			// a bound for a hang only: the kit's own verdicts come within seconds
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
