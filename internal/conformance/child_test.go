@@ -52,6 +52,7 @@ var behaviours = []struct {
 	{"batch-small-buffer", "batch", "declares batch but reads stdin with a 4 MiB line buffer and dies on the envelope at the limit", nil},
 	{"batch-malformed", "framing", `declares batch and answers in envelopes with "msgs" for "messages"`, []string{"batch"}},
 	{"batch-undeclared", "framing", "answers in envelopes without declaring batch", []string{"answers"}},
+	{"truncated", "framing", `answers {"type":"done","delivery":"…" without its closing brace, then waits`, []string{"answers"}},
 	{"bad-utf8", "non-ascii", "writes its outputs' non-ASCII text as Latin-1 bytes, which is not UTF-8 (a Perl action without an encoding layer)", nil},
 }
 
@@ -151,6 +152,10 @@ func child(b string) int {
 		case "same-key":
 			send(map[string]any{"type": "emit", "delivery": d, "key": key, "payload": m["payload"]})
 			send(map[string]any{"type": "emit", "delivery": d, "key": key, "payload": m["payload"]})
+		case "truncated":
+			fmt.Fprintf(out, "{\"type\":\"done\",\"delivery\":%q\n", d)
+			out.Flush()
+			return
 		case "bad-json":
 			fmt.Fprintf(out, "{\"type\":\"done\",\"delivery\":%v}\n", d)
 			out.Flush()

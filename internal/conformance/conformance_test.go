@@ -68,6 +68,8 @@ func TestBehaviours(t *testing.T) {
 				a.ReadyTimeout, opts.AnswerWait = 300*time.Millisecond, time.Second
 			case "ignore-shutdown":
 				a.ShutdownGrace = time.Second
+			case "truncated":
+				opts.AnswerWait = 30 * time.Second // the verdict must come from the line, not the wait
 			case "batch-unread":
 				opts.AnswerWait = 2 * time.Second
 			case "batch-good", "batch-small-buffer":

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -42,12 +43,41 @@ type event struct {
 // maxJoin bounds the lines joined when the action spreads one JSON object over several lines.
 const maxJoin = 2000
 
+// pendingWait is how long the start of a JSON object waits, with nothing more arriving on
+// stdout, for the lines that would complete it: a pretty-printer writes them at once, so a
+// start left alone this long is a broken line (an object cut short), reported then rather
+// than when the next line comes.
+const pendingWait = 500 * time.Millisecond
+
+// lastRead is an io.Reader that notes when it last returned bytes.
+type lastRead struct {
+	r  io.Reader
+	at atomic.Int64 // UnixNano
+}
+
+func (l *lastRead) Read(b []byte) (int, error) {
+	n, err := l.r.Read(b)
+	if n > 0 {
+		l.at.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (l *lastRead) since() time.Duration { return time.Duration(time.Now().UnixNano() - l.at.Load()) }
+
+// readLine is one line of stdout, copied, or the error that ended it.
+type readLine struct {
+	line []byte
+	err  error
+}
+
 // readStdout turns stdout into events, recovering what it can from bad framing so the rest of
 // the conversation can still be checked: an object spread over several lines, several objects
 // on one line.
 func (p *proc) readStdout(r io.Reader) {
 	defer close(p.events)
-	lr := stdio.NewLineReader(r, 0)
+	in := &lastRead{r: r}
+	lr := stdio.NewLineReader(in, 0)
 	var pending []byte // a line starting with { that is not JSON yet: perhaps the first of several
 	pendingLines := 0
 	pendingAt := time.Time{}
@@ -57,8 +87,37 @@ func (p *proc) readStdout(r io.Reader) {
 			pending = nil
 		}
 	}
+	// The lines are read on a goroutine of their own, so that a pending start can time out;
+	// it ends with the error that ends stdout, which this loop always receives.
+	lines := make(chan readLine)
+	go func() {
+		for {
+			line, err := lr.ReadLine()
+			lines <- readLine{bytes.Clone(line), err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	wait := time.NewTimer(pendingWait)
+	defer wait.Stop()
 	for {
-		line, err := lr.ReadLine()
+		var rl readLine
+		if pending == nil {
+			rl = <-lines
+		} else {
+			select {
+			case rl = <-lines:
+			case <-wait.C:
+				if d := in.since(); d < pendingWait { // a long line still coming
+					wait.Reset(pendingWait - d)
+					continue
+				}
+				flush()
+				continue
+			}
+		}
+		line, err := rl.line, rl.err
 		if err != nil {
 			flush()
 			switch {
@@ -74,7 +133,6 @@ func (p *proc) readStdout(r io.Reader) {
 			return
 		}
 		now := time.Now()
-		line = bytes.Clone(line)
 		if pending != nil {
 			if t := bytes.TrimLeft(line, " \t\r"); len(t) > 0 && t[0] == '{' && len(t) == len(line) {
 				flush() // a new object at the start of a line: the pending one was just bad
@@ -91,6 +149,7 @@ func (p *proc) readStdout(r io.Reader) {
 				} else if pendingLines >= maxJoin || len(pending) > stdio.MaxLineBytes {
 					flush()
 				}
+				wait.Reset(pendingWait) // from now: reading the lines above took time of its own
 				continue
 			}
 		}
@@ -128,6 +187,7 @@ func (p *proc) readStdout(r io.Reader) {
 				continue
 			}
 			pending, pendingLines, pendingAt = line, 1, now
+			wait.Reset(pendingWait)
 		default:
 			p.events <- event{kind: evText, at: now, raw: line}
 		}
