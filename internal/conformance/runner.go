@@ -14,9 +14,9 @@ import (
 // runner is one conformance run: it drives the conversations, each on its own goroutine: they
 // start together, so a slow ready is waited for once, send their items one after another (see
 // turns), and shut down while the next goes on, so an ignored shutdown costs about one grace
-// period, not one per conversation. It collects what each check saw. mu guards what the conversations share;
-// the main conversation's results (main, mainCounts, …, blocked) are written before mainDone
-// is closed and only read after.
+// period, not one per conversation. It collects what each check saw. mu guards what the
+// conversations share; the main conversation's results (main, mainCounts, …, blocked) are
+// written before mainDone is closed and only read after.
 type runner struct {
 	ctx      context.Context
 	a        *Action
