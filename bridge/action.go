@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -66,8 +68,7 @@ type Action struct {
 	Dir     string   // working directory of the program: the config file's folder, or "" (the bridge's)
 }
 
-// lineError is a mistake in an action config line: the word it is about (Index from 0, -1
-// when the line as a whole is at fault), and what was expected instead. It matches
+// portList names ports for an error message that lists what may be chosen.
 func portList(ports []Port) string {
 	if len(ports) == 0 {
 		return "the outlets (none is declared yet)"
@@ -97,6 +98,35 @@ func (a *Action) DefaultOutlet() (name string, n int, ok bool) {
 		return "", n, false
 	}
 	return name, n, true
+}
+
+// EmitOutlet returns the outlet of the nth emit of a delivery (n from 1): the one it names,
+// or DefaultOutlet when it names none. An emit naming an outlet the action does not declare,
+// or none when there is no DefaultOutlet, breaks the protocol: the error is a
+// *stdio.ProtocolError of stdio.RuleUndeclaredOutlet, its line written again from e (the
+// engine keeps the emit, not its line). The bridge and the fixture runner both judge emits so.
+func (a *Action) EmitOutlet(n int, e *stdio.Emit) (string, error) {
+	outlet := e.Outlet
+	if outlet == "" {
+		name, others, ok := a.DefaultOutlet()
+		if !ok {
+			return "", undeclared(e, fmt.Sprintf("emit %d names no outlet, and the action has %d outlets besides its --dead-letter and --fallback ports (%s): name one with \"outlet\" (an emit may leave it out only when exactly one outlet is neither of those two)", n, others, portList(a.programOutlets())))
+		}
+		return name, nil
+	}
+	for _, p := range a.Outlets {
+		if p.Name == outlet {
+			return outlet, nil
+		}
+	}
+	return "", undeclared(e, fmt.Sprintf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", n, outlet, outlet, portList(a.Outlets)))
+}
+
+// undeclared is the protocol violation of an emit to no outlet the action declares.
+func undeclared(e *stdio.Emit, detail string) error {
+	m := stdio.Message{Type: stdio.TypeEmit, Outlet: e.Outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers}
+	line := stdio.AppendMessage(nil, &m)
+	return stdio.NewProtocolError(stdio.RuleUndeclaredOutlet, line[:len(line)-1], detail)
 }
 
 // programOutlets lists the outlets an emit may name: all but the --dead-letter and --fallback ports.
@@ -202,10 +232,11 @@ func (a *Action) Line() string {
 	return Join(w)
 }
 
-// engineConfig is the engine.Config that runs the action's program: what the config line says,
-// as given (its defaults are the table above; the engine adds none of its own to these). What
-// only the server knows (version, environment, hello, logger, hooks) the caller fills in.
-func (a *Action) engineConfig() engine.Config {
+// EngineConfig is the engine.Config that runs the action's program: what the config line says,
+// as given (its defaults are the table above; the engine adds none of its own to these), for
+// the bridge and for the fixture runner alike. What only the caller knows (version,
+// environment, hello, logger, hooks) it fills in.
+func (a *Action) EngineConfig() engine.Config {
 	return engine.Config{
 		Name:         a.Name,
 		Command:      a.Command,

@@ -17,7 +17,7 @@ func TestTimeoutZeroIsNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := a.engineConfig().ItemTimeout; got != 0 {
+	if got := a.EngineConfig().ItemTimeout; got != 0 {
 		t.Errorf("engine ItemTimeout of --timeout 0s = %v, want 0 (no timeout)", got)
 	}
 	if !strings.Contains(a.Line(), "--timeout 0s") {
@@ -27,7 +27,7 @@ func TestTimeoutZeroIsNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.engineConfig().ItemTimeout; got != defaults.Timeout {
+	if got := d.EngineConfig().ItemTimeout; got != defaults.Timeout {
 		t.Errorf("engine ItemTimeout without --timeout = %v, want the default %v", got, defaults.Timeout)
 	}
 }

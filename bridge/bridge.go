@@ -11,13 +11,9 @@
 // action's processes (package stdio/engine); every record of a batch becomes one item; a batch
 // is answered with its records' emits in record order and then Ack, or with Fail.
 //
-// The files: action.go (the Action, its defaults, descriptor, line and engine config),
-// parse.go (the config line's parser), words.go (its quoting), server.go (the services and
-// the one live conversation), conversation.go (a Start and its batches), records.go (records
-// to items, answers to Emits, dead letters), status.go (stream errors with their chain),
-// metrics.go (Prometheus), trace.go (W3C trace context from records to items and outputs),
-// otel.go (span export with the OpenTelemetry SDK), run.go (the process: port, listeners). The constants the sidecar
-// shares (port, message limit, stop bound, FLOW_* names) are package protocol's.
+// [ListenAndServe] is the process: the services on loopback, the Prometheus metrics when the
+// line asks for them, a graceful stop. The constants the sidecar shares with it (port, message
+// limit, stop bound, FLOW_* names) are package protocol's.
 //
 // Where the specs are silent, the bridge decides as the README's "The action config line"
 // section says: the headers of dead letters (millrace-error and its siblings), the derivation of

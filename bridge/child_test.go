@@ -108,6 +108,13 @@ func child() int {
 		}
 		switch o.Op {
 		case "skip":
+		case "debug": // a debug print on stdout on the first N attempts: a protocol violation
+			if m.Attempt <= o.N {
+				fmt.Fprintf(out, "debug: got %s\n", d)
+				out.Flush()
+				continue
+			}
+			emit("", map[string]any{"attempt": m.Attempt})
 		case "emits":
 			for i := range o.N {
 				outlet := ""

@@ -108,7 +108,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		"inlets":       c.inlets,
 		"outlets":      c.outlets,
 	}
-	cfg := a.engineConfig()
+	cfg := a.EngineConfig()
 	cfg.Version = s.opts.Version
 	cfg.Env = s.opts.Env
 	cfg.ShutdownGrace = s.opts.ShutdownGrace
@@ -116,7 +116,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	cfg.Budget = s.budget
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: s.opts.Version, Config: config, Vars: vars}
 	cfg.Logger = c.log
-	cfg.Hooks = s.opts.Metrics.hooks(c.log, s.tracer)
+	cfg.Hooks = c.eventHooks(s.opts.Metrics.hooks(c.log, s.tracer))
 	logHealth := cfg.Hooks.Health
 	cfg.Hooks.Health = func(err error) {
 		logHealth(err)
@@ -129,10 +129,14 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 	}
 	pool, err := engine.Start(ctx, cfg)
 	if err != nil {
+		if ctx.Err() == nil { // not a start given up for a newer Start or a shutdown
+			s.emit(Event{Kind: EventStartFailed, Conversation: c.id, Err: err})
+		}
 		return nil, rpcErrorf(codes.Unavailable, "conversation %s: the action's processes did not start: %w", c.id, err)
 	}
 	c.pool = pool
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	s.emit(Event{Kind: EventConversationStarted, Conversation: c.id})
 	c.log.Info("started", "streamlet_name", st.GetStreamlet(), "processes", a.Concurrency, "window", pool.Window(), "max_message_bytes", c.maxBytes)
 	s.opts.Metrics.conversationStarted()
 	s.opts.Metrics.poolStarted(pool)

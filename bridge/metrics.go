@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ankka-flow/millrace/internal/httpserve"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -88,25 +88,12 @@ func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// serve serves the metrics at /metrics on lis until ctx ends. It closes lis.
+// serve serves the metrics at /metrics on lis until ctx ends, then stops as
+// [httpserve.Serve] does. It closes lis.
 func (m *Metrics) serve(ctx context.Context, lis net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	return err
+	return httpserve.Serve(ctx, lis, mux)
 }
 
 func (m *Metrics) items(outcome string, n int) {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -124,13 +123,13 @@ func metricsAddr(t *testing.T, r *running) string {
 func TestPoolMetrics(t *testing.T) {
 	r := startBridge(t, oneOutlet+" --concurrency 2 --window 1 --retries 1 --metrics 127.0.0.1:0")
 	addr := metricsAddr(t, r)
-	idle := map[string]string{"millrace_pool_processes": "0", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0",
-		"millrace_pool_deliveries_in_flight": "0", "millrace_pool_window_occupancy_ratio": "0", "millrace_process_restarts_total": "0",
-		"millrace_output_held_bytes": "0", "millrace_output_budget_bytes": strconv.FormatFloat(float64(bridge.DefaultMaxHeldBytes), 'g', -1, 64)}
+	idle := map[string]float64{"millrace_pool_processes": 0, "millrace_pool_processes_busy": 0, "millrace_pool_items_queued": 0,
+		"millrace_pool_deliveries_in_flight": 0, "millrace_pool_window_occupancy_ratio": 0, "millrace_process_restarts_total": 0,
+		"millrace_output_held_bytes": 0, "millrace_output_budget_bytes": bridge.DefaultMaxHeldBytes}
 	got := testkit.Scrape(t, addr)
 	for k, v := range idle {
-		if got[k] != v {
-			t.Errorf("before any conversation %s = %q; want %s", k, got[k], v)
+		if g, ok := got.Value(k); !ok || g != v {
+			t.Errorf("before any conversation %s = %v (present %v); want %v", k, g, ok, v)
 		}
 	}
 	s := dial(t, r.addr)
@@ -140,44 +139,45 @@ func TestPoolMetrics(t *testing.T) {
 		t.Fatalf("answer = %v; want Ack after the crash and its retry", a)
 	}
 	// The retry may run on the other process while the crashed one is replaced.
-	waitSamples(t, addr, "after a crash", map[string]string{"millrace_process_restarts_total": "1", "millrace_pool_processes": "2"})
+	waitSamples(t, addr, "after a crash", map[string]float64{"millrace_process_restarts_total": 1, "millrace_pool_processes": 2})
 
 	// The last record, of no key, is done on the other process; its 5,000-byte output waits for
 	// the hanging record, before it in the batch.
 	s.batch(2, 0, rec(1, []byte("k"), `{"op":"hang","n":9}`), rec(2, []byte("k"), `{}`), rec(3, []byte("k"), `{}`), rec(4, nil, `{"op":"big","n":5000}`))
-	got = waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]string{
-		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "1", "millrace_pool_items_queued": "2",
-		"millrace_pool_deliveries_in_flight": "1", "millrace_pool_window": "1", "millrace_pool_window_occupancy_ratio": "0.5"})
+	got = waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]float64{
+		"millrace_pool_processes": 2, "millrace_pool_processes_busy": 1, "millrace_pool_items_queued": 2,
+		"millrace_pool_deliveries_in_flight": 1, "millrace_pool_window": 1, "millrace_pool_window_occupancy_ratio": 0.5})
 	for deadline := time.Now().Add(waitLimit); ; time.Sleep(10 * time.Millisecond) {
-		held, _ := strconv.ParseFloat(got["millrace_output_held_bytes"], 64)
+		held, _ := got.Value("millrace_output_held_bytes")
 		if held >= 5000 && held < 5200 { // the emit line: the value and its few fields
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("with a record's output held millrace_output_held_bytes = %q; want its emit line's size, 5000 to 5200", got["millrace_output_held_bytes"])
+			t.Fatalf("with a record's output held millrace_output_held_bytes = %v; want its emit line's size, 5000 to 5200", held)
 		}
 		got = testkit.Scrape(t, addr)
 	}
 	s.sendStart(r, "c2", 0, `{}`) // voids the hanging conversation; a fresh pool, idle
-	got = waitSamples(t, addr, "after a new Start", map[string]string{
-		"millrace_pool_processes": "2", "millrace_pool_processes_busy": "0", "millrace_pool_items_queued": "0", "millrace_pool_deliveries_in_flight": "0",
-		"millrace_output_held_bytes": "0"})
-	if got["millrace_process_restarts_total"] != "1" {
-		t.Errorf("after the void millrace_process_restarts_total = %q; want still 1 (a pool closing restarts nothing)", got["millrace_process_restarts_total"])
+	got = waitSamples(t, addr, "after a new Start", map[string]float64{
+		"millrace_pool_processes": 2, "millrace_pool_processes_busy": 0, "millrace_pool_items_queued": 0, "millrace_pool_deliveries_in_flight": 0,
+		"millrace_output_held_bytes": 0})
+	if n, _ := got.Value("millrace_process_restarts_total"); n != 1 {
+		t.Errorf("after the void millrace_process_restarts_total = %v; want still 1 (a pool closing restarts nothing)", n)
 	}
 	expectEOF(t, s.stop())
 }
 
 // waitSamples scrapes addr until every series of want has its value, and returns the last
 // scrape.
-func waitSamples(t *testing.T, addr, when string, want map[string]string) map[string]string {
+func waitSamples(t *testing.T, addr, when string, want map[string]float64) testkit.Exposition {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for {
 		got := testkit.Scrape(t, addr)
 		differs := false
 		for k, v := range want {
-			differs = differs || got[k] != v
+			g, ok := got.Value(k)
+			differs = differs || !ok || g != v
 		}
 		if !differs {
 			return got

@@ -14,6 +14,8 @@ import (
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
+// lineError is a mistake in an action config line: the word it is about (Index from 0, -1
+// when the line as a whole is at fault), and what was expected instead. It matches
 // [ErrConfig] under errors.Is.
 type lineError struct {
 	Index   int

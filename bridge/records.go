@@ -179,6 +179,9 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			return settled{kind: "done"}, emits
 		}
 		cause = err
+		if errors.Is(err, stdio.ErrProtocol) {
+			c.s.emit(Event{Kind: EventProtocolViolation, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Attempts: res.Attempts, Err: err})
+		}
 	case engine.Abstained:
 		if a.Fallback != "" {
 			msg, err := c.route(id, a.Fallback, in, b, topic,
@@ -197,7 +200,8 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 		}
 	}
 	attempts := res.Attempts
-	c.log.Warn("record failed for good", "batch", id, "record", recordID(topic, b.GetPartition(), in.GetOffset()), "attempts", attempts, "error", cause)
+	record := recordID(topic, b.GetPartition(), in.GetOffset())
+	c.log.Warn("record failed for good", "batch", id, "record", record, "attempts", attempts, "error", cause)
 	if a.DeadLetter != "" {
 		errText := cause.Error()
 		if len(errText) > maxHeaderError {
@@ -207,10 +211,12 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			&flowv1.Header{Key: headerError, Value: []byte(errText)},
 			&flowv1.Header{Key: headerAttempts, Value: []byte(strconv.Itoa(attempts))})
 		if err == nil {
+			c.s.emit(Event{Kind: EventRecordDeadLettered, Conversation: c.id, Record: record, Attempts: attempts, Err: cause})
 			return settled{kind: "dead_letter"}, append(out, msg)
 		}
 		cause = fmt.Errorf("%w; and it cannot be dead-lettered: %w", cause, err)
 	}
+	c.s.emit(Event{Kind: EventRecordRefused, Conversation: c.id, Record: record, Attempts: attempts, Err: cause})
 	return settled{kind: "failed", cause: cause, attempts: attempts}, out
 }
 
@@ -303,16 +309,9 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 	}
 	msgs := sc.next(len(staged))
 	for i, e := range staged {
-		outlet := e.Outlet
-		if outlet == "" {
-			name, n, ok := a.DefaultOutlet()
-			if !ok {
-				return nil, fmt.Errorf("emit %d names no outlet, and the action has %d outlets besides its --dead-letter and --fallback ports (%s): name one with \"outlet\" (an emit may leave it out only when exactly one outlet is neither of those two)", i+1, n, portList(a.programOutlets()))
-			}
-			outlet = name
-		}
-		if !c.s.outlets[outlet] {
-			return nil, fmt.Errorf("emit %d names outlet %q, which the action config does not declare; declare it with --out %s=SCHEMA or emit to one of %s", i+1, outlet, outlet, portList(a.Outlets))
+		outlet, err := a.EmitOutlet(i+1, &e)
+		if err != nil {
+			return nil, err
 		}
 		if _, ok := c.outlets[outlet]; !ok {
 			return nil, fmt.Errorf("emit %d names outlet %q, to which the sidecar's Start bound no topic; check the deployment's outlet bindings", i+1, outlet)
@@ -347,7 +346,7 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 		msg := &m.msg
 		if sizeBound(outlet, rec) >= c.maxBytes { // the exact size only when it may matter
 			if n := proto.Size(msg); n >= c.maxBytes {
-				return nil, fmt.Errorf("emit %d to outlet %q is %d bytes, over the %d bytes of max_message_bytes; emit smaller records", i+1, outlet, n, c.maxBytes)
+				return nil, fmt.Errorf("emit %d to outlet %q (topic %s) is %d bytes, over the %d bytes of max_message_bytes, the largest record the sidecar writes to this streamlet's outlet topics (their smallest max.message.bytes less framing, or its FLOW_MAX_MESSAGE_BYTES); emit smaller records, or raise the topic's max.message.bytes", i+1, outlet, c.outlets[outlet], n, c.maxBytes)
 			}
 		}
 		out = append(out, msg)
@@ -383,7 +382,7 @@ func (c *conversation) route(id uint64, outlet string, in *flowv1.InputRecord, b
 	)
 	msg := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: id, Outlet: outlet, Record: rec}}}
 	if n := proto.Size(msg); n >= c.maxBytes {
-		return nil, fmt.Errorf("routed to %q with its headers it is %d bytes, over the %d bytes of max_message_bytes", outlet, n, c.maxBytes)
+		return nil, fmt.Errorf("routed to %q (topic %s) with its headers it is %d bytes, over the %d bytes of max_message_bytes, the largest record the sidecar writes to this streamlet's outlet topics", outlet, c.outlets[outlet], n, c.maxBytes)
 	}
 	return msg, nil
 }

@@ -36,10 +36,11 @@ type Options struct {
 	Tracer *Tracer
 	Env    []string // extra environment "K=V" for the action's processes
 
-	// ShutdownTimeout bounds Shutdown's drain (default protocol.StopTimeout).
+	// ShutdownTimeout bounds [Server.Serve]'s graceful stop: answering the batches in flight and
+	// ending the streams (default protocol.StopTimeout).
 	ShutdownTimeout time.Duration
 	// ShutdownGrace is how long each process gets to exit after shutdown before it is killed
-	// (default: the stdio pool's).
+	// (default: the engine's).
 	ShutdownGrace time.Duration
 	// Budget bounds the output the bridge holds, staged by the action and not yet sent, across
 	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
@@ -52,6 +53,13 @@ type Options struct {
 	// RetryBackoff is the first delay before a retry, doubling with jitter (default: the stdio
 	// pool's). Tests shorten it.
 	RetryBackoff time.Duration
+	// Events, when set, is told what happens to the action's processes and records, as typed
+	// [Event] values (see [EventKind] for each kind and its fields): what a program running the
+	// bridge in-process (millrace run) decides on, instead of reading the log. It is called on
+	// the bridge's and the pool's goroutines, possibly concurrently, in the order each goroutine
+	// sees things happen; it must return quickly and must not call the Server (a process, or a
+	// batch's answer, waits for it).
+	Events func(Event)
 }
 
 // Server is the streamlet process of one action: the Discovery and Streamlet services of
@@ -61,12 +69,11 @@ type Server struct {
 	flowv1.UnimplementedDiscoveryServer
 	flowv1.UnimplementedStreamletServer
 
-	opts    Options
-	tracer  *Tracer
-	log     *slog.Logger
-	budget  *engine.Budget
-	spec    *flowv1.Spec
-	outlets map[string]bool // declared outlets
+	opts   Options
+	tracer *Tracer
+	log    *slog.Logger
+	budget *engine.Budget
+	spec   *flowv1.Spec
 
 	mu          sync.Mutex
 	current     *conversation
@@ -82,8 +89,7 @@ var (
 	_ flowv1.StreamletServer = (*Server)(nil)
 )
 
-// NewServer returns a server for opts.Action. It starts nothing: register it on a gRPC server
-// run it with [Server.Serve].
+// NewServer returns a server for opts.Action. It starts nothing: [Server.Serve] serves it.
 func NewServer(opts Options) (*Server, error) {
 	if opts.Action == nil {
 		return nil, errors.New("bridge: NewServer needs an Action")
@@ -103,11 +109,7 @@ func NewServer(opts Options) (*Server, error) {
 		budget:      opts.Budget,
 		log:         opts.Logger.With("streamlet", opts.Action.Name),
 		spec:        opts.Action.Spec(opts.Version),
-		outlets:     map[string]bool{},
 		terminating: make(chan struct{}),
-	}
-	for _, p := range opts.Action.Outlets {
-		s.outlets[p.Name] = true
 	}
 	opts.Metrics.budgetIs(s.budget)
 	return s, nil
@@ -353,6 +355,24 @@ func (s *Server) start(ctx context.Context, stream grpc.BidiStreamingServer[flow
 	s.current = c
 	s.mu.Unlock()
 	return c, nil
+}
+
+// Abort ends the live conversation at once, as a new Start would: its deliveries are
+// abandoned (the sidecar redelivers their batches), its processes stopped, and nothing more of
+// it is sent; a conversation still starting gives up. The server keeps serving. A program that
+// runs the bridge in-process calls it when it stops on a fault that can only repeat, rather
+// than wait for the retries of batches that cannot succeed. It may be called at any time, more
+// than once, concurrently.
+func (s *Server) Abort() {
+	s.mu.Lock()
+	c := s.current
+	if s.cancelStart != nil {
+		s.cancelStart()
+	}
+	s.mu.Unlock()
+	if c != nil {
+		c.void("aborted by the program running the bridge", false)
+	}
 }
 
 func (s *Server) isTerminated() bool {

@@ -6,12 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -24,19 +22,17 @@ type broker struct {
 	*testkit.Broker
 }
 
-// maxMessage is the record size the e2e topics and clients accept: room for the protocol's
-// largest emits and for the oversized ones the bad-input cases send.
-const maxMessage = 16 << 20
-
 func newBroker(t testing.TB) *broker { return openBroker(t, true) }
 
-// openBroker is newBroker; persist=false keeps kfake's data in memory only (no restart).
+// openBroker is newBroker; persist=false keeps kfake's data in memory only (no restart). The
+// broker and its topics keep their default settings (message.max.bytes 1048588): the suite
+// runs as a user's cluster does. The admin client writes the inputs at once (no linger), and
+// buffers up to a load run's records.
 func openBroker(t testing.TB, persist bool) *broker {
 	t.Helper()
 	return &broker{testkit.NewBroker(t, testkit.BrokerOptions{
 		Restartable: persist,
-		Kfake:       []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(maxMessage)})},
-		Client:      []kgo.Opt{kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(maxMessage), kgo.MaxBufferedRecords(100_000)},
+		Client:      []kgo.Opt{kgo.ProducerLinger(0), kgo.MaxBufferedRecords(100_000)},
 	})}
 }
 
@@ -70,10 +66,10 @@ func (b *broker) topic(t testing.TB, what string, partitions int32) string {
 	return name
 }
 
-// createTopic creates a topic accepting records up to maxMessage and waits until every
-// partition has a leader.
+// createTopic creates a topic at the broker's defaults and waits until every partition has a
+// leader.
 func (b *broker) createTopic(name string, partitions int32) error {
-	return b.CreateTopic(context.Background(), name, partitions, "max.message.bytes", strconv.Itoa(maxMessage))
+	return b.CreateTopic(context.Background(), name, partitions)
 }
 
 // deleteTopicGone deletes a topic mid-run and waits until the broker's metadata no longer

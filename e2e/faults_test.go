@@ -231,11 +231,14 @@ func TestFaultRebalance(t *testing.T) {
 	})
 }
 
-// TestFaultProduceRefused makes the broker refuse every write to the outlet (its
-// max.message.bytes set below any batch of emits): nothing may be committed, the stall
-// warning must be logged, and progress must resume once the limit is restored. The limit
-// leaves room for a transaction's marker (about 80 bytes): Kafka fails an abort marker over
-// it as fatal, and the transaction, with every later one of its id, stays stuck.
+// TestFaultProduceRefused lowers the outlet's max.message.bytes mid-run below any record of
+// emits: the broker refuses the writes, the sidecar reads the limit again and finds that no
+// emit fits it (a record cannot be split), and from the next conversation on the bridge
+// refuses every emit against Start.max_message_bytes. Nothing may be committed, the stall
+// warning must be logged, and progress must resume once the topic's override is removed (the
+// broker's default again). The limit leaves room for a transaction's marker (about 80 bytes):
+// Kafka fails an abort marker over it as fatal, and the transaction, with every later one of
+// its id, stays stuck.
 func TestFaultProduceRefused(t *testing.T) {
 	t.Parallel()
 	eachDelivery(t, func(t *testing.T, d string) {
@@ -257,10 +260,10 @@ func TestFaultProduceRefused(t *testing.T) {
 		failure := firstLine(r.sidecar.logLines("stream failed", 1))
 		stall := firstLine(r.sidecar.logLines("partition stalled", 1))
 
-		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", strconv.Itoa(16<<20))
+		deleteTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes")
 		pl.waitDone(idleFault)
 		tl := pl.tally()
-		pl.report("outlet refuses writes (max.message.bytes 90), then healed", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
+		pl.report("outlet refuses writes (max.message.bytes 90), then back to the default", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s", n, tl.in, cut(logMessage(failure), 400), cut(stall, 300)))
 		tl.check(t)
 		if failure == "" || stall == "" {
 			t.Errorf("sidecar log lacks the failure (%q) or the stall warning (%q)", failure, stall)
@@ -400,11 +403,22 @@ func TestFaultBrokerRestart(t *testing.T) {
 
 func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
 	t.Helper()
+	alterTopicConfig(t, b, topic, key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet)
+}
+
+// deleteTopicConfig removes the topic's own setting of key: the broker's default applies again.
+func deleteTopicConfig(t testing.TB, b *broker, topic, key string) {
+	t.Helper()
+	alterTopicConfig(t, b, topic, key, nil, kmsg.IncrementalAlterConfigOpDelete)
+}
+
+func alterTopicConfig(t testing.TB, b *broker, topic, key string, value *string, op kmsg.IncrementalAlterConfigOp) {
+	t.Helper()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
 	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
 	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value, c.Op = key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	c.Name, c.Value, c.Op = key, value, op
 	rr.Configs = append(rr.Configs, c)
 	req.Resources = append(req.Resources, rr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -414,7 +428,7 @@ func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
 		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
 	}
 	if err != nil {
-		t.Fatalf("set %s=%s on topic %s: %v", key, value, topic, err)
+		t.Fatalf("%s %s on topic %s: %v", op, key, topic, err)
 	}
 }
 

@@ -23,7 +23,7 @@ const (
 	envRun = "MILLRACE_E2E"
 	// envReport, when set, names a file every case appends its result row to (markdown).
 	envReport = "MILLRACE_E2E_REPORT"
-	// envLoad, when set to a number of records, runs the load benchmark TestLoad.
+	// envLoad sets how many records BenchmarkLoad pushes through the pipeline.
 	envLoad = "MILLRACE_E2E_LOAD"
 	// envRace=1 builds millrace with -race, so the processes under test check themselves.
 	envRace = "MILLRACE_E2E_RACE"
@@ -102,6 +102,8 @@ const (
 	childHugeLine     = "huge-line"     // poison: a 9 MiB line on stdout
 	childUndeclared   = "undeclared"    // poison: emits to the outlet "nowhere"
 	childOverMax      = "over-max"      // poison: emits a 5 MiB payload (over 4 MiB max_message_bytes)
+	childOverLimit    = "over-limit"    // poison: emits a 2 MiB payload (over a default outlet topic's limit)
+	childGrow         = "grow"          // every item: one emit of 12 KB, the payload and a pad
 	childFanOut       = "fan-out"       // every item: fanOutEmits emits of fanOutBytes each (fanout_test.go)
 	childGate         = "gate"          // answers no item until the file named by envGate exists
 	childExitMessage  = "e2e-action: cannot start: the credentials file /run/secrets/e2e is missing"
@@ -177,6 +179,8 @@ func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
 		fanOut(it, out)
 		send(map[string]string{"type": "done", "delivery": it.Delivery})
 		return
+	case mode == childGrow:
+		em.Payload = json.RawMessage(`{"in":` + string(it.Payload) + `,"pad":"` + strings.Repeat("g", 12000) + `"}`)
 	case mode == childGate:
 		for {
 			if _, err := os.Stat(os.Getenv(envGate)); err == nil {
@@ -201,6 +205,8 @@ func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
 		em.Outlet = "nowhere"
 	case mode == childOverMax:
 		em.Payload = json.RawMessage(`"` + strings.Repeat("z", 5<<20) + `"`)
+	case mode == childOverLimit:
+		em.Payload = json.RawMessage(`"` + strings.Repeat("z", 2<<20) + `"`)
 	}
 	send(em)
 	send(map[string]string{"type": "done", "delivery": it.Delivery})

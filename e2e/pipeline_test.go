@@ -169,10 +169,16 @@ type replica struct {
 // variables.
 func newPipeline(t testing.TB, b *broker, a action, partitions int32, sidecarEnv ...string) *pipeline {
 	t.Helper()
+	return newPipelineOut(t, b, a, partitions, 2, sidecarEnv...)
+}
+
+// newPipelineOut is newPipeline with outPartitions partitions on each outlet.
+func newPipelineOut(t testing.TB, b *broker, a action, partitions, outPartitions int32, sidecarEnv ...string) *pipeline {
+	t.Helper()
 	pl := &pipeline{t: t, b: b, a: a, dir: logDir(t), outTopics: map[string]string{}, sidecarEnv: sidecarEnv}
 	pl.inTopic = b.topic(t, "in", partitions)
 	for _, o := range a.outs {
-		pl.outTopics[o] = b.topic(t, o, 2)
+		pl.outTopics[o] = b.topic(t, o, outPartitions)
 	}
 	pl.group = "e2e-" + filepath.Base(pl.inTopic)
 	pl.descriptor = filepath.Join(pl.dir, "descriptor.json")

@@ -24,7 +24,7 @@ func MarshalDescriptor(spec *flowv1.Spec) ([]byte, error) {
 	}
 	b, err := canonical(specJSON(spec))
 	if err != nil { // unreachable: every string was checked above
-		return nil, fmt.Errorf("%w: %v", ErrDescriptor, err)
+		return nil, fmt.Errorf("%w: %w", ErrDescriptor, err)
 	}
 	return b, nil
 }
@@ -38,7 +38,7 @@ func MarshalDescriptor(spec *flowv1.Spec) ([]byte, error) {
 func UnmarshalDescriptor(data []byte) (*flowv1.Spec, error) {
 	spec := new(flowv1.Spec)
 	if err := protojson.Unmarshal(data, spec); err != nil {
-		return nil, fmt.Errorf("%w: %v; descriptor.json must be the JSON form of ankka.flow.v1.Spec (DESCRIPTOR.md)", ErrDescriptor, err)
+		return nil, fmt.Errorf("%w: %w; descriptor.json must be the JSON form of ankka.flow.v1.Spec (DESCRIPTOR.md)", ErrDescriptor, err)
 	}
 	return spec, nil
 }

@@ -100,6 +100,9 @@ func TestUnmarshalDescriptorErrors(t *testing.T) {
 		if !errors.Is(err, protocol.ErrDescriptor) || !strings.Contains(err.Error(), tt.says) || got != nil {
 			t.Errorf("UnmarshalDescriptor(%s) = %v, %v; want an ErrDescriptor saying %q", tt.in, got, err, tt.says)
 		}
+		if !errors.Is(err, proto.Error) { // protojson's own error stays in the chain
+			t.Errorf("UnmarshalDescriptor(%s) = %v; want an error wrapping protojson's (proto.Error)", tt.in, err)
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates the Go code beside the .proto files (run through `go generate ./protocol/...`).
 # The plugins are the Go tools pinned in go.mod; protoc comes from Debian's protobuf-compiler.
-# protoc-gen-go-vtproto writes *_vtproto.pb.go: MarshalVT, UnmarshalVT and SizeVT without
-# reflection, which the sidecar and the bridge use for the messages of the Run stream.
+# protoc-gen-go-vtproto writes *_vtproto.pb.go: SizeVT and the MarshalVT family without
+# reflection, which protocol/codec encodes the Run stream's messages with (and the sidecar sizes
+# records with). Only marshal+size: decoding is protocol/codec's own (protowire, fuzzed against
+# proto.Unmarshal), so vtproto's unmarshal would be dead code.
 # The .proto files are the spec's, verbatim, so they carry no go_package: the M options set it.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,5 +24,5 @@ protoc --proto_path=. \
   --plugin=protoc-gen-go-vtproto="$bin/protoc-gen-go-vtproto" \
   --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-  --go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
+  --go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+size \
   "${opts[@]}" "${protos[@]}"

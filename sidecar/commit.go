@@ -108,6 +108,7 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 				errStreamFailed, errProduce, batchID, len(r.Value), r.Topic, err)
 		}
 	}
+	var refused refusals // emits refused as too large, written again split (limits.go)
 	for _, b := range round {
 		wg.Add(len(b.emits))
 		emits += int64(len(b.emits))
@@ -115,8 +116,13 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 		// the budgets free them, one lock and one callback a batch.
 		left := new(atomic.Int64)
 		left.Store(int64(len(b.emits)))
-		release := func(r *kgo.Record, err error) {
+		var release func(r *kgo.Record, err error)
+		release = func(r *kgo.Record, err error) {
 			defer wg.Done()
+			s.limits.done(r)
+			if refused.keep(r, err, release) {
+				return
+			}
 			done(r, err, b.id)
 			if left.Add(-1) == 0 {
 				s.mu.Lock()
@@ -125,10 +131,14 @@ func (s *Sidecar) commitRound(ctx context.Context, round []*batch) error {
 			}
 		}
 		for _, r := range b.emits {
+			s.limits.admit(ctx, r)
 			prod.Produce(ctx, r, release)
 		}
 	}
 	wg.Wait()
+	for s.rewriteRefused(ctx, &refused, &wg, prod.Produce) {
+		wg.Wait()
+	}
 	if firstErr != nil {
 		return firstErr
 	}

@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,8 +34,14 @@ func TestProduceCompression(t *testing.T) {
 			if tc.set != "" {
 				e["FLOW_PRODUCE_COMPRESSION"] = tc.set
 			}
+			// kgo sends a batch uncompressed when compressing would not shrink it (a batch of
+			// one short emit), so every value is long and repetitive enough to shrink alone.
 			const n = 20
-			b.Produce(t, records(in, 1, n)...)
+			recs := records(in, 1, n)
+			for _, r := range recs {
+				r.Value = append(r.Value, bytes.Repeat([]byte(" compressible"), 64)...)
+			}
+			b.Produce(t, recs...)
 			start(t, e.config(t))
 			for _, rec := range b.ReadN(t, out, n, waitTimeout) {
 				if got := kgo.CompressionCodecType(rec.Attrs.CompressionType()); got != tc.want {

@@ -44,8 +44,9 @@ const (
 const batchOverhead = 1024
 
 // Config is the sidecar's deploy configuration. ConfigFromEnv builds it from FLOW_* variables;
-// tests may build one by hand. The zero values of the Backoff fields and of Events mean the
-// defaults (the spec's intervals; warnings logged).
+// tests may build one by hand. A zero field takes the default [New] gives it (batch limits,
+// message limit, timeouts, emit budgets, the spec's backoffs, the group); a nil Events logs
+// stall warnings without posting them.
 type Config struct {
 	Brokers        []string
 	Pipeline       string

@@ -58,7 +58,7 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 	if len(ps) > 0 {
 		s.metrics.discovery.WithLabelValues(discoveryRefused).Inc()
 		s.refuse(ctx, ps)
-		return nil, fmt.Errorf("%w: %d problem(s):\n  %s", ErrRefused, len(ps), strings.ReplaceAll(ps.Error(), "\n", "\n  "))
+		return nil, fmt.Errorf("%w: %d problem(s):\n  %w", ErrRefused, len(ps), problemLines{ps})
 	}
 
 	s.metrics.discovery.WithLabelValues(discoveryAccepted).Inc()
@@ -73,6 +73,13 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 		MaxMessageBytes: uint32(s.cfg.MaxMessageBytes),
 	}, nil
 }
+
+// problemLines is the problems of a refusal as its error shows them, one per indented line,
+// kept in the chain so that a caller takes them with errors.As (protocol.Problems).
+type problemLines struct{ ps protocol.Problems }
+
+func (p problemLines) Error() string { return strings.ReplaceAll(p.ps.Error(), "\n", "\n  ") }
+func (p problemLines) Unwrap() error { return p.ps }
 
 // refuse logs every problem and reports them all to the process in one ReportError, so they
 // appear in the process's own log before the sidecar exits.

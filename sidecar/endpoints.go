@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-)
 
-// metricsShutdownTimeout bounds the metrics server's graceful stop.
-const metricsShutdownTimeout = 5 * time.Second
+	"github.com/ankka-flow/millrace/internal/httpserve"
+)
 
 // listenMetrics opens FLOW_METRICS_ADDR, or returns nil when it is unset.
 func (s *Sidecar) listenMetrics() (net.Listener, error) {
@@ -26,9 +24,9 @@ func (s *Sidecar) listenMetrics() (net.Listener, error) {
 }
 
 // serveMetrics serves /metrics, /healthz (200 while the sidecar runs) and /readyz (200 while a
-// conversation is live, the readiness file's condition; 503 otherwise) on lis until stop is
-// closed, then shuts the server down and closes lis. It returns when the server has ended.
-func (s *Sidecar) serveMetrics(lis net.Listener, stop <-chan struct{}) {
+// conversation is live, the readiness file's condition; 503 otherwise) on lis until ctx ends,
+// then stops as [httpserve.Serve] does and closes lis. It returns when the server has ended.
+func (s *Sidecar) serveMetrics(ctx context.Context, lis net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -44,19 +42,7 @@ func (s *Sidecar) serveMetrics(lis net.Listener, stop <-chan struct{}) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	select {
-	case err := <-served:
+	if err := httpserve.Serve(ctx, lis, mux); err != nil {
 		s.log.Error("the metrics server stopped", "address", lis.Addr().String(), "error", err)
-		return
-	case <-stop:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		srv.Close()
-	}
-	<-served
 }

@@ -46,6 +46,8 @@ const ReasonPartitionStalled = reasonPartitionStalled
 var (
 	ErrConfig  = errConfig
 	ErrProduce = errProduce
+	// ErrEmitTooLarge is matched by the failure of an emit larger than its outlet accepts.
+	ErrEmitTooLarge = errEmitTooLarge
 )
 
 type ConfigError = configError

@@ -81,9 +81,10 @@ func TestStreamFailures(t *testing.T) {
 			first: func(_ *fakeProcess, c *call) error {
 				return c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
 			}},
-		{name: "produce failure", logged: "produce failed", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
-			// Larger than a default broker's message.max.bytes (about 1 MiB), even compressed:
-			// the write fails, so nothing of the batch may be committed.
+		{name: "emit over its outlet's limit", logged: "an emit is larger than its outlet topic accepts", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
+			// Larger than a default topic's max.message.bytes (about 1 MiB), even compressed,
+			// and over Start.max_message_bytes: the sidecar refuses it before writing, so
+			// nothing of the batch may be committed.
 			if err := c.emit("out", &flowv1.Record{Value: incompressible(2 << 20)}); err != nil {
 				return err
 			}

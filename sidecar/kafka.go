@@ -143,6 +143,7 @@ func (s *Sidecar) connOpts() []kgo.Opt {
 // it can be replaced after a produce failure without leaving the group: a fresh client learns
 // the outlet topics anew (a topic deleted and created again has a new topic ID).
 func (s *Sidecar) newProducer() (*kgo.Client, error) {
+	s.limits.forget() // the new client takes each topic's cap anew
 	prod, err := kgo.NewClient(append(s.connOpts(), s.producerOpts()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: cannot create the Kafka producer for %v: %w", s.cfg.Brokers, err)
@@ -161,10 +162,9 @@ func (s *Sidecar) producerOpts() []kgo.Opt {
 		// default is snappy; Kafka's producer's is none): see Compression.
 		kgo.ProducerBatchCompression(s.cfg.Compression.codec()),
 		kgo.RecordDeliveryTimeout(produceTimeout),
-		// An emit may be as large as the protocol allows (Start.max_message_bytes), more than
-		// franz-go's default batch cap of about 1 MB; the outlet topic's max.message.bytes
-		// decides, and a refusal is a produce failure that names the topic.
-		kgo.ProducerBatchMaxBytes(int32(s.cfg.MaxMessageBytes + batchOverhead)),
+		// Never a batch larger than its topic accepts: each outlet topic's own
+		// max.message.bytes is its batch cap (limits.go), read at the conversation start.
+		kgo.ProducerBatchMaxBytesFn(s.limits.batchMax),
 		// Learn soon that an outlet topic is gone or back (refreshes happen on errors only).
 		kgo.MetadataMinAge(time.Second),
 	}

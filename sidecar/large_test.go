@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -46,18 +47,26 @@ func TestLargeEmit(t *testing.T) {
 	if len(got[0].Value) != len(big) {
 		t.Errorf("outlet record of %d bytes; want %d", len(got[0].Value), len(big))
 	}
+	f.mu.Lock()
+	limit := f.starts[0].GetMaxMessageBytes()
+	f.mu.Unlock()
+	if limit != 4<<20 {
+		t.Errorf("Start.max_message_bytes = %d; want 4 MiB, FLOW_MAX_MESSAGE_BYTES (the outlet accepts more)", limit)
+	}
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil after shutdown", err)
 	}
 }
 
-// TestOversizedEmitKeepsTheCause: an emit the outlet topic refuses as too large fails the
-// stream with an error whose chain holds both the sidecar's ErrProduce and the broker's
-// MESSAGE_TOO_LARGE, and nothing of the batch is committed.
+// TestOversizedEmitKeepsTheCause: an emit larger than its outlet topic accepts (here a topic at
+// Kafka's default limit), which a process that ignores Start.max_message_bytes sends anyway,
+// fails the stream before anything is written, with an error that names the topic and its
+// limit and whose chain holds ErrEmitTooLarge and the broker's MESSAGE_TOO_LARGE; nothing of
+// the batch is committed.
 func TestOversizedEmitKeepsTheCause(t *testing.T) {
 	b := newBroker(t)
 	in := b.Topic(t, "in", 1)
-	out := b.Topic(t, "out", 1, "max.message.bytes", "1048576")
+	out := b.Topic(t, "out", 1)
 	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
 		if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
@@ -76,8 +85,11 @@ func TestOversizedEmitKeepsTheCause(t *testing.T) {
 		}
 		return failure != nil
 	})
-	if !errors.Is(failure, sidecar.ErrProduce) || !errors.Is(failure, kerr.MessageTooLarge) {
-		t.Errorf("the stream failed with %v; want an error matching sidecar.ErrProduce and kerr.MessageTooLarge", failure)
+	if !errors.Is(failure, sidecar.ErrEmitTooLarge) || !errors.Is(failure, kerr.MessageTooLarge) {
+		t.Errorf("the stream failed with %v; want an error matching sidecar.ErrEmitTooLarge and kerr.MessageTooLarge", failure)
+	}
+	if msg := failure.Error(); !strings.Contains(msg, "topic "+out) || !strings.Contains(msg, "max.message.bytes is 1048588") {
+		t.Errorf("the failure %q does not name topic %s and its limit 1048588", msg, out)
 	}
 	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
 		t.Errorf("committed %v; want nothing after the emit was refused", got)

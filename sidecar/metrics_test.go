@@ -7,20 +7,15 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-// exposition is one scrape of the metrics endpoint, parsed.
-type exposition map[string]*dto.MetricFamily
+// exposition is one scrape of the metrics endpoint, parsed, with the queries these tests make.
+type exposition testkit.Exposition
 
 // freeAddr returns a free 127.0.0.1 address for the metrics listener.
 func freeAddr(t testing.TB) string {
@@ -35,16 +30,8 @@ func freeAddr(t testing.TB) string {
 
 // scrape GETs http://addr/metrics and parses the text exposition.
 func scrape(addr string) (exposition, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	return p.TextToMetricFamilies(resp.Body)
+	m, err := testkit.Metrics(addr)
+	return exposition(m), err
 }
 
 // waitMetrics scrapes addr until cond holds of a scrape and returns that scrape.
@@ -66,27 +53,9 @@ func waitMetrics(t testing.TB, addr, what string, cond func(exposition) bool) ex
 	}
 }
 
-// value returns the value of the series of name whose labels include the pairs given (k, v, …):
-// a counter's or gauge's value, a histogram's sample count.
+// value is [testkit.Exposition.Value].
 func (e exposition) value(name string, kv ...string) (float64, bool) {
-	f := e[name]
-	if f == nil {
-		return 0, false
-	}
-	for _, m := range f.Metric {
-		if !hasLabels(m, kv) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue(), true
-		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount()), true
-		}
-	}
-	return 0, false
+	return testkit.Exposition(e).Value(name, kv...)
 }
 
 // v is value, 0 when the series is missing.
@@ -97,7 +66,7 @@ func (e exposition) partitions(name, topic string) []int32 {
 	var out []int32
 	if f := e[name]; f != nil {
 		for _, m := range f.Metric {
-			if !hasLabels(m, []string{"topic", topic}) {
+			if !testkit.HasLabels(m, "topic", topic) {
 				continue
 			}
 			for _, l := range m.Label {
@@ -112,30 +81,7 @@ func (e exposition) partitions(name, topic string) []int32 {
 	return out
 }
 
-func (e exposition) String() string {
-	var b strings.Builder
-	for name, f := range e {
-		if strings.HasPrefix(name, "millrace_") {
-			for _, m := range f.Metric {
-				fmt.Fprintf(&b, "  %s %v\n", name, m)
-			}
-		}
-	}
-	return b.String()
-}
-
-func hasLabels(m *dto.Metric, kv []string) bool {
-	for i := 0; i+1 < len(kv); i += 2 {
-		found := false
-		for _, l := range m.Label {
-			found = found || (l.GetName() == kv[i] && l.GetValue() == kv[i+1])
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
+func (e exposition) String() string { return testkit.Exposition(e).String() }
 
 // get GETs a path of the metrics listener and returns its status code.
 func get(t testing.TB, addr, path string) int {

@@ -74,6 +74,13 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 				r.Headers[i] = kgo.RecordHeader{Key: h.GetKey(), Value: h.GetValue()}
 			}
 		}
+		if err := s.limits.fits(r); err != nil {
+			// Over Start.max_message_bytes too, or the process would have refused it: the
+			// broker would refuse it on every attempt, so the stream fails here, before any of
+			// the batch is written, and the partition stalls at this batch.
+			return streamFailed(causeMessageLarge, "an Emit for batch %d (topic %s partition %d offsets %d-%d) to outlet %q: %w: the partition stalls at this batch; raise the topic's max.message.bytes, or have the action emit smaller records (Start.max_message_bytes is %d)",
+				b.id, b.p.topic, b.p.partition, b.last.in.GetOffset()-int64(b.n-1), b.last.in.GetOffset(), e.GetOutlet(), err, c.start.GetMaxMessageBytes())
+		}
 		if err := s.hold(b, r); err != nil {
 			return err
 		}

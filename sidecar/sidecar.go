@@ -8,15 +8,8 @@
 // and redelivering from the last commit indefinitely, discarding on rebalance, and stall
 // warnings as Kubernetes Events.
 //
-// One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
-// TLS and SASL), delivery.go (FLOW_DELIVERY and the transactional id), discovery.go,
-// conversation.go (one Run stream and the batches it sends), receive.go (the process's Emits,
-// Acks and Fails), kafka.go (the clients and the poller), queue.go (each partition's buffer
-// of fetched records), budget.go (the emit budgets: backpressure and halving an over-budget
-// batch), rebalance.go, commit.go (produce, then commit), txn.go (the exactly-once round: one
-// transaction), stall.go, readiness.go, lag.go (high watermarks and committed offsets),
-// metrics.go (the Prometheus metrics) and endpoints.go (FLOW_METRICS_ADDR: /metrics,
-// /healthz, /readyz). Its API is what cmd/millrace, internal/local and the benchmarks use.
+// [ConfigFromEnv] reads the deploy configuration (FLOW_* variables, TLS and SASL), [New] and
+// [Sidecar.Run] run it. Its API is what cmd/millrace, internal/local and the benchmarks use.
 // Errors keep their cause: the logged error of an emit the broker refused matches
 // kerr.MessageTooLarge.
 package sidecar
@@ -52,6 +45,13 @@ var (
 	// errRecordTooLarge is wrapped when an input record cannot fit in a Batch under the
 	// message limit; it names the record's topic, partition and offset.
 	errRecordTooLarge = errors.New("sidecar: input record larger than the message limit")
+	// errEmitTooLarge is wrapped when an emit is larger than its outlet topic accepts for one
+	// record (max.message.bytes, less a record batch's framing); it names the topic and the
+	// limit, and kerr.MessageTooLarge is in the chain too.
+	errEmitTooLarge = errors.New("sidecar: an emit is larger than its outlet topic accepts")
+	// errNoLimit is logged when an outlet topic's described configs hold no usable
+	// max.message.bytes (Kafka's default is assumed).
+	errNoLimit = errors.New("sidecar: the topic's configs hold no max.message.bytes")
 	// errProduce is wrapped when an emit cannot be written to its outlet's topic.
 	errProduce = errors.New("sidecar: produce failed")
 	// errCommit is wrapped when the broker refuses an offset commit.
@@ -88,6 +88,8 @@ type Sidecar struct {
 	stats    stats
 
 	kafka *kafka // nil until the first discovery succeeds
+	// limits are the outlet topics' max.message.bytes, read at each conversation start.
+	limits *limits
 
 	metrics *metrics
 	// ready is the readiness condition: a conversation is live. The readiness file and
@@ -173,7 +175,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, sleep: sleep}
 	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
 		in := &s.cfg.Inlets[i]
@@ -251,9 +253,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return err
 	}
 	if lis != nil {
-		stop, served := make(chan struct{}), make(chan struct{})
-		go func() { defer close(served); s.serveMetrics(lis, stop) }()
-		defer func() { close(stop); <-served }()
+		// The endpoints outlive ctx: they answer through the graceful shutdown.
+		mctx, stop := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() { defer close(served); s.serveMetrics(mctx, lis) }()
+		defer func() { stop(); <-served }()
 		s.log.Info("serving metrics and health", "address", lis.Addr().String(), "paths", "/metrics /healthz /readyz")
 	}
 	if s.cfg.Events != nil {
@@ -288,6 +292,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				}
 			}
 		}
+		start.MaxMessageBytes = s.outletLimits(ctx)
 		began := s.now()
 		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)

@@ -64,8 +64,8 @@ func TestHappyPath(t *testing.T) {
 	if config["suffix"] != "!" || config["min-rooms"] != float64(2) {
 		t.Errorf("Start.config_json = %s; want suffix \"!\" and min-rooms 2", st.ConfigJson)
 	}
-	if st.Pipeline != "shop" || st.Streamlet != "upper" || st.ConversationId == "" || st.MaxMessageBytes != 4<<20 {
-		t.Errorf("Start = %v; want pipeline shop, streamlet upper, a conversation id, max_message_bytes 4 MiB", st)
+	if st.Pipeline != "shop" || st.Streamlet != "upper" || st.ConversationId == "" || st.MaxMessageBytes != defaultStartLimit {
+		t.Errorf("Start = %v; want pipeline shop, streamlet upper, a conversation id, max_message_bytes %d (what a topic at Kafka's default limit accepts for one record)", st, defaultStartLimit)
 	}
 	if len(st.Inlets) != 1 || st.Inlets[0].Port != "in" || st.Inlets[0].Topic != in || len(st.Outlets) != 1 || st.Outlets[0].Topic != out {
 		t.Errorf("Start bindings = %v %v; want in=%s out=%s", st.Inlets, st.Outlets, in, out)

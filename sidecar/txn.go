@@ -110,7 +110,12 @@ func (s *Sidecar) commitTxnRound(c *conversation, round []*batch) error {
 			if err != nil {
 				s.abortUnconfirmed(sess)
 			}
+			retry, ferr := s.refusedTooLarge(c.produceCtx, round, perr)
 			switch {
+			case ferr != nil:
+				return ferr
+			case retry && err == nil && attempt < txnAttempts:
+				continue // written again, under the topics' new limits
 			case perr != nil:
 				return s.txnFailure("", perr)
 			case err != nil:
@@ -181,6 +186,7 @@ func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession
 	began := s.now()
 	done := func(r *kgo.Record, err error) {
 		defer wg.Done()
+		s.limits.done(r)
 		if err == nil {
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
@@ -196,6 +202,7 @@ func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession
 		wg.Add(len(b.emits))
 		emits += int64(len(b.emits))
 		for _, r := range b.emits {
+			s.limits.admit(ctx, r)
 			sess.Produce(ctx, r, done)
 		}
 	}

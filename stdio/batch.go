@@ -196,8 +196,9 @@ func DecodeInBatch(msg []byte, m *Message) error {
 	if decodeFast(msg, m) {
 		return nil
 	}
-	if detail := decodeObject(msg, m, "a message"); detail != "" {
-		return fmt.Errorf("%w: %w: %s", ErrProtocol, ErrMalformedBatch, detail)
+	if pe := decodeObject(msg, m, "a message"); pe != nil {
+		pe.Detail, pe.Err = ErrMalformedBatch.Error()+": "+pe.Detail, ErrMalformedBatch
+		return pe
 	}
 	if m.Type == TypeBatch {
 		return malformed(msg, "a batch envelope inside an envelope (envelopes do not nest)")
@@ -206,7 +207,9 @@ func DecodeInBatch(msg []byte, m *Message) error {
 }
 
 func malformed(line []byte, format string, args ...any) error {
-	return fmt.Errorf("%w: %w: %s: %s", ErrProtocol, ErrMalformedBatch, fmt.Sprintf(format, args...), errtext.Quote(line))
+	e := NewProtocolError(RuleMalformedBatch, line, ErrMalformedBatch.Error()+": "+fmt.Sprintf(format, args...))
+	e.Err = ErrMalformedBatch
+	return e
 }
 
 // eachMessage calls fn (or fast, for FastAnswer's shapes, when given) with each element of

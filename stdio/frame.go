@@ -97,49 +97,54 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 }
 
 func (l *LineReader) tooLong(start []byte) error {
-	return fmt.Errorf("%w: %w: a line is longer than the %d-byte limit (%s); it starts %s",
-		ErrProtocol, ErrLineTooLong, l.max, errtext.Size(l.max), errtext.Quote(start))
+	e := NewProtocolError(RuleLineTooLong, start, fmt.Sprintf("a line is longer than the %d-byte limit (%s); it starts", l.max, errtext.Size(l.max)))
+	e.Err = ErrLineTooLong
+	return e
 }
 
 // DecodeMessage decodes one protocol line (without its newline) into m, which it resets first.
 // The line must be UTF-8, one JSON object, with a known "type"; unknown keys are ignored and
-// payloads kept as raw bytes. Any other line gives an error wrapping ErrProtocol that says
-// what is wrong and quotes the start of the line. A batch envelope decodes as a message of
+// payloads kept as raw bytes. Any other line gives a *ProtocolError (matching ErrProtocol):
+// the rule it breaks, what is wrong, and the start of the line. A batch envelope decodes as a message of
 // type batch with its array in Messages; SplitBatch reads its messages.
 func DecodeMessage(line []byte, m *Message) error {
 	*m = Message{}
 	if decodeFast(line, m) {
 		return nil
 	}
-	if detail := decodeObject(line, m, "a line"); detail != "" {
-		return fmt.Errorf("%w: %s", ErrProtocol, detail)
+	if pe := decodeObject(line, m, "a line"); pe != nil {
+		return pe
 	}
 	return nil
 }
 
-// decodeObject is DecodeMessage past the fast path: it returns what is wrong with b, named
-// as noun ("a line", "a message"), or "" when m holds it.
-func decodeObject(b []byte, m *Message, noun string) string {
+// decodeObject is DecodeMessage past the fast path: it returns the violation of b, named as
+// noun ("a line", "a message"), or nil when m holds it.
+func decodeObject(b []byte, m *Message, noun string) *ProtocolError {
 	trimmed := bytes.TrimLeft(b, " \t\r")
 	if len(trimmed) == 0 {
-		return "an empty line where a JSON object was expected"
+		return NewProtocolError(RuleEmptyLine, nil, "an empty line where a JSON object was expected")
 	}
 	if !utf8.Valid(b) {
-		return noun + " that is not valid UTF-8: " + errtext.Quote(b)
+		return NewProtocolError(RuleNotUTF8, b, noun+" that is not valid UTF-8")
 	}
 	if trimmed[0] != '{' {
-		return noun + " that is not a JSON object (one object per line; logs go to stderr): " + errtext.Quote(b)
+		return NewProtocolError(RuleNotObject, b, noun+" that is not a JSON object (one object per line; logs go to stderr)")
 	}
 	if err := json.Unmarshal(b, m); err != nil {
-		return fmt.Sprintf("%s that is not a valid JSON object (%v): %s", noun, shortErr(err), errtext.Quote(b))
+		rule := RuleInvalidJSON
+		if json.Valid(b) {
+			rule = RuleBadField
+		}
+		return NewProtocolError(rule, b, fmt.Sprintf("%s that is not a valid JSON object (%v)", noun, shortErr(err)))
 	}
 	switch m.Type {
 	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch:
-		return ""
+		return nil
 	case "":
-		return "a JSON object without \"type\": " + errtext.Quote(b)
+		return NewProtocolError(RuleNoType, b, `a JSON object without "type"`)
 	}
-	return fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain, batch or ready): %s", m.Type, errtext.Quote(b))
+	return NewProtocolError(RuleUnknownType, b, fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain, batch or ready)", m.Type))
 }
 
 // FastAnswer recognises, without the general decoder and without allocating, the two lines

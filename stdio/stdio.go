@@ -6,7 +6,8 @@
 // the window is apart, in stdio/engine.
 //
 // Every line read is capped ([MaxLineBytes]) and copied before it leaves the reader; a line
-// that breaks the protocol is an error wrapping [ErrProtocol] that quotes its start.
+// that breaks the protocol is a [*ProtocolError] (matching [ErrProtocol]) that names the [Rule]
+// it breaks, with the fix, and keeps its start.
 //
 // The package knows nothing of Kafka or gRPC, nor of processes.
 package stdio
@@ -15,8 +16,9 @@ import "errors"
 
 // Exported sentinel errors of the wire.
 var (
-	// ErrProtocol is wrapped by every error for a line that breaks the protocol: too long, not
-	// JSON, not an object, of an unknown type, or (in the engine) for another delivery.
+	// ErrProtocol is matched by every error for a line that breaks the protocol: too long, not
+	// JSON, not an object, of an unknown type, or (in the engine) for another delivery; the
+	// error is a *ProtocolError, whose fields say which rule and which line.
 	ErrProtocol = errors.New("stdio: protocol violation")
 	// ErrLineTooLong is wrapped by ErrProtocol errors for a line over MaxLineBytes.
 	ErrLineTooLong = errors.New("stdio: line too long")

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestRunFailsFast: millrace run ends a fault that can only repeat with exit status 1 and one
@@ -31,6 +36,20 @@ func TestRunFailsFast(t *testing.T) {
 		{"exits-at-start", "python3 main.py", "import sys\nsys.stderr.write('boom: no model file\\n')\nsys.exit(3)\n", 0o644, `{"payload":{}}`, []string{"the program exits before answering ready, every time", "exit status 3", "boom: no model file"}},
 		{"never-ready", "--ready-timeout 1s -- python3 main.py", "import time\ntime.sleep(60)\n", 0o644, `{"payload":{}}`, []string{"the program never answered hello with ready within its ready timeout", "within 1s (the ready timeout)", "flush stdout"}},
 		{"refused", "python3 main.py", refuser, 0o644, `{"payload":{"id":4}}`, []string{`the action refuses record t.in/0/0 on every delivery ("payload has no name")`, "--dead-letter PORT"}},
+		// A protocol violation is the action's bug: it ends the run at its second occurrence
+		// (the retry), not after the stall.
+		{"debug-print", "python3 main.py", testkit.PythonAnswerer(`print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (not-json) on record t.in/0/0", `"debug: got dl_`, "fix: stdout carries protocol lines only: write logs and debug prints to stderr"}},
+		{"invalid-json", "python3 main.py", testkit.PythonAnswerer(`out.write('{"type":"done","delivery":' + m["delivery"] + '}\n'); out.flush()`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (invalid-json) on record t.in/0/0", `"{\"type\":\"done\",\"delivery\":dl_`, "fix: write each message with a JSON encoder"}},
+		{"invalid-utf8", "python3 main.py", testkit.PythonAnswerer(`out.buffer.write(b'{"type":"emit","delivery":"' + m["delivery"].encode() + b'","payload":"Zo\xeb"}\n'); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (not-utf8) on record t.in/0/0", `Zo\xeb`, "fix: encode stdout as UTF-8"}},
+		{"not-in-flight", "python3 main.py", testkit.PythonAnswerer(`send({"type": "done", "delivery": "dl-x"})`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (not-in-flight) on record t.in/0/0", `"{\"type\": \"done\", \"delivery\": \"dl-x\"}"`, "fix: answer each delivery exactly once, copying \"delivery\" from its item"}},
+		{"undeclared-outlet", "python3 main.py", testkit.PythonAnswerer(`send({"type": "emit", "delivery": m["delivery"], "outlet": "nope", "payload": {}}); send({"type": "done", "delivery": m["delivery"]})`), 0o644, `{"payload":{}}`,
+			[]string{"the action breaks the protocol (undeclared-outlet) on record t.in/0/0", `emit 1 names outlet "nope"`, "fix: emit to a declared outlet"}},
+		{"hello-answered-with-text", "python3 main.py", "import sys\nprint('starting up', flush=True)\nsys.stdin.read()\n", 0o644, `{"payload":{}}`,
+			[]string{"the program's answer to hello breaks the protocol (not-json)", `"starting up"`, "fix: stdout carries protocol lines only"}},
 	}
 	// the commands that cannot be executed: found before anything starts, by test too
 	unrunnable := map[string]bool{"not-found": true, "not-executable": true, "no-shebang": true, "env-interpreter-missing": true, "interpreter-missing": true, "bare-name": true}
@@ -59,7 +78,10 @@ func TestRunFailsFast(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			code, _, errOut := runCmd(t, "run", dir, "--input", filepath.Join(dir, "in.jsonl"))
+			// A regression to waiting for the stall or the retries ends the run's context first.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			code, _, errOut := runCmdCtx(ctx, t, "run", dir, "--input", filepath.Join(dir, "in.jsonl"))
 			if tt.name == "refused" {
 				// once a conversation started, the bridge's warnings are not held back: the
 				// action's own error is logged for each delivery before the one line
@@ -92,6 +114,47 @@ func TestRunFailsFast(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunProtocolFaultVerbose: with -v, the run that ends on a protocol violation keeps the
+// whole story in its log (every attempt and the processes it killed) before the one line.
+func TestRunProtocolFaultVerbose(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"action.conf": "t --in in=t-in.v1 --out out=t-out.v1 -- python3 main.py\n",
+		"in.jsonl":    `{"payload":{}}` + "\n",
+		"main.py":     testkit.PythonAnswerer(`print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`),
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	code, _, errOut := runCmdCtx(ctx, t, "run", dir, "--input", filepath.Join(dir, "in.jsonl"), "-v")
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	last := lines[len(lines)-1]
+	if code != 1 || !strings.HasPrefix(last, "millrace run: streamlet t: the action breaks the protocol (not-json)") {
+		t.Fatalf("run -v = %d with last line %q; want 1 and the fault's line", code, last)
+	}
+	for _, w := range []string{`msg="action attempt failed"`, `msg="action process ended"`, "protocol violation"} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("run -v logged no %s before the fault's line:\n%s", w, errOut)
+		}
+	}
+}
+
+// runCmdCtx is runCmd under ctx.
+func runCmdCtx(ctx context.Context, t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+	code = dispatch(ctx, e, args)
+	return code, out.String(), errOut.String()
 }
 
 // refuser answers ready, then error (not retryable) for every item: a payload it does not

@@ -66,10 +66,10 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-// TestInitThenTest is the issue's promise, through the commands, for every language with an
-// SDK and for raw: init, then conformance, fixtures and a run on the sample all pass (the time
-// of the four is logged: under 10 s on a quiet machine); a broken golden file makes `test
-// action` exit 1 with the difference, and --update puts it right.
+// TestInitThenTest is an author's first minutes, through the commands, for every language
+// with an SDK and for raw: init, then conformance, fixtures and a run on the sample all pass
+// (the time of the four is logged: under 10 s on a quiet machine); a broken golden file makes
+// `test action` exit 1 with the difference, and --update puts it right.
 func TestInitThenTest(t *testing.T) {
 	for _, lang := range []string{"python", "node", "ruby", "raw"} {
 		t.Run(lang, func(t *testing.T) {

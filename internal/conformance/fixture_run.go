@@ -1,13 +1,14 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -36,8 +37,7 @@ type FixtureResult struct {
 	Name     string        `json:"name"`
 	Items    int           `json:"items"`
 	Pass     bool          `json:"pass"`
-	Error    string        `json:"error,omitempty"`    // why the file could not be compared as a whole
-	Warnings []string      `json:"warnings,omitempty"` // protocol faults seen while it ran
+	Error    string        `json:"error,omitempty"` // why the file could not be compared as a whole
 	Failures []ItemFailure `json:"failures,omitempty"`
 	Elapsed  time.Duration `json:"elapsedNs"`
 }
@@ -68,10 +68,13 @@ type emitOut struct {
 	Headers   []stdio.Header  `json:"headers,omitempty"`
 }
 
-// RunFixtures runs every fixture of a.Dir: one process per fixture file (one per item with
-// --per-item), its items one at a time, each answer compared by value with the golden line
-// (or, with Update, written as the new golden line). It returns an error only when it cannot
-// run at all: no fixture (ErrFixture), an action that cannot start (ErrAction), ctx ended.
+// RunFixtures runs every fixture of a.Dir through the engine that runs the action in
+// production (package stdio/engine), as strictly: one process per fixture file (one per item
+// with --per-item), its items one at a time and none retried, each answer compared by value
+// with the golden line (or, with Update, written as the new golden line). A fault of the
+// action (a line that breaks the protocol, a crash, a timeout, no ready) fails its file at
+// once, named with the fix. It returns an error only when it cannot run at all: no fixture
+// (ErrFixture), a command that cannot be executed (ErrAction), ctx ended.
 func RunFixtures(ctx context.Context, a Action, opts FixtureOptions) (*FixtureReport, error) {
 	a.defaults()
 	if len(a.Command) == 0 {
@@ -84,15 +87,9 @@ func RunFixtures(ctx context.Context, a Action, opts FixtureOptions) (*FixtureRe
 	if len(fx) == 0 {
 		return nil, fmt.Errorf("%w: no fixture in %s: write fixtures/NAME.in.jsonl (one item per line, e.g. {\"key\": \"k1\", \"payload\": {}}) and run with --update to record the answers", ErrFixture, filepath.Join(a.Dir, "fixtures"))
 	}
-	workdir, err := os.MkdirTemp("", "millrace-fixtures-")
-	if err != nil {
-		return nil, fmt.Errorf("a work folder for the test: %w", err)
-	}
-	defer engine.TrackDir(workdir)() // removed by engine.Teardown should the program quit at once
-	defer os.RemoveAll(workdir)
 	rep := &FixtureReport{Action: a.Name, Pass: true, Updated: opts.Update}
 	for _, f := range fx {
-		res, err := runFixture(ctx, &a, f, opts, workdir)
+		res, err := runFixture(ctx, &a, f, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -106,60 +103,58 @@ func RunFixtures(ctx context.Context, a Action, opts FixtureOptions) (*FixtureRe
 
 const fixtureOwner = "fixture"
 
-func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions, workdir string) (FixtureResult, error) {
+// fixtureConfig is the engine config of a fixture's conversation: the action's, one process,
+// no retry (a fixture shows what one attempt answers), hello with the fixture's config. The
+// ready timeout is doubled, and 5 s added, as the conformance kit waits: fixtures judge answers,
+// and the kit's ready check judges the start, so a start slowed down by a loaded machine (CI
+// running every action's fixtures at once) does not fail them.
+func fixtureConfig(a *Action, config json.RawMessage) engine.Config {
+	cfg := a.EngineConfig()
+	cfg.Version, cfg.Env, cfg.ShutdownGrace = a.Version, a.Env, a.ShutdownGrace
+	cfg.Concurrency, cfg.Retries = 1, 0
+	cfg.ReadyTimeout = 2*cmp.Or(a.ReadyTimeout, engine.DefaultReadyTimeout) + 5*time.Second
+	cfg.Hello = stdio.Hello{Action: a.Name, Version: a.Version, Config: config, Vars: a.vars()}
+	return cfg
+}
+
+func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions) (FixtureResult, error) {
 	t0 := time.Now()
 	res := FixtureResult{Name: f.Name, Items: len(f.lines)}
 	inputs := f.Inputs(a)
-	r := newRunner(ctx, a, Options{StderrLineMax: stdio.MaxLineBytes}, workdir, inputs)
-	defer func() {
-		for _, p := range r.procs {
-			p.kill()
-		}
-	}()
-	cfg := a.Config
+	config := a.Config
 	if f.Config != nil {
-		cfg = f.Config
+		config = f.Config
 	}
-	var got []*answer
-	s := r.open(fixtureOwner, cfg, "")
-	for i, in := range inputs {
-		d := s.deliver(i, in.Item, fixtureOwner)
-		if d == nil || d.answer == nil {
-			break
+	pool, err := engine.Start(ctx, fixtureConfig(a, config))
+	if err != nil {
+		if cannotExec(err) {
+			return res, fmt.Errorf("%w: action %q: %w (check the command after -- in the config line)", ErrAction, a.Name, err)
 		}
-		got = append(got, toAnswer(a, d))
-	}
-	s.shutdown()
-	if r.fatal != nil {
-		return res, r.fatal
-	}
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	res.Elapsed = time.Since(t0)
-	for _, c := range Checks {
-		for _, w := range r.fails[c.Name] {
-			res.Warnings = append(res.Warnings, c.Name+": "+w)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
 		}
-	}
-	// As strict as production: the engine stops a process on a line it cannot read as a
-	// message, so a fixture passes no action that writes one, and --update records nothing.
-	for _, c := range []string{CheckStdout, CheckFraming} {
-		if fails := r.fails[c]; len(fails) > 0 {
-			res.Error = fmt.Sprintf("%s: %s (millrace run and production stop the process on such a line, and retry its batch)", c, fails[0])
-			return res, nil
-		}
-	}
-	if len(got) < len(inputs) {
-		why := "it stopped"
-		if fails := r.fails[fixtureOwner]; len(fails) > 0 {
-			why = fails[0]
-		} else if fails := r.fails[CheckShutdown]; len(fails) > 0 {
-			why = fails[0]
-		}
-		res.Error = fmt.Sprintf("%s: no answer from the action: %s", inputs[len(got)].Source, why)
+		res.Error = startFault(err)
 		return res, nil
 	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*a.ShutdownGrace)
+		defer cancel()
+		_ = pool.Close(cctx, true)
+	}()
+	var got []*answer
+	for _, in := range inputs {
+		r, err := submitOne(ctx, pool, in.Item)
+		if err != nil {
+			return res, err
+		}
+		ans, fault := toAnswer(a, r)
+		if fault != "" {
+			res.Error = fmt.Sprintf("%s: %s", in.Source, fault)
+			return res, nil
+		}
+		got = append(got, ans)
+	}
+	res.Elapsed = time.Since(t0)
 	if opts.Update {
 		if err := writeGolden(f.Out, got, len(a.Outlets)); err != nil {
 			return res, err
@@ -190,29 +185,83 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions,
 	return res, nil
 }
 
-func toAnswer(a *Action, d *delivery) *answer {
-	m := d.answer
-	ans := &answer{Outcome: m.Type}
-	switch m.Type {
-	case stdio.TypeError:
-		r := m.Retryable
-		ans.Retryable = &r
-		ans.Message = m.Message
-		if ans.Message == "" {
-			ans.Message = m.Error
+// submitOne runs it through the pool and waits for its result.
+func submitOne(ctx context.Context, pool *engine.Pool, it stdio.Item) (engine.Result, error) {
+	done := make(chan engine.Result, 1)
+	if err := pool.Submit(ctx, it, func(r engine.Result) { done <- r }); err != nil {
+		if errors.Is(err, engine.ErrBadItem) {
+			return engine.Result{}, fmt.Errorf("%w: %w", ErrFixture, err)
 		}
-	case stdio.TypeAbstain:
-		ans.Reason = m.Reason
-	case stdio.TypeDone:
-		for _, e := range d.emits {
-			outlet := e.Outlet
-			if name, _, ok := a.DefaultOutlet(); outlet == "" && ok {
-				outlet = name
+		return engine.Result{}, err
+	}
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+		return engine.Result{}, ctx.Err()
+	}
+}
+
+// cannotExec reports whether a failed start never ran the program: the command is missing or
+// not executable, which no fixture can judge.
+func cannotExec(err error) bool {
+	var pe *fs.PathError
+	var ee *exec.Error
+	return errors.As(err, &pe) || errors.As(err, &ee)
+}
+
+// startFault says why the action's process did not start, with the way out.
+func startFault(err error) string {
+	var pe *stdio.ProtocolError
+	switch {
+	case errors.As(err, &pe):
+		return "the answer to hello breaks the protocol " + violation(pe) + stopped
+	case errors.Is(err, engine.ErrNoReady):
+		return fmt.Sprintf("the action did not answer hello with ready in time: %v; %s (or raise --ready-timeout)", err, streamHint)
+	}
+	return fmt.Sprintf("the action did not start: %v; run it by hand in its folder to see why", err)
+}
+
+// stopped is what production does on a line that breaks the protocol.
+const stopped = " (millrace run and production stop the process on such a line)"
+
+// violation names a protocol violation as the engine found it: the rule, what is wrong, the
+// line and the fix.
+func violation(pe *stdio.ProtocolError) string {
+	s := fmt.Sprintf("(%s): %s", pe.Rule, pe.Detail)
+	if pe.Line != nil {
+		s += ": " + quote(pe.Line)
+	}
+	return s + "; fix: " + pe.Rule.Fix()
+}
+
+// toAnswer is an item's result as golden files hold it, or, when the action gave no answer or
+// an emit no declared outlet takes, what went wrong, with the fix.
+func toAnswer(a *Action, r engine.Result) (*answer, string) {
+	var act *engine.ActionError
+	var pe *stdio.ProtocolError
+	switch {
+	case r.Outcome == engine.Done:
+		ans := &answer{Outcome: stdio.TypeDone}
+		for i, e := range r.Emits {
+			outlet, err := a.EmitOutlet(i+1, &e)
+			if errors.As(err, &pe) {
+				return nil, "the action broke the protocol " + violation(pe) + " (production fails such a record for good)"
 			}
 			ans.Emits = append(ans.Emits, emitOut{Outlet: outlet, Key: e.Key, KeyBase64: e.KeyBase64, Payload: e.Payload, Headers: e.Headers})
 		}
+		return ans, ""
+	case r.Outcome == engine.Abstained:
+		return &answer{Outcome: stdio.TypeAbstain, Reason: r.Reason}, ""
+	case errors.As(r.Err, &act):
+		retryable := act.Retryable
+		return &answer{Outcome: stdio.TypeError, Retryable: &retryable, Message: act.Message}, ""
+	case errors.As(r.Err, &pe):
+		return nil, "no answer: the action broke the protocol " + violation(pe) + stopped
+	case errors.Is(r.Err, engine.ErrTimeout):
+		return nil, fmt.Sprintf("no answer: %v; answer every item, end each line with \\n, %s", r.Err, streamHint)
 	}
-	return ans
+	return nil, fmt.Sprintf("no answer: %v", r.Err)
 }
 
 // WriteText writes the report as `millrace test action` prints it.
@@ -247,9 +296,6 @@ func (rep *FixtureReport) WriteText(w io.Writer) error {
 				}
 				fmt.Fprintf(&b, "    want %s\n    got  %s\n", it.Want, it.Got)
 			}
-		}
-		for _, warn := range f.Warnings {
-			fmt.Fprintf(&b, "  warning: %s\n", warn)
 		}
 	}
 	files := plural(len(rep.Files), "fixture file", "fixture files")

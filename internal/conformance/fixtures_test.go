@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -179,7 +182,7 @@ func TestFixturesStrict(t *testing.T) {
 		}
 		var text bytes.Buffer
 		_ = rep.WriteText(&text)
-		if rep.Pass || !strings.Contains(rep.Files[0].Error, `stdout: a line that is not a protocol message: "processing fixtures/0/0"`) || !strings.Contains(rep.Files[0].Error, "production stop the process") {
+		if rep.Pass || !strings.Contains(rep.Files[0].Error, `fixtures/basic.in.jsonl:1: no answer: the action broke the protocol (not-json): a line that is not a JSON object (one object per line; logs go to stderr): "processing fixtures/0/0"`) || !strings.Contains(rep.Files[0].Error, "production stop the process") {
 			t.Fatalf("RunFixtures(stdout-log, update %v) =\n%s\nwant a failure naming the stray line", update, text.String())
 		}
 		if got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "basic.out.jsonl")); string(got) != golden {
@@ -200,5 +203,74 @@ func TestFixturesUpdateKeepsMessages(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "x.out.jsonl"))
 	if want := `{"outcome":"error","retryable":false,"message":"config n must be a number"}` + "\n"; string(got) != want {
 		t.Fatalf("golden after --update = %s; want %s", got, want)
+	}
+}
+
+// pythonAction is a raw Python action in a folder of its own (testkit.PythonAnswerer).
+func pythonAction(t *testing.T, answer string) conformance.Action {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatalf("the test needs python3 on PATH (scripts/setup installs it): %v", err)
+	}
+	a := testAction(t, "python")
+	a.Name, a.Command, a.Env = "py", []string{"python3", "main.py"}, nil
+	writeFile(t, filepath.Join(a.Dir, "main.py"), testkit.PythonAnswerer(answer))
+	return a
+}
+
+// TestFixturesProtocolFaults: a fixture run ends at the first answer that breaks the protocol,
+// as production does (it stops the process on such a line, and fails a record emitted to an
+// undeclared outlet), with one line naming the item, the rule, the line and the fix for that
+// fault: no waiting for the item timeout, no advice that does not fit, no golden file written.
+func TestFixturesProtocolFaults(t *testing.T) {
+	const stopped = "millrace run and production stop the process on such a line"
+	tests := []struct {
+		name   string
+		answer string
+		want   []string
+	}{
+		{"debug-print", `print("debug: got", m["delivery"]); send({"type": "done", "delivery": m["delivery"]})`,
+			[]string{"no answer: the action broke the protocol (not-json): a line that is not a JSON object", `"debug: got `, "fix: stdout carries protocol lines only: write logs and debug prints to stderr", stopped}},
+		{"invalid-json", `out.write('{"type":"done","delivery":' + m["delivery"] + '}\n'); out.flush()`,
+			[]string{"no answer: the action broke the protocol (invalid-json): a line that is not a valid JSON object", `"{\"type\":\"done\",\"delivery\":dl_`, "fix: write each message with a JSON encoder", stopped}},
+		{"invalid-utf8", `out.buffer.write(b'{"type":"emit","delivery":"' + m["delivery"].encode() + b'","payload":"Zo\xeb"}\n'); send({"type": "done", "delivery": m["delivery"]})`,
+			[]string{"no answer: the action broke the protocol (not-utf8): a line that is not valid UTF-8", `Zo\xeb`, "fix: encode stdout as UTF-8", stopped}},
+		{"undeclared-outlet", `send({"type": "emit", "delivery": m["delivery"], "outlet": "nope", "payload": {}}); send({"type": "done", "delivery": m["delivery"]})`,
+			[]string{`the action broke the protocol (undeclared-outlet): emit 1 names outlet "nope", which the action config does not declare`, `"{\"type\":\"emit\",\"outlet\":\"nope\"`, "fix: emit to a declared outlet", "production fails such a record for good"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := pythonAction(t, tt.answer)
+			writeFile(t, filepath.Join(a.Dir, "fixtures", "x.in.jsonl"), `{"payload":{"name":"Zoë"}}`+"\n"+`{"payload":{}}`+"\n")
+			golden := `{"outcome":"done"}` + "\n" + `{"outcome":"done"}` + "\n"
+			writeFile(t, filepath.Join(a.Dir, "fixtures", "x.out.jsonl"), golden)
+			// The item timeout is 30 s: a run that waited for it ends here first.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, update := range []bool{false, true} {
+				rep, err := conformance.RunFixtures(ctx, a, conformance.FixtureOptions{Update: update})
+				if err != nil {
+					t.Fatalf("RunFixtures(%s, update %v) = %v; want a report", tt.name, update, err)
+				}
+				var text bytes.Buffer
+				_ = rep.WriteText(&text)
+				lines := strings.Split(strings.TrimSuffix(text.String(), "\n"), "\n")
+				if rep.Pass || len(lines) != 2 || !strings.HasPrefix(lines[0], "FAIL x: fixtures/x.in.jsonl:1: ") {
+					t.Fatalf("RunFixtures(%s, update %v) =\n%s\nwant one FAIL line for item 1 and the summary", tt.name, update, text.String())
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(lines[0], w) {
+						t.Errorf("RunFixtures(%s) said %q; want it to say %q", tt.name, lines[0], w)
+					}
+				}
+				if strings.Contains(lines[0], "flush stdout") {
+					t.Errorf("RunFixtures(%s) said %q; want no advice to flush stdout for a line that came", tt.name, lines[0])
+				}
+				if got, _ := os.ReadFile(filepath.Join(a.Dir, "fixtures", "x.out.jsonl")); string(got) != golden {
+					t.Errorf("RunFixtures(%s, update %v) rewrote the golden file: %s", tt.name, update, got)
+				}
+			}
+		})
 	}
 }

@@ -58,7 +58,7 @@ func Load(arg string) (*Action, error) {
 		source = arg
 		a, err = bridge.ParseFile(arg)
 	case !strings.ContainsAny(strings.TrimSpace(arg), " \t\n"):
-		return nil, fmt.Errorf("%w: %q is not an action directory (%v), nor a config line (a line has a name, ports and -- COMMAND)", ErrNoAction, arg, statErr)
+		return nil, fmt.Errorf("%w: %q is not an action directory (%w), nor a config line (a line has a name, ports and -- COMMAND)", ErrNoAction, arg, statErr)
 	default:
 		source = "the config line"
 		a, err = bridge.ParseString(arg)

@@ -1,6 +1,9 @@
 package local_test
 
 import (
+	"errors"
+	"io/fs"
+	"path/filepath"
 	"testing"
 
 	"github.com/ankka-flow/millrace/internal/local"
@@ -18,5 +21,17 @@ func TestTimeoutZeroSameEverywhere(t *testing.T) {
 	}
 	if c := a.Conformance("v"); c.Timeout != 0 || c.Action.Name != "s" {
 		t.Errorf("test: Timeout = %v (action %q), want 0 (none) for s", c.Timeout, c.Action.Name)
+	}
+}
+
+// TestLoadNoAction: a word that is neither a path nor a config line is ErrNoAction, with the
+// stat's error in the chain; a directory without action.conf is ErrNoAction too.
+func TestLoadNoAction(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nothing-here")
+	if _, err := local.Load(missing); !errors.Is(err, local.ErrNoAction) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load(%s) = %v; want an error wrapping ErrNoAction and fs.ErrNotExist", missing, err)
+	}
+	if _, err := local.Load(t.TempDir()); !errors.Is(err, local.ErrNoAction) {
+		t.Errorf("Load(an empty directory) = %v; want an error wrapping ErrNoAction", err)
 	}
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -19,8 +21,6 @@ const topicMaxMessageBytes = 8 << 20
 
 // createTopics creates every bound topic; one that exists is left as it is.
 func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = 10000
 	seen := map[string]bool{r.p.Input: true}
 	topics := []string{r.p.Input}
 	for _, s := range r.p.Streamlets {
@@ -32,28 +32,19 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 		}
 	}
 	sort.Strings(topics)
-	for _, t := range topics {
-		rt := kmsg.NewCreateTopicsRequestTopic()
-		rt.Topic = t
-		rt.NumPartitions = int32(r.opts.Partitions)
-		rt.ReplicationFactor = -1
-		// Records as large as the protocol allows (4 MiB emits), above Kafka's 1 MiB default.
-		c := kmsg.NewCreateTopicsRequestTopicConfig()
-		c.Name, c.Value = "max.message.bytes", kmsg.StringPtr(strconv.Itoa(topicMaxMessageBytes))
-		rt.Configs = append(rt.Configs, c)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, r.admin)
+	// Records as large as the protocol allows (4 MiB emits), above Kafka's 1 MiB default.
+	configs := map[string]*string{"max.message.bytes": kadm.StringPtr(strconv.Itoa(topicMaxMessageBytes))}
+	resps, err := r.adm.CreateTopics(ctx, int32(r.opts.Partitions), -1, configs, topics...)
 	if err != nil {
 		return fmt.Errorf("creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
 	}
 	var existing []string
-	for _, t := range resp.Topics {
-		if err := kerrOf(t.ErrorCode); err != nil && t.ErrorCode != kerr.TopicAlreadyExists.Code {
-			return fmt.Errorf("creating topic %s: %w", t.Topic, err)
-		}
-		if t.ErrorCode == kerr.TopicAlreadyExists.Code {
+	for _, t := range resps.Sorted() {
+		switch {
+		case errors.Is(t.Err, kerr.TopicAlreadyExists):
 			existing = append(existing, t.Topic)
+		case t.Err != nil:
+			return fmt.Errorf("creating topic %s: %w", t.Topic, t.Err)
 		}
 	}
 	if err := r.awaitTopics(ctx, topics); err != nil {
@@ -111,14 +102,25 @@ func (r *runner) awaitTopics(ctx context.Context, topics []string) error {
 
 // topicsReady returns nil when the metadata shows every topic with a leader for each
 // partition, else the first topic's error (retriable while the cluster is still creating it).
+//
+// It asks the brokers with a raw Metadata request: kadm's Metadata and ListTopics answer from
+// the client's metadata cache, which keeps a topic's UNKNOWN_TOPIC_OR_PARTITION for
+// MetadataMinAge (5 s), so each poll would see the first answer again. The request refreshes
+// that cache too, for the kadm calls after it.
 func (r *runner) topicsReady(ctx context.Context, topics []string) error {
-	resp, err := r.metadata(ctx, topics)
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, mt)
+	}
+	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
-		return err
+		return fmt.Errorf("topic metadata: %w", err)
 	}
 	shown := map[string]bool{}
 	for _, t := range resp.Topics {
-		if err := kerrOf(t.ErrorCode); err != nil {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
 			return fmt.Errorf("topic %s: %w", deref(t.Topic), err)
 		}
 		if len(t.Partitions) == 0 {
@@ -139,35 +141,18 @@ func (r *runner) topicsReady(ctx context.Context, topics []string) error {
 	return nil
 }
 
-// metadata asks the cluster for the metadata of topics.
-func (r *runner) metadata(ctx context.Context, topics []string) (*kmsg.MetadataResponse, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, mt)
-	}
-	resp, err := req.RequestWith(ctx, r.admin)
+// partitions returns the partitions of each topic, from the cluster's metadata.
+func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]int32, error) {
+	tds, err := r.adm.ListTopics(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("topic metadata: %w", err)
 	}
-	return resp, nil
-}
-
-// partitions returns the partitions of each topic, from the broker's metadata.
-func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]int32, error) {
-	resp, err := r.metadata(ctx, topics)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string][]int32{}
-	for _, t := range resp.Topics {
-		if err := kerrOf(t.ErrorCode); err != nil {
-			return nil, fmt.Errorf("topic %s: %w", deref(t.Topic), err)
+	for _, t := range tds.Sorted() {
+		if t.Err != nil {
+			return nil, fmt.Errorf("topic %s: %w", t.Topic, t.Err)
 		}
-		for _, p := range t.Partitions {
-			out[deref(t.Topic)] = append(out[deref(t.Topic)], p.Partition)
-		}
+		out[t.Topic] = t.Partitions.Numbers()
 	}
 	return out, nil
 }
@@ -181,73 +166,52 @@ func deref(s *string) string {
 
 // endOffsets returns the end offset of every partition of topics.
 func (r *runner) endOffsets(ctx context.Context, topics []string) (map[string]map[int32]int64, error) {
-	parts, err := r.partitions(ctx, topics)
-	if err != nil {
-		return nil, err
-	}
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	for t, ps := range parts {
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = t
-		for _, p := range ps {
-			rp := kmsg.NewListOffsetsRequestTopicPartition()
-			rp.Partition = p
-			rp.Timestamp = -1 // the end
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, r.admin)
+	listed, err := r.adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("end offsets: %w", err)
 	}
 	out := map[string]map[int32]int64{}
-	for _, t := range resp.Topics {
-		out[t.Topic] = map[int32]int64{}
-		for _, p := range t.Partitions {
-			if err := kerrOf(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("end offset of %s/%d: %w", t.Topic, p.Partition, err)
+	var failed error
+	listed.Each(func(o kadm.ListedOffset) {
+		switch {
+		case failed != nil:
+		case o.Err != nil && o.Partition < 0: // kadm's entry for a topic it could not list
+			failed = fmt.Errorf("topic %s: %w", o.Topic, o.Err)
+		case o.Err != nil:
+			failed = fmt.Errorf("end offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
+		default:
+			if out[o.Topic] == nil {
+				out[o.Topic] = map[int32]int64{}
 			}
-			out[t.Topic][p.Partition] = p.Offset
+			out[o.Topic][o.Partition] = o.Offset
 		}
+	})
+	if failed != nil {
+		return nil, failed
 	}
 	return out, nil
 }
 
-// committed returns the offsets a streamlet's consumer group committed on its inlets.
+// committed returns the offsets a streamlet's consumer group committed on its inlets (a
+// partition whose offset the group cannot fetch is left out: nothing committed).
 func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int32]int64, error) {
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = st.group // no topics: every offset the group committed
-	resp, err := req.RequestWith(ctx, r.admin)
+	fetched, err := r.adm.FetchOffsets(ctx, st.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, nil // the group has not joined yet: nothing committed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets of %s: %w", st.group, err)
 	}
-	if resp.ErrorCode == kerr.GroupIDNotFound.Code {
-		return nil, nil // the group has not joined yet: nothing committed
-	}
-	if err := kerrOf(resp.ErrorCode); err != nil {
-		return nil, fmt.Errorf("committed offsets of %s: %w", st.group, err)
-	}
 	out := map[string]map[int32]int64{}
-	add := func(topic string, p int32, off int64) {
-		if out[topic] == nil {
-			out[topic] = map[int32]int64{}
+	fetched.Each(func(o kadm.OffsetResponse) {
+		if o.Err != nil {
+			return
 		}
-		out[topic][p] = off
-	}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			add(t.Topic, p.Partition, p.Offset)
+		if out[o.Topic] == nil {
+			out[o.Topic] = map[int32]int64{}
 		}
-	}
-	for _, g := range resp.Groups {
-		for _, t := range g.Topics {
-			for _, p := range t.Partitions {
-				add(t.Topic, p.Partition, p.Offset)
-			}
-		}
-	}
+		out[o.Topic][o.Partition] = o.At
+	})
 	return out, nil
 }
 
@@ -346,8 +310,4 @@ func (r *runner) caughtUp(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-func kerrOf(code int16) error {
-	return kerr.ErrorForCode(code)
 }

@@ -10,10 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -137,19 +141,27 @@ func interpreter(name string) string {
 	return "INTERPRETER"
 }
 
-// faults watches one streamlet's bridge log for faults that can only repeat, and decides when
-// one is certain: a start that failed the same way twice (once, for the ready timeout, which
-// is long already), or one record refused for good by the action on two deliveries.
+// faults follows one streamlet's bridge events for faults that can only repeat, and decides
+// when one is certain: a start that failed the same way twice (once, where no retry could
+// differ: a command that cannot run, the ready timeout, a violation in the answer to hello,
+// which is the same every time), the protocol broken twice (a retry would not mend a bug), or
+// one record refused for good by the action on two deliveries.
+//
+// It also holds back the streamlet's warnings while a fault is in doubt (before its first
+// conversation started; after a first protocol violation, for doubtFor): the one line of a
+// fault replaces them, and they are passed on when the doubt ends otherwise.
 type faults struct {
 	name       string
 	deadLetter bool
 
 	mu         sync.Mutex
 	startFails int
+	violations int
 	refused    map[string]int
 	err        error
-	started    bool   // a conversation started: its processes answered ready
-	held       []held // the bridge's warnings until then, or until the run ends
+	started    bool      // a conversation started: its processes answered ready
+	doubt      time.Time // when the last protocol violation was seen, until it is cleared
+	held       []held    // the warnings held back while in doubt
 }
 
 // held is a log record kept back, with the handler it was for.
@@ -158,8 +170,12 @@ type held struct {
 	rec slog.Record
 }
 
-// maxHeld bounds the records held back before a first start.
-const maxHeld = 64
+// maxHeld bounds the records held back; doubtFor is how long a first protocol violation keeps
+// warnings back for a second one to make it certain (a retry follows within a second).
+const (
+	maxHeld  = 64
+	doubtFor = 3 * time.Second
+)
 
 func newFaults(name string, deadLetter bool) *faults {
 	return &faults{name: name, deadLetter: deadLetter, refused: map[string]int{}}
@@ -172,82 +188,115 @@ func (f *faults) failed() error {
 	return f.err
 }
 
-// release passes on the records held back; the run calls it when it ends on anything but a
-// fault that can only repeat (whose line replaces them). It may be called more than once.
+// release passes on the records held back and ends the doubt; the run calls it when it ends on
+// anything but a fault that can only repeat (whose line replaces them). It may be called more
+// than once.
 func (f *faults) release(ctx context.Context) {
 	f.mu.Lock()
 	held := f.held
-	f.held, f.started = nil, true
+	f.held, f.started, f.doubt = nil, true, time.Time{}
 	f.mu.Unlock()
 	for _, h := range held {
 		_ = h.h.Handle(ctx, h.rec)
 	}
 }
 
-// hold keeps rec back while no conversation has started: the ends of processes that never
-// readied are what a fault's one line says. It reports whether rec was kept.
+// expire releases the records held back for a protocol violation that did not repeat within
+// doubtFor of now.
+func (f *faults) expire(ctx context.Context, now time.Time) {
+	f.mu.Lock()
+	over := f.started && f.err == nil && !f.doubt.IsZero() && now.Sub(f.doubt) >= doubtFor
+	f.mu.Unlock()
+	if over {
+		f.release(ctx)
+	}
+}
+
+// hold keeps rec back while a fault is in doubt, and drops it once a fault is certain. It
+// reports whether rec was kept or dropped.
 func (f *faults) hold(h slog.Handler, rec slog.Record) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.started || len(f.held) >= maxHeld {
+	switch {
+	case f.err != nil:
+		return true // the run stops with the fault's line: the rest is its aftermath
+	case f.started && f.doubt.IsZero() || len(f.held) >= maxHeld:
 		return false
 	}
 	f.held = append(f.held, held{h, rec.Clone()})
 	return true
 }
 
-// start notes that a conversation started.
-func (f *faults) start() {
+// event takes one event of the streamlet's bridge (bridge.Options.Events).
+func (f *faults) event(ctx context.Context, e bridge.Event) {
 	f.mu.Lock()
-	f.started = true
-	f.mu.Unlock()
-}
-
-// observe looks at one record of the bridge's log, and reports whether it is a start
-// failure (which the one line of failed replaces, unless the logs are verbose).
-func (f *faults) observe(rec slog.Record) (startFailure bool) {
-	var err error
-	var record string
-	rec.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "error":
-			err, _ = a.Value.Any().(error)
-		case "record":
-			record = a.Value.String()
-		}
-		return true
-	})
-	if err == nil {
-		return false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	var act *engine.ActionError
-	switch {
-	case errors.Is(err, engine.ErrStart):
+	switch e.Kind {
+	case bridge.EventConversationStarted:
+		f.started = true
+		inDoubt := !f.doubt.IsZero()
+		f.mu.Unlock()
+		if !inDoubt {
+			f.release(ctx)
+		}
+		return
+	case bridge.EventStartFailed:
 		f.startFails++
-		msg, final := startFault(err)
+		msg, final := startFault(e.Err)
 		if f.err == nil && (final || f.startFails >= 2) {
 			f.err = &repeatError{streamlet: f.name, msg: msg}
 		}
-		return true
-	case record != "" && !f.deadLetter && errors.As(err, &act) && !act.Retryable:
-		f.refused[record]++
-		if f.err == nil && f.refused[record] >= 2 {
-			f.err = &repeatError{streamlet: f.name, stalls: true, msg: fmt.Sprintf("the action refuses record %s on every delivery (%q), and it stops the partition: if such input is expected, set it aside with --dead-letter PORT on the config line (PORT one of its --out ports); else fix the input", record, shorten(act.Message, 200))}
+	case bridge.EventProtocolViolation:
+		f.violations++
+		f.doubt = time.Now()
+		if f.err == nil && f.violations >= 2 {
+			f.err = &repeatError{streamlet: f.name, stalls: true, msg: violationFault(e)}
+		}
+	case bridge.EventRecordRefused:
+		if !f.deadLetter && errors.As(e.Err, &act) && !act.Retryable {
+			f.refused[e.Record]++
+			if f.err == nil && f.refused[e.Record] >= 2 {
+				f.err = &repeatError{streamlet: f.name, stalls: true, msg: fmt.Sprintf("the action refuses record %s on every delivery (%q), and it stops the partition: if such input is expected, set it aside with --dead-letter PORT on the config line (PORT one of its --out ports); else fix the input", e.Record, shorten(act.Message, 200))}
+			}
 		}
 	}
-	return false
+	f.mu.Unlock()
+}
+
+// violationFault is the line that names a protocol violation: the rule, the line, the record
+// and the fix.
+func violationFault(e bridge.Event) string {
+	where := "between deliveries"
+	if e.Record != "" {
+		where = "on record " + e.Record
+	}
+	var pe *stdio.ProtocolError
+	if !errors.As(e.Err, &pe) {
+		return fmt.Sprintf("the action breaks the protocol %s, every time: %s", where, shorten(e.Err.Error(), 300))
+	}
+	return fmt.Sprintf("the action breaks the protocol (%s) %s, every time: %s (run with -v for every attempt)", pe.Rule, where, violated(pe))
+}
+
+// violated says what is wrong with a line that breaks the protocol, quotes its start and says
+// the fix.
+func violated(pe *stdio.ProtocolError) string {
+	what := pe.Detail
+	if line := pe.Line; line != nil {
+		const n = 120
+		if len(line) > n {
+			what += ": " + strconv.Quote(string(line[:n])) + "…"
+		} else {
+			what += ": " + strconv.Quote(string(line))
+		}
+	}
+	return what + "; fix: " + pe.Rule.Fix()
 }
 
 // startFault is the line that names why the processes do not start, and whether one failure
 // is enough to know it repeats.
 func startFault(err error) (string, bool) {
-	text := err.Error()
-	if _, rest, ok := strings.Cut(text, engine.ErrStart.Error()+": "); ok {
-		text = rest
-	}
-	text = shorten(text, 300)
+	text := shorten(err.Error(), 300)
+	var pe *stdio.ProtocolError
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return "the command is not found: install the runtime the action needs, or check PATH and the command after -- (" + text + ")", true
@@ -257,6 +306,8 @@ func startFault(err error) (string, bool) {
 		return "the program has no #! line (exec format error): add one, e.g. #!/usr/bin/env python3 (" + text + ")", true
 	case errors.Is(err, engine.ErrNoReady):
 		return "the program never answered hello with ready within its ready timeout: " + text + "; flush stdout after each line and read stdin line by line (or raise --ready-timeout)", true
+	case errors.As(err, &pe): // hello is the same on every start: so is the answer
+		return fmt.Sprintf("the program's answer to hello breaks the protocol (%s): %s", pe.Rule, violated(pe)), true
 	}
 	return "the program exits before answering ready, every time: " + text + "; run it by hand in the action's folder to see why", false
 }
@@ -268,40 +319,16 @@ func shorten(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// faultHandler passes records on to its Handler, the bridge's with f observing them, but the
-// start failures a fault will name in one line only when the Handler logs at info (millrace
-// run -v); the sidecar's (f nil) holds back its "stream failed" records of a failed start.
+// faultHandler passes records on to its Handler, but holds back a streamlet's warnings while
+// f has a fault in doubt (unless the Handler logs at info: millrace run -v), for f's one line
+// to replace them.
 type faultHandler struct {
 	slog.Handler
 	f *faults
 }
 
-func (t faultHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return t.f != nil || l >= slog.LevelWarn || t.Handler.Enabled(ctx, l)
-}
-
 func (t faultHandler) Handle(ctx context.Context, rec slog.Record) error {
-	start := false
-	if t.f != nil {
-		if rec.Message == "started" { // the bridge's word for a conversation whose processes are ready
-			t.f.start()
-			t.f.release(ctx)
-		}
-		start = t.f.observe(rec)
-		verbose := t.Handler.Enabled(ctx, slog.LevelInfo)
-		if !start && !verbose && rec.Level == slog.LevelWarn && t.f.hold(t.Handler, rec) {
-			return nil
-		}
-	} else {
-		rec.Attrs(func(a slog.Attr) bool {
-			// the sidecar has the bridge's error as gRPC carried it: its text only
-			if a.Key == "error" && strings.Contains(a.Value.String(), engine.ErrStart.Error()) {
-				start = true
-			}
-			return !start
-		})
-	}
-	if (start && !t.Handler.Enabled(ctx, slog.LevelInfo)) || !t.Handler.Enabled(ctx, rec.Level) {
+	if rec.Level >= slog.LevelWarn && !t.Handler.Enabled(ctx, slog.LevelInfo) && t.f.hold(t.Handler, rec) {
 		return nil
 	}
 	return t.Handler.Handle(ctx, rec)

@@ -9,12 +9,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ankka-flow/millrace/internal/httpserve"
 )
 
 // labelStreamlet names the streamlet of every series a run serves, as the deploy's scrape
@@ -63,10 +64,11 @@ func (r *runner) metricsListeners() ([]*metricsEndpoint, error) {
 }
 
 // serveMetrics serves each endpoint's streamlets until the returned stop is called; stop
-// closes the listeners (Options.Metrics too) and waits for the servers.
+// ends every server as [httpserve.Serve] does, closing the listeners (Options.Metrics too),
+// and waits for them.
 func (r *runner) serveMetrics(eps []*metricsEndpoint) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var servers []*http.Server
 	for _, ep := range eps {
 		g := &streamletGatherer{}
 		for _, st := range r.streamlets {
@@ -76,22 +78,16 @@ func (r *runner) serveMetrics(eps []*metricsEndpoint) (stop func()) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, srv)
 		r.log.Info("serving metrics", "address", ep.lis.Addr().String(), "path", "/metrics", "streamlets", strings.Join(g.names(), ","))
 		lis := ep.lis
 		wg.Go(func() {
-			if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			if err := httpserve.Serve(ctx, lis, mux); err != nil {
 				r.log.Error("the metrics server stopped", "address", lis.Addr().String(), "error", err)
 			}
 		})
 	}
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		for _, srv := range servers {
-			_ = srv.Shutdown(ctx)
-		}
+		cancel()
 		wg.Wait()
 	}
 }

@@ -50,19 +50,24 @@ func TestRunMetrics(t *testing.T) {
 	}()
 
 	inlet := p.Streamlets[0].Bindings["in"]
-	want := map[string]string{
-		`millrace_sidecar_records_committed_total{streamlet="greet",topic="` + inlet + `"}`: "3",
-		`millrace_sidecar_conversation_live{streamlet="greet"}`:                             "1",
-		`millrace_items_total{outcome="done",streamlet="greet"}`:                            "3",
-		`millrace_pool_processes{streamlet="greet"}`:                                        "1",
-		`millrace_item_attempt_seconds_count{outcome="done",streamlet="greet"}`:             "3",
+	want := []struct {
+		name   string
+		labels []string
+		value  float64
+	}{
+		{"millrace_sidecar_records_committed_total", []string{"streamlet", "greet", "topic", inlet}, 3},
+		{"millrace_sidecar_conversation_live", []string{"streamlet", "greet"}, 1},
+		{"millrace_items_total", []string{"outcome", "done", "streamlet", "greet"}, 3},
+		{"millrace_pool_processes", []string{"streamlet", "greet"}, 1},
+		{"millrace_item_attempt_seconds", []string{"outcome", "done", "streamlet", "greet"}, 3},
 	}
-	var got map[string]string
+	var got testkit.Exposition
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		got = testkit.Scrape(t, addr)
 		ok := true
-		for k, v := range want {
-			ok = ok && got[k] == v
+		for _, w := range want {
+			v, found := got.Value(w.name, w.labels...)
+			ok = ok && found && v == w.value
 		}
 		if ok {
 			break

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -66,7 +67,8 @@ type runner struct {
 	log   *slog.Logger
 	start time.Time
 
-	admin   *kgo.Client
+	admin   *kgo.Client           // produces the input; raw requests where kadm cannot serve
+	adm     *kadm.Client          // the admin requests, over admin
 	outlets map[string]outletName // topic → who writes it
 
 	mu       sync.Mutex
@@ -138,6 +140,8 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	}
 	defer admin.Close()
 	r.admin = admin
+	r.adm = kadm.NewClient(admin)
+	r.adm.SetTimeoutMillis(10_000) // a CreateTopics the broker cannot finish in 10 s fails
 	if err := r.createTopics(ctx, partitionsGiven); err != nil {
 		return nil, err
 	}
@@ -172,8 +176,14 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		}
 	}
 	var started []*running
-	stop := func() {
+	stop := func(abort bool) {
 		stopMetrics()
+		if abort { // a fault that can only repeat: nothing in flight will succeed, so none is waited for
+			for _, st := range started {
+				st.sidecar.cancel()
+				st.srv.Abort()
+			}
+		}
 		for _, st := range started { // the sidecars first: they stop their conversations
 			_ = st.sidecar.stop()
 		}
@@ -186,7 +196,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	for _, s := range p.Streamlets {
 		st, err := r.startStreamlet(runCtx, s, brokers)
 		if err != nil {
-			stop()
+			stop(false)
 			return nil, err
 		}
 		started = append(started, st)
@@ -200,7 +210,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 	go r.produceInput(runCtx, inputDone)
 
 	err = r.watch(ctx, inputDone)
-	stop()
+	stop(errors.Is(err, errRepeats))
 	stopAll()
 	if errors.Is(err, ErrInterrupted) {
 		err = r.interrupted()

@@ -16,6 +16,7 @@ type running struct {
 	s       *Streamlet
 	sc      *sidecar.Sidecar
 	metrics *bridge.Metrics
+	srv     *bridge.Server
 	group   string
 	errs    *lastError
 	faults  *faults
@@ -61,7 +62,7 @@ func (t *task) ended() (bool, error) {
 func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []string) (*running, error) {
 	name := s.Action.Name
 	st := &running{s: s, metrics: bridge.NewMetrics(0), errs: &lastError{}, group: r.p.Name + "." + name, faults: newFaults(name, s.Action.DeadLetter != "")}
-	blog := slog.New(faultHandler{&teeHandler{h: r.log.Handler(), last: st.errs}, st.faults}).With("part", "bridge") // the bridge names the streamlet
+	blog := slog.New(&teeHandler{h: faultHandler{r.log.Handler(), st.faults}, last: st.errs}).With("part", "bridge") // the bridge names the streamlet
 	var tracer *bridge.Tracer
 	if r.opts.Getenv != nil {
 		tr, err := bridge.NewTracer(ctx, r.opts.Getenv, name, r.opts.Version, blog)
@@ -70,11 +71,13 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 		}
 		tracer = tr
 	}
-	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer})
+	events := func(e bridge.Event) { st.faults.event(context.WithoutCancel(ctx), e) }
+	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events})
 	if err != nil {
 		_ = tracer.Shutdown(ctx)
 		return nil, err
 	}
+	st.srv = srv
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = tracer.Shutdown(ctx)
@@ -108,7 +111,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	for _, p := range s.Action.Outlets {
 		cfg.Outlets = append(cfg.Outlets, sidecar.Outlet{Port: p.Name, Topic: s.Bindings[p.Name]})
 	}
-	slogger := slog.New(faultHandler{&teeHandler{h: r.log.Handler(), last: st.errs}, nil}).With("streamlet", name, "part", "sidecar")
+	slogger := slog.New(&teeHandler{h: faultHandler{r.log.Handler(), st.faults}, last: st.errs}).With("streamlet", name, "part", "sidecar")
 	sc, err := sidecar.New(cfg, slogger)
 	if err != nil {
 		_ = st.bridge.stop()

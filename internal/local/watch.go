@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -36,10 +38,12 @@ func (r *runner) watchUntil(ctx context.Context, inputDone <-chan struct{}) erro
 			return ErrInterrupted // Run says how far it got, once the streamlets stopped
 		case <-tick.C:
 		}
+		now := time.Now()
 		for _, st := range r.streamlets {
 			if err := st.faults.failed(); err != nil {
 				return err
 			}
+			st.faults.expire(context.WithoutCancel(ctx), now)
 			if ended, err := st.sidecar.ended(); ended {
 				if errors.Is(err, sidecar.ErrRefused) {
 					return &refusedError{streamlet: st.s.Action.Name, err: err}
@@ -86,7 +90,8 @@ type refusedError struct {
 
 func (e *refusedError) Error() string {
 	hint := ""
-	if strings.Contains(e.err.Error(), "config.") {
+	var ps protocol.Problems
+	if errors.As(e.err, &ps) && slices.ContainsFunc(ps, func(p protocol.Problem) bool { return strings.HasPrefix(p.Path, "config.") }) {
 		hint = "\n  (give config values with --set KEY=VALUE; in a pipeline file, on the streamlet's line)"
 	}
 	return fmt.Sprintf("streamlet %s: %v%s", e.streamlet, e.err, hint)

@@ -1,20 +1,19 @@
 // Package replay is `millrace replay`: it rewinds a streamlet's consumer group to a time or
 // to offsets, and re-drives records from a dead-letter topic back to the topics they came
-// from. Both talk to Kafka with franz-go's raw requests; neither needs the streamlet running
-// (a rewind needs it stopped).
+// from. Both talk to Kafka with franz-go's admin client (kadm); neither needs the streamlet
+// running (a rewind needs it stopped).
 package replay
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Sentinel errors. A person reads them after "millrace replay:", so only ErrUsage, which the
@@ -62,88 +61,51 @@ func (k Kafka) client(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error)
 }
 
 // partitions returns the partitions of topic, in order; an unknown topic is an error.
-func partitions(ctx context.Context, cl *kgo.Client, topic string) ([]int32, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, mt)
-	resp, err := req.RequestWith(ctx, cl)
+func partitions(ctx context.Context, adm *kadm.Client, topic string) ([]int32, error) {
+	tds, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("the metadata of topic %s: %w (is the broker reachable?)", topic, err)
 	}
-	if len(resp.Topics) == 0 {
+	td, ok := tds[topic]
+	if !ok {
 		return nil, fmt.Errorf("topic %s: no metadata", topic)
 	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		return nil, fmt.Errorf("topic %s: %w", topic, err)
+	if td.Err != nil {
+		return nil, fmt.Errorf("topic %s: %w", topic, td.Err)
 	}
-	var ps []int32
-	for _, p := range resp.Topics[0].Partitions {
-		ps = append(ps, p.Partition)
-	}
-	slices.Sort(ps)
-	return ps, nil
+	return td.Partitions.Numbers(), nil
 }
 
-// topicIDs returns the ids of every topic and the names of every id (OffsetCommit and
-// OffsetFetch name topics by id from their version 10).
-func topicIDs(ctx context.Context, cl *kgo.Client) (map[string][16]byte, map[[16]byte]string, error) {
-	req := kmsg.NewPtrMetadataRequest() // no topics: every topic
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the cluster's topics: %w (is the broker reachable?)", err)
-	}
-	ids, names := map[string][16]byte{}, map[[16]byte]string{}
-	for _, t := range resp.Topics {
-		if t.Topic != nil {
-			ids[*t.Topic], names[t.TopicID] = t.TopicID, *t.Topic
-		}
-	}
-	return ids, names, nil
-}
-
-// listOffsets returns, for each partition of topic, the offset ListOffsets answers for ts:
+// listOffsets returns, for each partition ps of topic, the offset ListOffsets answers for ts:
 // -2 the log start, -1 the end, else the first record at or after ts in milliseconds (the end
 // when there is none).
-func listOffsets(ctx context.Context, cl *kgo.Client, topic string, ps []int32, ts int64) (map[int32]int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for _, p := range ps {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = p, ts
-		rt.Partitions = append(rt.Partitions, rp)
+func listOffsets(ctx context.Context, adm *kadm.Client, topic string, ps []int32, ts int64) (map[int32]int64, error) {
+	var listed kadm.ListedOffsets
+	var err error
+	switch ts {
+	case -2:
+		listed, err = adm.ListStartOffsets(ctx, topic)
+	case -1:
+		listed, err = adm.ListEndOffsets(ctx, topic)
+	default:
+		listed, err = adm.ListOffsetsAfterMilli(ctx, ts, topic)
 	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("listing the offsets of %s: %w", topic, err)
 	}
 	out := map[int32]int64{}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("listing the offsets of %s/%d: %w", topic, p.Partition, err)
+	for _, p := range ps {
+		o, ok := listed.Lookup(topic, p)
+		if !ok {
+			if err := listed.Error(); err != nil { // the topic could not be listed at all
+				return nil, fmt.Errorf("listing the offsets of %s: %w", topic, err)
 			}
-			out[p.Partition] = p.Offset
+			return nil, fmt.Errorf("listing the offsets of %s/%d: no answer", topic, p)
 		}
-	}
-	if ts >= 0 { // no record at or after ts: the end
-		var missing []int32
-		for p, o := range out {
-			if o < 0 {
-				missing = append(missing, p)
-			}
+		if o.Err != nil {
+			return nil, fmt.Errorf("listing the offsets of %s/%d: %w", topic, p, o.Err)
 		}
-		if len(missing) > 0 {
-			end, err := listOffsets(ctx, cl, topic, missing, -1)
-			if err != nil {
-				return nil, err
-			}
-			for p, o := range end {
-				out[p] = o
-			}
-		}
+		out[p] = o.Offset
 	}
 	return out, nil
 }
@@ -154,20 +116,18 @@ type group struct {
 	members []string // client id @ host of each member
 }
 
-func describeGroup(ctx context.Context, cl *kgo.Client, name string) (group, error) {
+func describeGroup(ctx context.Context, adm *kadm.Client, name string) (group, error) {
 	return retry(ctx, func() (group, error) {
-		req := kmsg.NewPtrDescribeGroupsRequest()
-		req.Groups = []string{name}
-		resp, err := req.RequestWith(ctx, cl)
+		described, err := adm.DescribeGroups(ctx, name)
 		if err != nil {
 			return group{}, fmt.Errorf("describing group %s: %w", name, err)
 		}
-		if len(resp.Groups) == 0 {
+		g, ok := described[name]
+		if !ok {
 			return group{}, fmt.Errorf("describing group %s: no answer", name)
 		}
-		g := resp.Groups[0]
-		if err := kerr.ErrorForCode(g.ErrorCode); err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
-			return group{}, fmt.Errorf("describing group %s: %w", name, err)
+		if g.Err != nil && !errors.Is(g.Err, kerr.GroupIDNotFound) {
+			return group{}, fmt.Errorf("describing group %s: %w", name, g.Err)
 		}
 		out := group{state: g.State}
 		for _, m := range g.Members {
@@ -178,44 +138,25 @@ func describeGroup(ctx context.Context, cl *kgo.Client, name string) (group, err
 }
 
 // committed returns the group's committed offsets by topic and partition.
-func committed(ctx context.Context, cl *kgo.Client, name string) (map[string]map[int32]int64, error) {
+func committed(ctx context.Context, adm *kadm.Client, name string) (map[string]map[int32]int64, error) {
 	return retry(ctx, func() (map[string]map[int32]int64, error) {
-		req := kmsg.NewPtrOffsetFetchRequest()
-		rg := kmsg.NewOffsetFetchRequestGroup()
-		rg.Group = name
-		req.Groups = append(req.Groups, rg)
-		resp, err := req.RequestWith(ctx, cl)
+		out := map[string]map[int32]int64{}
+		fetched, err := adm.FetchOffsets(ctx, name)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return out, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("the committed offsets of group %s: %w", name, err)
 		}
-		out := map[string]map[int32]int64{}
-		var names map[[16]byte]string
-		for _, g := range resp.Groups {
-			if err := kerr.ErrorForCode(g.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
-				return out, nil
-			} else if err != nil {
-				return nil, fmt.Errorf("the committed offsets of group %s: %w", name, err)
+		for _, o := range fetched.Sorted() {
+			if o.Err != nil {
+				return nil, fmt.Errorf("the committed offset of group %s on %s/%d: %w", name, o.Topic, o.Partition, o.Err)
 			}
-			for _, t := range g.Topics {
-				if t.Topic == "" { // named by id
-					if names == nil {
-						if _, names, err = topicIDs(ctx, cl); err != nil {
-							return nil, err
-						}
-					}
-					t.Topic = names[t.TopicID]
+			if o.At >= 0 {
+				if out[o.Topic] == nil {
+					out[o.Topic] = map[int32]int64{}
 				}
-				for _, p := range t.Partitions {
-					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-						return nil, fmt.Errorf("the committed offset of group %s on %s/%d: %w", name, t.Topic, p.Partition, err)
-					}
-					if p.Offset >= 0 {
-						if out[t.Topic] == nil {
-							out[t.Topic] = map[int32]int64{}
-						}
-						out[t.Topic][p.Partition] = p.Offset
-					}
-				}
+				out[o.Topic][o.Partition] = o.At
 			}
 		}
 		return out, nil

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -85,15 +86,16 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 		return sum, err
 	}
 	defer admin.Close()
-	ps, err := partitions(ctx, admin, o.From)
+	adm := kadm.NewClient(admin)
+	ps, err := partitions(ctx, adm, o.From)
 	if err != nil {
 		return sum, err
 	}
-	starts, err := listOffsets(ctx, admin, o.From, ps, -2)
+	starts, err := listOffsets(ctx, adm, o.From, ps, -2)
 	if err != nil {
 		return sum, err
 	}
-	ends, err := listOffsets(ctx, admin, o.From, ps, -1)
+	ends, err := listOffsets(ctx, adm, o.From, ps, -1)
 	if err != nil {
 		return sum, err
 	}
@@ -164,7 +166,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 				return
 			}
 			if _, ok := srcParts[rec.Topic]; !ok {
-				sp, err := partitions(ctx, admin, rec.Topic)
+				sp, err := partitions(ctx, adm, rec.Topic)
 				if err != nil {
 					stop = fmt.Errorf("dead letter %s/%d@%d names source topic %s: %w", r.Topic, r.Partition, r.Offset, rec.Topic, err)
 					return

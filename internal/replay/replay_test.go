@@ -144,10 +144,10 @@ func TestRedrive(t *testing.T) {
 	defer cancel()
 	dlq, src, other := b.Topic(t, "dlq", 1), b.Topic(t, "src", 2), b.Topic(t, "other", 1)
 	b.Produce(t,
-		deadLetter(dlq, src, "1", "7", "stdio: action timed out", h("trace", "t1")),
+		deadLetter(dlq, src, "1", "7", "engine: item timed out", h("trace", "t1")),
 		deadLetter(dlq, src, "0", "8", "cannot score this listing"),
-		deadLetter(dlq, src, "1", "30", "stdio: action timed out"),
-		deadLetter(dlq, other, "0", "9", "stdio: action timed out"),
+		deadLetter(dlq, src, "1", "30", "engine: item timed out"),
+		deadLetter(dlq, other, "0", "9", "engine: item timed out"),
 		&kgo.Record{Topic: dlq, Value: []byte(`"not a dead letter"`)},
 	)
 	k := replay.Kafka{Brokers: b.Addrs}

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Target is where a rewind goes on each partition: the first record at or after Time, the
@@ -93,7 +92,8 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	g, err := describeGroup(ctx, cl, o.Group)
+	adm := kadm.NewClient(cl)
+	g, err := describeGroup(ctx, adm, o.Group)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 		return nil, fmt.Errorf("%w: group %s is %s with %d member(s) (%s): stop the streamlet first (scale its deployment to 0 and wait for its sidecars to leave), then rewind; offsets can only be set while nobody consumes",
 			ErrActiveGroup, o.Group, strings.ToLower(g.state), len(g.members), strings.Join(g.members, ", "))
 	}
-	have, err := committed(ctx, cl, o.Group)
+	have, err := committed(ctx, adm, o.Group)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 	}
 	var plan []Move
 	for _, topic := range topics {
-		moves, err := planTopic(ctx, o, cl, topic, have[topic])
+		moves, err := planTopic(ctx, o, adm, topic, have[topic])
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +153,7 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 	if o.DryRun {
 		return plan, nil
 	}
-	if err := commit(ctx, cl, o.Group, plan); err != nil {
+	if err := commit(ctx, adm, o.Group, plan); err != nil {
 		return plan, err
 	}
 	fmt.Fprintf(out, "rewound %d partition(s) of group %s. Before starting the streamlet again, bump FLOW_REPLAY_GENERATION on its bridge if systems downstream deduplicate on idempotencyKey: the replayed records then get new keys.\n", len(plan), o.Group)
@@ -161,8 +161,8 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 }
 
 // planTopic computes the moves of one topic's partitions.
-func planTopic(ctx context.Context, o RewindOptions, cl *kgo.Client, topic string, have map[int32]int64) ([]Move, error) {
-	ps, err := partitions(ctx, cl, topic)
+func planTopic(ctx context.Context, o RewindOptions, adm *kadm.Client, topic string, have map[int32]int64) ([]Move, error) {
+	ps, err := partitions(ctx, adm, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -172,11 +172,11 @@ func planTopic(ctx context.Context, o RewindOptions, cl *kgo.Client, topic strin
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	starts, err := listOffsets(ctx, cl, topic, ps, -2)
+	starts, err := listOffsets(ctx, adm, topic, ps, -2)
 	if err != nil {
 		return nil, err
 	}
-	ends, err := listOffsets(ctx, cl, topic, ps, -1)
+	ends, err := listOffsets(ctx, adm, topic, ps, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func planTopic(ctx context.Context, o RewindOptions, cl *kgo.Client, topic strin
 	case o.To.Earliest:
 		to = starts
 	case !o.To.Time.IsZero():
-		if to, err = listOffsets(ctx, cl, topic, ps, o.To.Time.UnixMilli()); err != nil {
+		if to, err = listOffsets(ctx, adm, topic, ps, o.To.Time.UnixMilli()); err != nil {
 			return nil, err
 		}
 	}
@@ -213,42 +213,21 @@ func planTopic(ctx context.Context, o RewindOptions, cl *kgo.Client, topic strin
 
 // commit commits the plan's offsets for the group as an admin does: no generation, no member
 // (Kafka accepts it only while the group is empty).
-func commit(ctx context.Context, cl *kgo.Client, group string, plan []Move) error {
-	ids, names, err := topicIDs(ctx, cl)
-	if err != nil {
-		return err
-	}
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.Generation = group, -1
-	byTopic := map[string]int{}
+func commit(ctx context.Context, adm *kadm.Client, group string, plan []Move) error {
+	var offsets kadm.Offsets
 	for _, m := range plan {
-		i, ok := byTopic[m.Topic]
-		if !ok {
-			i = len(req.Topics)
-			byTopic[m.Topic] = i
-			rt := kmsg.NewOffsetCommitRequestTopic()
-			rt.Topic, rt.TopicID = m.Topic, ids[m.Topic]
-			req.Topics = append(req.Topics, rt)
-		}
-		rp := kmsg.NewOffsetCommitRequestTopicPartition()
-		rp.Partition, rp.Offset, rp.LeaderEpoch = m.Partition, m.To, -1
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		offsets.AddOffset(m.Topic, m.Partition, m.To, -1)
 	}
-	resp, err := req.RequestWith(ctx, cl)
+	resps, err := adm.CommitOffsets(ctx, group, offsets)
 	if err != nil {
 		return fmt.Errorf("committing the offsets of group %s: %w", group, err)
 	}
-	for _, t := range resp.Topics {
-		if t.Topic == "" {
-			t.Topic = names[t.TopicID]
-		}
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
-					return fmt.Errorf("%w: group %s: committing %s/%d: %w (a member joined meanwhile: stop the streamlet and try again)", ErrActiveGroup, group, t.Topic, p.Partition, err)
-				}
-				return fmt.Errorf("group %s: committing %s/%d: %w", group, t.Topic, p.Partition, err)
+	for _, o := range resps.Sorted() {
+		if err := o.Err; err != nil {
+			if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
+				return fmt.Errorf("%w: group %s: committing %s/%d: %w (a member joined meanwhile: stop the streamlet and try again)", ErrActiveGroup, group, o.Topic, o.Partition, err)
 			}
+			return fmt.Errorf("group %s: committing %s/%d: %w", group, o.Topic, o.Partition, err)
 		}
 	}
 	return nil

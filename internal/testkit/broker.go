@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -135,26 +137,24 @@ func (b *Broker) Topic(t testing.TB, what string, partitions int32, configs ...s
 	return name
 }
 
+// kadm is franz-go's admin client over b.Admin, its requests bounded by 30 s (a topic's
+// creation or deletion on a real cluster may take a while).
+func (b *Broker) kadm() *kadm.Client {
+	adm := kadm.NewClient(b.Admin)
+	adm.SetTimeoutMillis(30_000)
+	return adm
+}
+
 // CreateTopic creates a topic and waits until every partition has a leader (metadata may lag
 // the creation on a real cluster). configs are name, value pairs.
 func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32, configs ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+	cfg := map[string]*string{}
 	for i := 0; i+1 < len(configs); i += 2 {
-		c := kmsg.NewCreateTopicsRequestTopicConfig()
-		c.Name, c.Value = configs[i], kmsg.StringPtr(configs[i+1])
-		rt.Configs = append(rt.Configs, c)
+		cfg[configs[i]] = kadm.StringPtr(configs[i+1])
 	}
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 30000
-	resp, err := req.RequestWith(ctx, b.Admin)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
+	if _, err := b.kadm().CreateTopic(ctx, partitions, 1, cfg, name); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	for len(b.Partitions(ctx, name)) != int(partitions) {
@@ -171,17 +171,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32,
 func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req := kmsg.NewPtrDeleteTopicsRequest()
-	rt := kmsg.NewDeleteTopicsRequestTopic()
-	rt.Topic = kmsg.StringPtr(name)
-	req.Topics = append(req.Topics, rt)
-	req.TopicNames = append(req.TopicNames, name)
-	req.TimeoutMillis = 30000
-	resp, err := req.RequestWith(ctx, b.Admin)
-	if err == nil && len(resp.Topics) > 0 {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
+	if _, err := b.kadm().DeleteTopic(ctx, name); err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}
 	return nil
@@ -189,6 +179,10 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 
 // Partitions returns the partitions of topic that have a leader (none when the broker cannot
 // say).
+//
+// It asks the brokers with a raw Metadata request, as CreateTopic's wait needs: kadm's
+// Metadata and ListTopics answer from the client's metadata cache, which keeps a partition's
+// missing leader (or the topic's UNKNOWN_TOPIC_OR_PARTITION) for MetadataMinAge (5 s).
 func (b *Broker) Partitions(ctx context.Context, topic string) []int32 {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -211,44 +205,28 @@ func (b *Broker) Partitions(ctx context.Context, topic string) []int32 {
 
 // EndOffsets returns the high watermark of every partition of topic.
 func (b *Broker) EndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
-	return b.endOffsets(ctx, topic, 0)
+	return b.endOffsets(ctx, topic, (*kadm.Client).ListEndOffsets)
 }
 
 // StableOffsets returns the last stable offset of every partition of topic: the end a
 // read_committed reader reaches (below the first transaction still open).
 func (b *Broker) StableOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
-	return b.endOffsets(ctx, topic, 1)
+	return b.endOffsets(ctx, topic, (*kadm.Client).ListCommittedOffsets)
 }
 
-func (b *Broker) endOffsets(ctx context.Context, topic string, isolation int8) (map[int32]int64, error) {
-	ps := b.Partitions(ctx, topic)
-	if len(ps) == 0 {
-		return nil, fmt.Errorf("topic %s has no partition with a leader", topic)
-	}
+func (b *Broker) endOffsets(ctx context.Context, topic string, list func(*kadm.Client, context.Context, ...string) (kadm.ListedOffsets, error)) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.IsolationLevel = isolation
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for _, p := range ps {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = p, -1
-		rt.Partitions = append(rt.Partitions, rp)
+	listed, err := list(b.kadm(), ctx, topic)
+	if err == nil {
+		err = listed.Error() // an unknown topic, or a partition that could not be listed
 	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, b.Admin)
 	if err != nil {
 		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
 	}
 	out := map[int32]int64{}
-	for _, tt := range resp.Topics {
-		for _, p := range tt.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("list offsets %s/%d: %w", topic, p.Partition, err)
-			}
-			out[p.Partition] = p.Offset
-		}
+	for p, o := range listed[topic] {
+		out[p] = o.Offset
 	}
 	return out, nil
 }
@@ -287,30 +265,17 @@ func (b *Broker) Committed(ctx context.Context, group, topic string) (map[int32]
 }
 
 func (b *Broker) committed(ctx context.Context, group, topic string) (map[int32]int64, error) {
-	req := kmsg.NewPtrOffsetFetchRequest()
-	rg := kmsg.NewOffsetFetchRequestGroup()
-	rg.Group = group
-	req.Groups = append(req.Groups, rg)
-	resp, err := req.RequestWith(ctx, b.Admin)
+	out := map[int32]int64{}
+	fetched, err := b.kadm().FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return out, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
 	}
-	out := map[int32]int64{}
-	for _, g := range resp.Groups {
-		if err := kerr.ErrorForCode(g.ErrorCode); err == kerr.GroupIDNotFound {
-			return out, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
-		}
-		for _, tt := range g.Topics {
-			if tt.Topic != topic {
-				continue
-			}
-			for _, p := range tt.Partitions {
-				if p.Offset >= 0 {
-					out[p.Partition] = p.Offset
-				}
-			}
+	for p, o := range fetched[topic] {
+		if o.At >= 0 {
+			out[p] = o.At
 		}
 	}
 	return out, nil

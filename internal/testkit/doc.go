@@ -1,5 +1,6 @@
 // Package testkit is what millrace's tests share: the Kafka broker of a test (kfake in the
 // test process, or the real cluster MILLRACE_KAFKA_BROKERS names), the fake sidecar that drives
 // a streamlet process over gRPC, the test binary playing a child process (TestMain), a buffer
-// safe for concurrent logs and a slog handler that keeps typed records. Only tests import it.
+// safe for concurrent logs, a slog handler that keeps typed records and a raw Python action
+// that answers as a test says (PythonAnswerer). Only tests import it.
 package testkit

@@ -1,7 +1,8 @@
-// Package codec is the gRPC codec of the Run stream: the messages of ankka.flow.v1 encoded and
-// decoded by their vtprotobuf-generated methods (MarshalVT, UnmarshalVT: no reflection), any
-// other message by the protobuf runtime, as gRPC's own codec does. The bytes on the wire are
-// the same; it is still the "proto" content subtype.
+// Package codec is the gRPC codec of the Run stream: the messages of ankka.flow.v1 are encoded
+// by their vtprotobuf-generated methods (SizeVT, MarshalToSizedBufferVT: no reflection) and
+// decoded by this package's own decoder (see [Codec.Unmarshal]); any other message is left to
+// the protobuf runtime, as gRPC's own codec does. The bytes on the wire are the same; it is
+// still the "proto" content subtype.
 package codec
 
 import (

@@ -28,9 +28,11 @@
  *   validates the raw object), millrace.workdir() (MILLSTREAM_WORKDIR).
  *
  * Handlers may be async; items are still answered one after another, in order. The SDK
- * declares a window of 64 deliveries in ready, reads stdin in chunks and writes its answers
- * once per run of them. console.log and anything else written to process.stdout go to stderr:
- * stdout carries protocol lines only. shutdown or the end of stdin exits with status 0.
+ * declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks and
+ * writes the answers of a run of items in one write, as one {"type":"batch",...} line.
+ * console.log and anything else written to process.stdout go to stderr, as JSON log lines
+ * tagged with the item whose handler wrote them: stdout carries protocol lines only. shutdown
+ * or the end of stdin exits with status 0.
  */
 
 const fs = require('fs');
@@ -39,6 +41,14 @@ const path = require('path');
 
 const WINDOW = 64;
 const FLUSH_AFTER_MS = 50; // answers of a slow run still go out this often
+const MAX_LINE = 8 << 20; // bytes in one protocol line, newline excluded (stdio.MaxLineBytes)
+const ENV_HEAD = '{"type":"batch","messages":[';
+const ENV_TAIL = ']}';
+// A string of at most this many UTF-16 units is under the line limit once encoded (a unit is
+// at most 3 bytes of UTF-8).
+const SAFE_UNITS = Math.floor(MAX_LINE / 3) - 1024;
+const ENVELOPE_START = { type: '' }; // queued before an envelope's messages
+const ENVELOPE_END = { type: '' }; // and after them
 
 class Abstain extends Error {
   constructor(reason = '') {
@@ -185,7 +195,7 @@ class Item {
       m.labels = {};
       for (const [k, x] of Object.entries(labels)) m.labels[k] = String(x);
     }
-    this._s.out.push(JSON.stringify(m) + '\n');
+    this._s.out.push(JSON.stringify(m));
   }
 }
 
@@ -237,6 +247,46 @@ function where(err) {
 
 const isThenable = (v) => v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function';
 
+/**
+ * The text that carries msgs (answer messages, each without its newline): one line when there
+ * is one (or when not envelope: a line each), else one batch envelope; several, when one
+ * envelope would pass the line limit (an answer that fits a line alone but not an envelope
+ * with others goes on its own).
+ */
+function frame(msgs, envelope = true) {
+  if (!envelope) return msgs.join('\n') + '\n';
+  if (msgs.length === 1) return msgs[0] + '\n';
+  const text = ENV_HEAD + msgs.join(',') + ENV_TAIL + '\n';
+  if (text.length <= SAFE_UNITS || Buffer.byteLength(text) <= MAX_LINE + 1) return text;
+  const parts = [];
+  const room = MAX_LINE - ENV_HEAD.length - ENV_TAIL.length;
+  let group = [];
+  let size = 0;
+  const close = () => parts.push(group.length === 1 ? group[0] + '\n' : ENV_HEAD + group.join(',') + ENV_TAIL + '\n');
+  for (const m of msgs) {
+    const n = Buffer.byteLength(m);
+    if (group.length && size + group.length + n > room) { // group.length: the commas
+      close();
+      group = [];
+      size = 0;
+    }
+    group.push(m);
+    size += n;
+  }
+  close();
+  return parts.join('');
+}
+
+/** Refuses an answer line over the line limit, which the engine would take for a protocol
+ * violation (and kill the process): the item fails instead, saying why. */
+function checkLine(line) {
+  if (line.length > SAFE_UNITS) {
+    const n = Buffer.byteLength(line);
+    if (n > MAX_LINE) throw new RangeError(`an output of ${n} bytes is over the ${MAX_LINE}-byte line limit of the protocol: pass large data through files in workdir()`);
+  }
+  return line;
+}
+
 /** One conversation with the engine. */
 class Session {
   constructor(kind, fn, opts, write) {
@@ -251,8 +301,11 @@ class Session {
     this.config = null;
     this.vars = {};
     this.configError = null;
-    this.out = [];
+    this.out = []; // answer messages not yet written, each without its newline
+    this.outEnvelope = false; // whether they answer items that came in an envelope
+    this.held = []; // [envelope, messages] to write before out, in another framing
     this.lastFlush = Date.now();
+    this.current = null; // the item whose handler runs, for console.log's lines
     this.queue = []; // decoded messages not yet handled
     this.qhead = 0;
     this.pending = []; // batch mode: items waiting for a full batch or the linger
@@ -266,17 +319,33 @@ class Session {
 
   flush(done) {
     this.lastFlush = Date.now();
-    if (!this.out.length) {
+    if (!this.out.length && !this.held.length) {
       if (done) done();
       return;
     }
-    const data = this.out.join('');
+    let data = this.out.length ? frame(this.out, this.outEnvelope) : '';
+    if (this.held.length) {
+      data = this.held.map(([e, m]) => frame(m, e)).join('') + data;
+      this.held = [];
+    }
     this.out = [];
     this.write(data, done);
   }
 
+  /** Answers take the framing of what they answer: the answers to an envelope's items go in
+   * an envelope, those to an item on a line on lines, so an engine (or a tool) that writes no
+   * envelopes reads none back. */
+  frameAs(envelope) {
+    if (envelope === this.outEnvelope) return;
+    if (this.out.length) {
+      this.held.push([this.outEnvelope, this.out]);
+      this.out = [];
+    }
+    this.outEnvelope = envelope;
+  }
+
   answer(typ, d, extra = '') {
-    this.out.push(`{"type":"${typ}","delivery":${JSON.stringify(d)}${extra}}\n`);
+    this.out.push(`{"type":"${typ}","delivery":${JSON.stringify(d)}${extra}}`);
   }
 
   error(d, message, retryable) {
@@ -311,7 +380,7 @@ class Session {
     if (outlet) tail += ',"outlet":' + JSON.stringify(String(outlet));
     if (headers) tail += headersJSON(headers);
     // this shape (type, delivery, key, payload) is the one the engine reads fastest
-    return `{"type":"emit","delivery":${JSON.stringify(item.delivery)}${kp},"payload":${payload}${tail}}\n`;
+    return checkLine(`{"type":"emit","delivery":${JSON.stringify(item.delivery)}${kp},"payload":${payload}${tail}}`);
   }
 
   outputs(item, result, keyed) {
@@ -322,15 +391,27 @@ class Session {
   }
 
   succeed(item, result, keyed) {
-    let lines;
+    const d = JSON.stringify(item.delivery);
     try {
-      lines = this.outputs(item, result, keyed);
+      if (keyed) {
+        const lines = this.outputs(item, result, keyed);
+        for (const l of lines) this.out.push(l);
+      } else if (result instanceof Output || item.raw.keyBase64 !== undefined) {
+        this.out.push(this.emit(item, result));
+      } else {
+        // a plain map's path, taken by every record: the answers in one format each
+        const payload = JSON.stringify(result === undefined ? null : result);
+        if (payload === undefined) throw new TypeError(`an output of type ${typeof result} cannot be written as JSON`);
+        const key = item.raw.key;
+        this.out.push(checkLine(key === undefined || key === null
+          ? `{"type":"emit","delivery":${d},"payload":${payload}}`
+          : `{"type":"emit","delivery":${d},"key":${JSON.stringify(key)},"payload":${payload}}`));
+      }
     } catch (err) {
       this.fail(item, err);
       return;
     }
-    for (const l of lines) this.out.push(l);
-    this.answer('done', item.delivery);
+    this.out.push(`{"type":"done","delivery":${d}}`);
   }
 
   /** Handles one item; returns a promise when the handler went async. */
@@ -341,15 +422,19 @@ class Session {
       return null;
     }
     let result;
+    this.current = item;
     try {
       result = this.fn(item.payload, item);
     } catch (err) {
+      this.current = null;
       this.fail(item, err, !(err instanceof Abstain));
       return null;
     }
     if (isThenable(result)) {
-      return Promise.resolve(result).then((r) => this.succeed(item, r, this.keyed), (err) => this.fail(item, err, !(err instanceof Abstain)));
+      // items are answered one after another: the current one stays so until it settles
+      return Promise.resolve(result).then((r) => { this.current = null; this.succeed(item, r, this.keyed); }, (err) => { this.current = null; this.fail(item, err, !(err instanceof Abstain)); });
     }
+    this.current = null;
     this.succeed(item, result, this.keyed);
     return null;
   }
@@ -403,7 +488,9 @@ class Session {
       this.configError = `${text} (fix the config; every item fails until then)`;
       log.error('bad config', { error: this.configError });
     }
-    this.out.push(`{"type":"ready","window":${this.window}}\n`);
+    this.flush();
+    this.frameAs(false); // ready is a line of its own, never in an envelope
+    this.out.push(`{"type":"ready","window":${this.window},"batch":true}`);
     this.flush();
   }
 
@@ -439,7 +526,22 @@ class Session {
       log.error('a line from the engine is not JSON; ignored', { error: err.message, line: text.slice(0, 100) });
       return;
     }
-    if (msg !== null && typeof msg === 'object') this.queue.push(msg);
+    if (msg === null || typeof msg !== 'object') return;
+    if (msg.type !== 'batch') {
+      this.queue.push(msg);
+      return;
+    }
+    const msgs = msg.messages;
+    if (!Array.isArray(msgs)) {
+      log.error('a batch envelope from the engine without a messages array; ignored', { line: text.slice(0, 100) });
+      return;
+    }
+    this.queue.push(ENVELOPE_START);
+    for (let i = 0; i < msgs.length; i++) {
+      const m = msgs[i];
+      if (m !== null && typeof m === 'object') this.queue.push(m);
+    }
+    this.queue.push(ENVELOPE_END);
   }
 
   /** Handles queued messages until the queue is empty or a handler goes async. */
@@ -461,6 +563,21 @@ class Session {
           break;
         case 'hello':
           this.onHello(msg);
+          break;
+        case '':
+          if (msg === ENVELOPE_START) {
+            this.frameAs(true);
+          } else if (msg === ENVELOPE_END) {
+            // the items of an envelope are what the engine had room to write at once: a batch
+            // handler gets them without waiting for the linger, answered in the envelope
+            if (this.pending.length) {
+              this.qhead--; // come back to it once the batch is answered
+              wait = this.runBatch();
+              if (!wait) continue;
+              break;
+            }
+            this.frameAs(false);
+          }
           break;
         case 'shutdown':
           if (this.pending.length) {
@@ -540,18 +657,36 @@ class Session {
 
 function serve(kind, fn, opts = {}) {
   if (typeof fn !== 'function') throw new TypeError(`millrace.${kind} takes a function, not ${typeof fn}`);
-  // stdout is the protocol's: console.log and other writes to process.stdout go to stderr
+  // stdout is the protocol's: console.log and other writes to process.stdout become JSON log
+  // lines on stderr, tagged with the item whose handler wrote them (with a window the engine
+  // cannot tell which delivery a raw stderr line belongs to; the SDK can)
   const stdout = process.stdout;
   const protoWrite = stdout.write.bind(stdout);
-  stdout.write = (chunk, encoding, cb) => process.stderr.write(chunk, encoding, cb);
+  const s = new Session(kind, fn, opts, (data, done) => {
+    protoWrite(data, done);
+  });
+  let printed = ''; // a line written in pieces
+  const logPrinted = (line) => {
+    const it = s.current;
+    log.write('INFO', line, it ? { stream: 'stdout', delivery: it.delivery, item: it.id, attempt: it.attempt } : { stream: 'stdout' });
+  };
+  stdout.write = (chunk, encoding, cb) => {
+    if (typeof encoding === 'function') cb = encoding;
+    const lines = (printed + (typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'))).split('\n');
+    printed = lines.pop();
+    for (const line of lines) logPrinted(line);
+    if (typeof cb === 'function') process.nextTick(cb);
+    return true;
+  };
+  process.on('exit', () => {
+    if (printed) logPrinted(printed);
+  });
   stdout.on('error', (err) => {
     if (err.code === 'EPIPE') process.exit(0); // the engine is gone
     throw err;
   });
-  const s = new Session(kind, fn, opts, (data, done) => {
-    protoWrite(data, done);
-  });
   process.stdin.on('data', (chunk) => {
+    if (!s.out.length) s.lastFlush = Date.now(); // the 50 ms count from the first answer's work
     s.feed(chunk);
     s.pump();
   });
@@ -579,3 +714,6 @@ function batch(fn, opts = {}) {
 }
 
 module.exports = { map, mapKeyed, batch, output, Output, Item, Abstain, Retryable, ConfigError, log, workdir, WINDOW, checkConfig };
+// for the SDK's own tests and measurements, not an API
+module.exports._Session = Session;
+module.exports._frame = frame;

@@ -13,6 +13,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACTION = os.path.join(HERE, "testdata", "action.py")
 WAIT = 10  # seconds for any one line: a bound on a hang, not a speed target
+MAX_LINE = 8 << 20  # stdio.MaxLineBytes
 
 
 class Child:
@@ -30,6 +31,8 @@ class Child:
         self.err_thread = threading.Thread(target=self._read, args=(self.p.stderr, self.stderr.append, False), daemon=True)
         self.err_thread.start()
         self.seq = 0
+        self.msgs = []  # messages of the last line read not yet returned
+        self.frames = []  # per line read: "line", or "batch" and its message count
 
     @staticmethod
     def _read(f, put, mark_end):
@@ -42,13 +45,33 @@ class Child:
         self.p.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in msgs))
         self.p.stdin.flush()
 
-    def read(self):
+    def send_batch(self, *msgs):
+        """Writes msgs as one batch envelope, as the engine does for a run of items."""
+        self.send({"type": "batch", "messages": list(msgs)})
+
+    def raw_line(self):
         line = self.lines.get(timeout=WAIT)
         if line is None:
             raise AssertionError("stdout ended; stderr: %s" % b"".join(self.stderr).decode())
         if not line.endswith(b"\n"):
             raise AssertionError("a line without newline: %r" % line)
-        return json.loads(line)
+        if len(line) - 1 > MAX_LINE:
+            raise AssertionError("a line of %d bytes, over the line limit" % (len(line) - 1))
+        return line
+
+    def read(self):
+        """The next message, from a line of its own or from a batch envelope."""
+        if not self.msgs:
+            m = json.loads(self.raw_line())
+            if m["type"] == "batch":
+                self.frames.append(("batch", len(m["messages"])))
+                self.msgs = list(m["messages"])
+                if not self.msgs:
+                    return self.read()
+            else:
+                self.frames.append(("line", 1))
+                self.msgs = [m]
+        return self.msgs.pop(0)
 
     def hello(self, config=None, **extra):
         self.send({"type": "hello", "protocol": 1, "action": "t", "config": config or {}, "vars": {"v": 1}, **extra})
@@ -112,7 +135,8 @@ class SDKTest(unittest.TestCase):
 
     def test_ready_declares_the_window_and_shutdown_exits_0(self):
         c = self.child("map")
-        self.assertEqual(c.hello(), {"type": "ready", "window": 64})
+        self.assertEqual(c.hello(), {"type": "ready", "window": 64, "batch": True})
+        self.assertEqual(c.frames, [("line", 1)])  # ready: never in an envelope
         code, rest = c.shutdown()
         self.assertEqual(code, 0)
         self.assertEqual(rest, [])
@@ -123,14 +147,16 @@ class SDKTest(unittest.TestCase):
         c.p.stdin.close()
         self.assertEqual(c.p.wait(timeout=WAIT), 0)
 
-    def test_map_keeps_key_and_writes_the_fast_shape(self):
+    def test_answers_take_the_framing_of_their_items_in_the_fast_shapes(self):
         c = self.child("map")
         c.hello()
-        it = c.item({"a": 1, "t": "é"}, key="k1")
-        c.send(it)
-        emit = c.lines.get(timeout=WAIT)
-        self.assertEqual(emit, ('{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}\n').encode())
-        self.assertEqual(c.read(), {"type": "done", "delivery": "dl-1"})
+        c.send(c.item({"a": 1, "t": "é"}, key="k1"))
+        self.assertEqual(c.raw_line(), '{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}\n'.encode())
+        self.assertEqual(c.raw_line(), b'{"type":"done","delivery":"dl-1"}\n')
+        c.send_batch(c.item({"a": 2}, key="k2"))
+        self.assertEqual(c.raw_line(), (b'{"type":"batch","messages":['
+                                        b'{"type":"emit","delivery":"dl-2","key":"k2","payload":{"a":2}},'
+                                        b'{"type":"done","delivery":"dl-2"}]}\n'))
         got, ans = c.ask({"a": 2}, key=None)
         self.assertNotIn("key", got[0])
         self.assertEqual(got[0]["payload"], {"a": 2})
@@ -194,6 +220,16 @@ class SDKTest(unittest.TestCase):
         self.assertEqual(got[0], {"type": "metric", "delivery": "dl-1", "name": "m", "value": 2.5, "labels": {"l": "v"}})
         self.assertEqual(got[1]["type"], "emit")
 
+    def test_a_window_of_lines_is_answered_on_lines_in_one_write(self):
+        c = self.child("map")
+        c.hello()
+        items = [c.item({"i": i}) for i in range(8)]
+        c.send(*items)
+        for it in items:
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", it["delivery"]))
+        self.assertEqual(c.frames[1:], [("line", 1)] * 16)
+
     def test_log_and_stray_print_go_to_stderr(self):
         c = self.child("map")
         c.hello()
@@ -202,11 +238,23 @@ class SDKTest(unittest.TestCase):
         self.assertEqual([m["type"] for m in got], ["emit"])
         code, rest = c.shutdown()
         self.assertEqual((code, rest), (0, []))
-        lines = c.stderr_text().splitlines()
-        rec = json.loads(lines[0])
-        self.assertEqual((rec["level"], rec["msg"], rec["n"], rec["delivery"], rec["item"], rec["attempt"]),
-                         ("INFO", "hello log", 1, "dl-1", "t/0/1", 1))
-        self.assertIn("stray print", lines)
+        recs = [json.loads(line) for line in c.stderr_text().splitlines()]
+        self.assertEqual(recs, [
+            {"level": "INFO", "msg": "hello log", "n": 1, "delivery": "dl-1", "item": "t/0/1", "attempt": 1},
+            {"level": "INFO", "msg": "stray print", "stream": "stdout", "delivery": "dl-2", "item": "t/0/2", "attempt": 1},
+        ])
+
+    def test_a_print_is_tagged_with_the_item_that_printed_it(self):
+        c = self.child("map")
+        c.hello()
+        items = [c.item({"n": 1}), c.item({"do": "print"}), c.item({"do": "print"}, attempt=3)]
+        c.send_batch(*items)
+        for _ in items:
+            c.answer()
+        self.assertEqual(c.shutdown()[0], 0)
+        recs = [json.loads(line) for line in c.stderr_text().splitlines()]
+        self.assertEqual([(r["msg"], r["delivery"], r["item"], r["attempt"]) for r in recs],
+                         [("stray print", "dl-2", "t/0/2", 1), ("stray print", "dl-3", "t/0/3", 3)])
 
     def test_workdir(self):
         with tempfile.TemporaryDirectory() as wd:
@@ -282,9 +330,139 @@ class SDKTest(unittest.TestCase):
         got, ans = c.ask({"big": big})
         self.assertEqual(got[0]["payload"]["big"], big)
 
+    def test_an_envelope_is_answered_in_one_envelope_in_order(self):
+        c = self.child("map")
+        c.hello()
+        items = [c.item({"i": i, "t": "é\u2028"}, key=None if i % 3 == 0 else "k%d" % i) for i in range(64)]
+        items[6]["payload"] = {"do": "abstain"}  # (a traceback to log could take the 50 ms)
+        c.send_batch(*items)
+        for n, it in enumerate(items):
+            got, ans = c.answer()
+            self.assertEqual(ans["delivery"], it["delivery"])
+            if n == 6:
+                self.assertEqual((ans["type"], got), ("abstain", []))
+            else:
+                self.assertEqual((ans["type"], got[0]["payload"], got[0].get("key")), ("done", it["payload"], it.get("key")))
+        self.assertEqual(c.frames, [("line", 1), ("batch", 127)])  # ready, then one write
+
+    def test_envelopes_and_lines_mixed_with_other_messages(self):
+        c = self.child("map")
+        c.hello()
+        a, b, d, e = c.item({"n": 1}), c.item({"n": 2}), c.item({"n": 3}), c.item({"n": 4})
+        # one write: each answered in its own framing, in order
+        c.p.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in [
+            {"type": "batch", "messages": []},  # empty: nothing
+            a, {"type": "batch", "messages": [b, {"type": "future-thing"}, d]}, e]))
+        c.p.stdin.flush()
+        c.send_batch({"type": "shutdown"})
+        for it in (a, b, d, e):
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"], got[0]["payload"]), ("done", it["delivery"], it["payload"]))
+        self.assertEqual(c.p.wait(timeout=WAIT), 0)
+        self.assertEqual(c.frames, [("line", 1)] * 3 + [("batch", 4)] + [("line", 1)] * 2)
+
+    def test_answers_over_the_line_limit_are_split_across_lines(self):
+        c = self.child("map")
+        c.hello()
+        big = [c.item({"big": "x" * (3 << 20), "i": i}) for i in range(3)]
+        c.send_batch(*big)
+        for it in big:
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"], got[0]["payload"]["i"]), ("done", it["delivery"], it["payload"]["i"]))
+        # raw_line checked each line against the limit; the 50 ms flush may cut earlier too
+        self.assertGreaterEqual(len(c.frames[1:]), 2)
+        self.assertEqual(sum(n for _, n in c.frames[1:]), 6)
+
+    def test_frame_packs_envelopes_up_to_the_line_limit(self):
+        sys.path.insert(0, HERE)
+        import millrace
+
+        m = lambda n: '"%s"' % ("x" * (n - 2))  # noqa: E731 (a JSON string of n bytes)
+        head, tail = len('{"type":"batch","messages":['), len("]}")
+        cases = [  # message sizes -> the framing of each line out
+            ([10], ["line"]),
+            ([10, 20], [("batch", 2)]),
+            ([3 << 20, 3 << 20, 3 << 20], [("batch", 2), "line"]),
+            ([MAX_LINE - head - tail - 3, 2], [("batch", 2)]),  # exactly the limit
+            ([MAX_LINE - head - tail - 3, 3], ["line", "line"]),
+            ([5, MAX_LINE - 5, 7, 8], ["line", "line", ("batch", 2)]),
+            ([MAX_LINE], ["line"]),
+        ]
+        for sizes, want in cases:
+            data = millrace._frame([m(n) for n in sizes])
+            lines = data.split(b"\n")
+            self.assertEqual(lines[-1], b"")
+            got, seen = [], []
+            for line in lines[:-1]:
+                self.assertLessEqual(len(line), MAX_LINE, sizes)
+                v = json.loads(line)
+                if isinstance(v, dict):
+                    got.append(("batch", len(v["messages"])))
+                    seen.extend(len(x) + 2 for x in v["messages"])
+                else:
+                    got.append("line")
+                    seen.append(len(v) + 2)
+            self.assertEqual((got, seen), (want, sizes), sizes)
+
+    def test_an_answer_near_the_line_limit_goes_on_a_line_of_its_own(self):
+        c = self.child("map")
+        c.hello()
+        small = c.item({"n": 1})
+        # an emit line 10 bytes under the limit: too long for an envelope with anything else
+        frame = len('{"type":"emit","delivery":"dl-2","key":"k","payload":{"s":""}}')
+        near = c.item({"s": "y" * (MAX_LINE - 10 - frame)})
+        c.send_batch(small, near, c.item({"n": 3}))
+        msgs, near_line = [], None
+        while len(msgs) < 6:  # the 50 ms flush may cut the rest anywhere: look at that line only
+            line = c.raw_line()
+            v = json.loads(line)
+            if v["type"] == "batch":
+                msgs.extend((m["type"], m["delivery"]) for m in v["messages"])
+                continue
+            msgs.append((v["type"], v["delivery"]))
+            if v["delivery"] == "dl-2" and v["type"] == "emit":
+                near_line = line
+        self.assertEqual(msgs, [(t, "dl-%d" % n) for n in (1, 2, 3) for t in ("emit", "done")])
+        self.assertEqual(len(near_line or b""), MAX_LINE - 10 + 1)
+
+    def test_an_output_over_the_line_limit_fails_its_item_not_the_process(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"s": "z" * MAX_LINE})
+        self.assertEqual((got, ans["type"], ans["retryable"]), ([], "error", False))
+        self.assertIn("over the 8388608-byte line limit", ans["message"])
+        got, ans = c.ask({"still": "alive"})
+        self.assertEqual(ans["type"], "done")
+
+    def test_an_envelope_answers_go_out_while_a_later_item_still_works(self):
+        c = self.child("map")
+        c.hello()
+        with tempfile.TemporaryDirectory() as d:
+            gate = os.path.join(d, "gate")
+            slow, blocked = c.item({"do": "slow"}), c.item({"do": "gate", "path": gate})
+            c.send_batch(slow, blocked)
+            got, ans = c.answer()  # would hang if answers waited for the whole envelope
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", slow["delivery"]))
+            open(gate, "w").close()
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", blocked["delivery"]))
+
+    def test_batch_handler_gets_an_envelope_without_the_linger(self):
+        c = self.child("batch", "4", "30")  # a linger no test waits for
+        c.hello()
+        items = [c.item({"i": i}) for i in range(10)]
+        c.send_batch(*items)
+        sizes = []
+        for it in items:
+            got, ans = c.answer()
+            self.assertEqual((ans["type"], ans["delivery"]), ("done", it["delivery"]))
+            sizes.append([m for m in got if m["type"] == "emit"][0]["payload"]["n"])
+        self.assertEqual(sizes, [4] * 8 + [2] * 2)
+        self.assertEqual(c.frames[1:], [("batch", 30)])  # 10 items: a metric, an emit, a done each
+
     def test_batch_gets_what_was_written_ahead(self):
         c = self.child("batch", "8", "0.2")
-        self.assertEqual(c.hello(), {"type": "ready", "window": 64})
+        self.assertEqual(c.hello(), {"type": "ready", "window": 64, "batch": True})
         items = [c.item({"i": i}) for i in range(10)]
         items[2]["payload"] = {"do": "raise"}
         items[3]["payload"] = {"do": "abstain"}

@@ -27,14 +27,17 @@
 #   { min_rooms: Integer, greeting: [String, 'hi'] } giving a Struct, or a callable that
 #   validates the raw Hash), Millrace.workdir (MILLSTREAM_WORKDIR).
 #
-# The SDK declares a window of 64 deliveries in ready, reads stdin in chunks and writes its
-# answers once per run of them. puts and anything else written to $stdout go to stderr: stdout
-# carries protocol lines only. shutdown or the end of stdin exits with status 0.
+# The SDK declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks
+# and writes the answers of a run of items in one write: those to the items of an envelope as
+# one {"type":"batch",...} line. puts and anything else written to $stdout go to stderr, as JSON
+# log lines tagged with the item whose handler wrote them: stdout carries protocol lines only.
+# shutdown or the end of stdin exits with status 0.
 
 require 'json'
 require 'base64'
 require 'tmpdir'
 require 'fileutils'
+require 'stringio'
 
 module Millrace
   VERSION = '0.1.0'
@@ -42,6 +45,12 @@ module Millrace
   WINDOW = 64
   READ_SIZE = 1 << 16
   FLUSH_AFTER = 0.05 # seconds: answers of a slow run still go out this often
+  MAX_LINE = 8 << 20 # bytes in one protocol line, newline excluded (stdio.MaxLineBytes)
+  ENV_HEAD = '{"type":"batch","messages":['
+  ENV_TAIL = ']}'
+  # Writes a String as a JSON string as JSON.generate does, at a third of its cost (it builds a
+  # State per call). Strings only: they leave no nesting depth behind in it when they fail.
+  STRING_JSON = JSON::State.new
 
   # Raise to answer the delivery with abstain: the engine routes the item to the fallback.
   class Abstain < StandardError
@@ -192,7 +201,11 @@ module Millrace
       $stdout.flush
       STDOUT.reopen(STDERR)
       STDOUT.sync = true
-      code = Session.new(kind, fn, **opts).serve($stdin, out)
+      session = Session.new(kind, fn, **opts)
+      printed = Printed.new(session)
+      $stdout = printed
+      code = session.serve($stdin, out)
+      printed.flush
       $stderr.flush
       exit(code) # at_exit handlers run: the temporary workdir outside the engine is removed
     end
@@ -250,13 +263,76 @@ module Millrace
 
       m = { 'type' => 'metric', 'delivery' => @delivery, 'name' => name.to_s, 'value' => v }
       m['labels'] = labels.to_h { |k, x| [k.to_s, x.to_s] } if labels && !labels.empty?
-      @s.out << JSON.generate(m) << "\n"
+      @s.out << JSON.generate(m)
+    end
+  end
+
+  # $stdout while the SDK serves: each line written becomes a JSON log line on stderr (msg the
+  # text, stream "stdout"), with the delivery, item and attempt of the item whose handler wrote
+  # it, or none outside a handler of one item. With a window the engine cannot tell which
+  # delivery a raw stderr line belongs to; the SDK can.
+  class Printed
+    def initialize(session)
+      @session = session
+      @buf = +''
+    end
+
+    def write(*args)
+      n = 0
+      args.each do |a|
+        t = a.to_s
+        n += t.bytesize
+        @buf << t
+      end
+      while (i = @buf.index("\n"))
+        line = @buf[0, i]
+        @buf = @buf[(i + 1)..]
+        it = @session.current
+        fields = { stream: 'stdout' }
+        fields.update(delivery: it.delivery, item: it.id, attempt: it.attempt) if it
+        Millrace.log.info(line.scrub, **fields)
+      end
+      n
+    end
+
+    def <<(obj)
+      write(obj)
+      self
+    end
+
+    %i[puts print printf putc].each do |name|
+      define_method(name) do |*args|
+        s = StringIO.new
+        s.send(name, *args)
+        write(s.string)
+        nil
+      end
+    end
+
+    def flush
+      write("\n") unless @buf.empty?
+      self
+    end
+
+    def sync = true
+    def sync=(_value); end
+    def tty? = false
+    alias isatty tty?
+    def fileno = 2 # fd 1 points at stderr too
+
+    # Anything else an IO does is STDERR's (written there as it is, untagged).
+    def method_missing(name, *args, &blk)
+      STDERR.respond_to?(name) ? STDERR.send(name, *args, &blk) : super
+    end
+
+    def respond_to_missing?(name, include_private = false)
+      STDERR.respond_to?(name) || super
     end
   end
 
   # One conversation with the engine.
   class Session
-    attr_reader :config, :vars, :out
+    attr_reader :config, :vars, :out, :current
 
     def initialize(kind, fn, config: nil, window: WINDOW, size: 0, linger: 0.0, keyed: false)
       raise ArgumentError, 'window must be at least 1' unless window >= 1
@@ -271,7 +347,10 @@ module Millrace
       @config = nil
       @vars = {}
       @config_error = nil
-      @out = +''
+      @out = [] # answer messages not yet written, each without its newline
+      @out_envelope = false # whether they answer items that came in an envelope
+      @held = [] # [envelope, messages] to write before @out, in another framing
+      @current = nil # the item whose handler runs, for $stdout's lines
       @pending = []
       @pending_since = 0.0
       @hello = false
@@ -301,6 +380,7 @@ module Millrace
           flush
           return 0
         end
+        @last_flush = now if @out.empty? # the 50 ms count from the first answer's work
         rest << chunk
         next unless chunk.include?("\n")
 
@@ -327,15 +407,78 @@ module Millrace
 
     def flush
       @last_flush = now
-      return if @out.empty?
+      return if @out.empty? && @held.empty?
 
-      @io.write(@out)
+      data = @out.empty? ? +'' : Session.frame(@out, @out_envelope)
+      unless @held.empty?
+        data = @held.map { |e, m| Session.frame(m, e) }.join << data
+        @held = []
+      end
+      @io.write(data)
       @io.flush
-      @out = +''
+      @out = []
+    end
+
+    # Answers take the framing of what they answer: the answers to an envelope's items go in an
+    # envelope, those to an item on a line on lines, so an engine (or a tool) that writes no
+    # envelopes reads none back.
+    def frame_as(envelope)
+      return if envelope == @out_envelope
+
+      unless @out.empty?
+        @held << [@out_envelope, @out]
+        @out = []
+      end
+      @out_envelope = envelope
+    end
+
+    public
+
+    # The text that carries msgs (answer messages, each without its newline): one line when
+    # there is one (or when not envelope: a line each), else one batch envelope; several, when
+    # one envelope would pass the line limit (an answer that fits a line alone but not an
+    # envelope with others goes on its own).
+    def self.frame(msgs, envelope = true)
+      return msgs.join("\n") << "\n" unless envelope
+      return msgs[0] + "\n" if msgs.length == 1
+
+      text = ENV_HEAD + msgs.join(',') << ENV_TAIL << "\n"
+      return text if text.bytesize <= MAX_LINE + 1
+
+      parts = []
+      group = []
+      size = 0
+      room = MAX_LINE - ENV_HEAD.bytesize - ENV_TAIL.bytesize
+      close = lambda do
+        parts << (group.length == 1 ? group[0] + "\n" : ENV_HEAD + group.join(',') << ENV_TAIL << "\n")
+      end
+      msgs.each do |m|
+        if group.any? && size + group.length + m.bytesize > room # group.length: the commas
+          close.call
+          group = []
+          size = 0
+        end
+        group << m
+        size += m.bytesize
+      end
+      close.call
+      parts.join
+    end
+
+    private
+
+    # Refuses an answer line over the line limit, which the engine would take for a protocol
+    # violation (and kill the process): the item fails instead, saying why.
+    def check_line(line)
+      if line.bytesize > MAX_LINE
+        raise ArgumentError, "an output of #{line.bytesize} bytes is over the #{MAX_LINE}-byte line limit of the protocol: pass large data through files in workdir"
+      end
+
+      line
     end
 
     def answer(typ, d, extra = '')
-      @out << '{"type":"' << typ << '","delivery":' << JSON.generate(d) << extra << "}\n"
+      @out << "{\"type\":\"#{typ}\",\"delivery\":#{STRING_JSON.generate(d)}#{extra}}"
     end
 
     def error(d, message, retryable)
@@ -385,7 +528,7 @@ module Millrace
       tail << ',"outlet":' << JSON.generate(outlet.to_s) if outlet
       tail << headers_json(headers) if headers
       # this shape (type, delivery, key, payload) is the one the engine reads fastest
-      "{\"type\":\"emit\",\"delivery\":#{JSON.generate(item.delivery)}#{kp},\"payload\":#{payload}#{tail}}\n"
+      check_line("{\"type\":\"emit\",\"delivery\":#{JSON.generate(item.delivery)}#{kp},\"payload\":#{payload}#{tail}}")
     end
 
     def outputs(item, result, keyed)
@@ -397,26 +540,36 @@ module Millrace
     end
 
     def succeed(item, result, keyed)
-      lines = begin
-        outputs(item, result, keyed)
+      d = STRING_JSON.generate(item.delivery)
+      begin
+        key = item.raw['key']
+        if keyed || result.is_a?(Output) || (key.nil? && item.raw['keyBase64'])
+          outputs(item, result, keyed).each { |l| @out << l }
+        else
+          # a plain map's path, taken by every record: the answers in one format each
+          payload = JSON.generate(result)
+          @out << check_line(key.nil? ? "{\"type\":\"emit\",\"delivery\":#{d},\"payload\":#{payload}}" : "{\"type\":\"emit\",\"delivery\":#{d},\"key\":#{STRING_JSON.generate(key)},\"payload\":#{payload}}")
+        end
       rescue StandardError => e
         fail_item(item, e)
         return
       end
-      lines.each { |l| @out << l }
-      answer('done', item.delivery)
+      @out << "{\"type\":\"done\",\"delivery\":#{d}}"
     end
 
     def one(raw)
       item = Item.new(self, raw)
       return error(item.delivery, @config_error, false) if @config_error
 
+      @current = item
       result = begin
         @fn.call(item.payload, item)
       rescue StandardError, ScriptError => e # an exception fails the item, not the process
+        @current = nil
         fail_item(item, e, !e.is_a?(Abstain))
         return
       end
+      @current = nil
       succeed(item, result, @keyed)
     end
 
@@ -459,7 +612,9 @@ module Millrace
         @config_error = "#{text} (fix the config; every item fails until then)"
         Millrace.log.error('bad config', error: @config_error)
       end
-      @out << "{\"type\":\"ready\",\"window\":#{@window}}\n"
+      flush
+      frame_as(false) # ready is a line of its own, never in an envelope
+      @out << "{\"type\":\"ready\",\"window\":#{@window},\"batch\":true}"
       flush
     end
 
@@ -471,6 +626,27 @@ module Millrace
         Millrace.log.error('a line from the engine is not JSON; ignored', error: e.message[0, 200].scrub, line: line[0, 100].scrub)
         return true
       end
+      return true unless msg.is_a?(Hash)
+
+      if msg['type'] == 'batch'
+        msgs = msg['messages']
+        unless msgs.is_a?(Array)
+          Millrace.log.error('a batch envelope from the engine without a messages array; ignored', line: line[0, 100].scrub)
+          return true
+        end
+        frame_as(true)
+        msgs.each { |m| return false unless on_message(m) }
+        # the items of an envelope are what the engine had room to write at once: a batch
+        # handler gets them without waiting for the linger
+        run_batch if @pending.any?
+        return true
+      end
+      frame_as(false)
+      on_message(msg)
+    end
+
+    # Handles one message, on its own line or in an envelope; false on shutdown.
+    def on_message(msg)
       return true unless msg.is_a?(Hash)
 
       case msg['type']

@@ -115,7 +115,7 @@ func InCluster(getenv func(string) string, readFile func(string) ([]byte, error)
 	}
 	ca, err := readFile(DefaultCAFile)
 	if err != nil {
-		return nil, fmt.Errorf("running in Kubernetes but the service account's CA cannot be read (%v): mount the service account token (automountServiceAccountToken)", err)
+		return nil, fmt.Errorf("running in Kubernetes but the service account's CA cannot be read (%w): mount the service account token (automountServiceAccountToken)", err)
 	}
 	return New(Options{URL: "https://" + net.JoinHostPort(host, port), TokenFile: DefaultTokenFile, CA: ca, Pod: pod})
 }
@@ -155,11 +155,13 @@ type objectRef struct {
 
 // Warn records a Warning Event with reason and message on the pod: one POST to
 // /api/v1/namespaces/NAMESPACE/events with the service account's bearer token. It returns an
-// error wrapping ErrPost when the API server cannot be reached or answers other than 2xx.
+// error wrapping ErrPost when the API server cannot be reached or answers other than 2xx; the
+// cause is in the chain too (the token file's error, or the request's: context.Canceled or
+// context.DeadlineExceeded when ctx ended first).
 func (c *Client) Warn(ctx context.Context, reason, message string) error {
 	token, err := os.ReadFile(c.opts.TokenFile)
 	if err != nil {
-		return fmt.Errorf("%w: the service account token cannot be read: %v", ErrPost, err)
+		return fmt.Errorf("%w: the service account token cannot be read: %w", ErrPost, err)
 	}
 	now := c.now().UTC().Format(time.RFC3339)
 	p := c.opts.Pod
@@ -179,19 +181,19 @@ func (c *Client) Warn(ctx context.Context, reason, message string) error {
 		ReportingInstance:  p.Name,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPost, err)
+		return fmt.Errorf("%w: %w", ErrPost, err)
 	}
 	u := strings.TrimSuffix(c.opts.URL, "/") + "/api/v1/namespaces/" + url.PathEscape(p.Namespace) + "/events"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPost, err)
+		return fmt.Errorf("%w: %w", ErrPost, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPost, err)
+		return fmt.Errorf("%w: %w", ErrPost, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

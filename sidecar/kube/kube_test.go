@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -87,6 +88,31 @@ func TestWarnRefused(t *testing.T) {
 	err := client(t, srv).Warn(context.Background(), "PartitionStalled", "m")
 	if !errors.Is(err, kube.ErrPost) || !strings.Contains(err.Error(), "RBAC") {
 		t.Errorf("Warn() = %v; want ErrPost naming RBAC as the way out", err)
+	}
+}
+
+// TestWarnKeepsTheCause: Warn's error wraps ErrPost and what made the post fail, so a caller
+// tells a shutdown (ctx canceled) from an API server that refused.
+func TestWarnKeepsTheCause(t *testing.T) {
+	srv, got := apiServer(t, http.StatusCreated)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := client(t, srv).Warn(ctx, "PartitionStalled", "m")
+	if !errors.Is(err, kube.ErrPost) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Warn(canceled ctx) = %v; want an error wrapping ErrPost and context.Canceled", err)
+	}
+	if len(*got) != 0 {
+		t.Errorf("posts with ctx canceled = %d; want 0", len(*got))
+	}
+
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	c, err := kube.New(kube.Options{URL: srv.URL, TokenFile: filepath.Join(t.TempDir(), "missing"), CA: ca, Pod: kube.Pod{Name: "upper-0", Namespace: "shop", UID: "uid-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	if err := c.Warn(context.Background(), "PartitionStalled", "m"); !errors.Is(err, kube.ErrPost) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Warn() without a token file = %v; want an error wrapping ErrPost and fs.ErrNotExist", err)
 	}
 }
 

@@ -277,7 +277,7 @@ func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C]
 			if cfg := m.Config; len(cfg) > 0 && string(cfg) != "null" {
 				if err := gojson.Unmarshal(cfg, &s.config); err != nil {
 					var zero C
-					s.configErr = fmt.Errorf("the action's config does not decode into %T: %v (fix the config; every item fails until then)", zero, err)
+					s.configErr = fmt.Errorf("the action's config does not decode into %T: %w (fix the config; every item fails until then)", zero, err)
 					s.log.Error("bad config", "err", s.configErr.Error())
 				}
 			}
@@ -360,7 +360,7 @@ func answer[C, In any](s *session[C], handle func(*session[C], In) error) {
 			*raw = s.item.Payload
 		} else if len(s.item.Payload) > 0 {
 			if err := gojson.Unmarshal(s.item.Payload, &v); err != nil {
-				return fmt.Errorf("the payload of item %s does not decode into %T: %v", s.item.ID, v, err)
+				return fmt.Errorf("the payload of item %s does not decode into %T: %w", s.item.ID, v, err)
 			}
 		}
 		return handle(s, v)

@@ -68,6 +68,9 @@ func runChild(mode string) int {
 	if strings.HasPrefix(mode, "batch") {
 		return runBatchChild(c, mode)
 	}
+	if mode == "stderrtags" {
+		return runStderrTagsChild(c)
+	}
 	marker := os.Getenv("STDIO_TEST_MARKER")
 	switch mode {
 	case "exit1":

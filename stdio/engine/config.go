@@ -89,6 +89,15 @@ type Hooks struct {
 	// ProcessExited is called when a process ended; err is nil for a clean shutdown, else it
 	// names the exit status, the cause and the last stderr lines.
 	ProcessExited func(pid int, err error)
+	// ProcessStartFailed is called when a process meant to replace one that ended could not be
+	// started or did not answer ready (err wraps ErrStart), before the pool backs off and tries
+	// again. A failed Start is not reported here: Start returns its error.
+	ProcessStartFailed func(err error)
+	// ProtocolViolation is called when a ready process wrote a line that breaks the protocol
+	// (err wraps a *stdio.ProtocolError), before the process is killed for it and its
+	// deliveries in flight fail (retryable). it is the oldest delivery in flight, a copy, or nil
+	// when none was (a line between deliveries). A violation before ready is the start's error.
+	ProtocolViolation func(pid int, it *stdio.Item, err error)
 	// AttemptFinished is called after every attempt, before any retry.
 	AttemptFinished func(AttemptInfo)
 	// stdio.Metric is called for every metric line, as it arrives.

@@ -63,7 +63,7 @@ func (pr *process) readStdout(stdout io.Reader) {
 	if err == nil {
 		err = stdio.DecodeMessage(line, &m)
 		if err == nil && m.Type != stdio.TypeReady {
-			err = fmt.Errorf("%w: expected ready after hello, got a %q line: %s", stdio.ErrProtocol, m.Type, errtext.Quote(line))
+			err = stdio.NewProtocolError(stdio.RuleUnexpected, line, fmt.Sprintf("expected ready after hello, got a %q line", m.Type))
 		}
 	}
 	if err != nil {
@@ -89,16 +89,44 @@ func (pr *process) readStdout(stdout io.Reader) {
 			}
 		}
 		if err != nil {
-			pr.fail(readError(noNewline(err, line)))
+			err = readError(noNewline(err, line))
+			pr.violated(err)
+			pr.fail(err)
 			return
 		}
 	}
 }
 
+// violated reports a protocol violation of the ready process to Hooks.ProtocolViolation, before
+// the process is killed for it, charged to the oldest delivery in flight (with one at a time,
+// the delivery): a line that breaks the protocol cannot be trusted to name its own.
+func (pr *process) violated(err error) {
+	h := pr.pool.cfg.Hooks.ProtocolViolation
+	if h == nil || !errors.Is(err, stdio.ErrProtocol) {
+		return
+	}
+	var it *stdio.Item
+	pr.mu.Lock()
+	var oldest *task
+	for _, t := range pr.inflight {
+		if oldest == nil || t.seq < oldest.seq {
+			oldest = t
+		}
+	}
+	if oldest != nil {
+		c := *oldest.item // a retry rewrites the task's item once the attempt is failed
+		it = &c
+	}
+	pr.mu.Unlock()
+	h(pr.pid, it, err)
+}
+
 // noNewline makes a last line without a newline the protocol violation it is, quoting it.
 func noNewline(err error, line []byte) error {
 	if errors.Is(err, stdio.ErrNoNewline) {
-		return fmt.Errorf("%w: %w (stdout ended in %s): end every message with \\n", stdio.ErrProtocol, stdio.ErrNoNewline, errtext.Quote(line))
+		e := stdio.NewProtocolError(stdio.RuleNoNewline, line, "the last line has no newline (stdout ended after it)")
+		e.Err = stdio.ErrNoNewline
+		return e
 	}
 	return err
 }
@@ -137,7 +165,9 @@ func (pr *process) handleInBatch(msg []byte, m *stdio.Message) error {
 	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 		return pr.handle(m, msg)
 	}
-	return fmt.Errorf("%w: %w: a %q message, which an envelope from the action cannot hold (it may hold emit, metric, done, error and abstain messages): %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, m.Type, errtext.Quote(msg))
+	e := stdio.NewProtocolError(stdio.RuleMalformedBatch, msg, fmt.Sprintf("%s: a %q message, which an envelope from the action cannot hold (it may hold emit, metric, done, error and abstain messages)", stdio.ErrMalformedBatch, m.Type))
+	e.Err = stdio.ErrMalformedBatch
+	return e
 }
 
 // handle applies one answer line to the delivery it names.
@@ -146,11 +176,13 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 	case stdio.TypeBatch:
 		if pr.batch { // an envelope the decoder reads and SplitBatch did not: its keys repeat
-			return fmt.Errorf("%w: %w: a line whose \"type\" is given more than once, the last one \"batch\": %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, errtext.Quote(line))
+			e := stdio.NewProtocolError(stdio.RuleMalformedBatch, line, fmt.Sprintf(`%s: a line whose "type" is given more than once, the last one "batch"`, stdio.ErrMalformedBatch))
+			e.Err = stdio.ErrMalformedBatch
+			return e
 		}
-		return fmt.Errorf("%w: a batch envelope from an action that did not declare \"batch\": true in its ready line (declare it there to answer in envelopes, or write one message per line): %s", stdio.ErrProtocol, errtext.Quote(line))
+		return stdio.NewProtocolError(stdio.RuleUndeclaredBatch, line, `a batch envelope from an action that did not declare "batch": true in its ready line (declare it there to answer in envelopes, or write one message per line)`)
 	default:
-		return fmt.Errorf("%w: unexpected %q line from the action (it may send emit, metric, done, error or abstain): %s", stdio.ErrProtocol, m.Type, errtext.Quote(line))
+		return stdio.NewProtocolError(stdio.RuleUnexpected, line, fmt.Sprintf("unexpected %q line from the action (it may send emit, metric, done, error or abstain)", m.Type))
 	}
 	pr.mu.Lock()
 	t := pr.inflight[m.Delivery]
@@ -216,7 +248,7 @@ func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey 
 }
 
 func notInFlight(typ, delivery string, line []byte) error {
-	return fmt.Errorf("%w: %q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries): %s", stdio.ErrProtocol, typ, delivery, errtext.Quote(line))
+	return stdio.NewProtocolError(stdio.RuleNotInFlight, line, fmt.Sprintf("%q for delivery %q, which is not in flight (answered already, never sent, or a line between deliveries)", typ, delivery))
 }
 
 // stagedLocked counts line against the delivery's MaxStagedBytes. pr.mu is held.
@@ -224,7 +256,7 @@ func (pr *process) stagedLocked(t *task, line []byte) error {
 	t.staged += len(line)
 	pr.pool.cfg.Budget.add(len(line))
 	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
-		return fmt.Errorf("%w: delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", stdio.ErrProtocol, t.item.Delivery, errtext.Size(limit))
+		return stdio.NewProtocolError(stdio.RuleStagedTooMuch, nil, fmt.Sprintf("delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", t.item.Delivery, errtext.Size(limit)))
 	}
 	return nil
 }

@@ -2,7 +2,8 @@
 // hands them items over the wire of package stdio, writes deliveries ahead in a window (in
 // batch envelopes to an action that declares them), retries
 // failed attempts with backoff and reports every item's final Result. Only the bridge needs
-// it; an action (and its Go SDK, stdio/action) needs the wire alone.
+// it, and the fixture runner of `millrace test action`, which runs fixtures as production does;
+// an action (and its Go SDK, stdio/action) needs the wire alone.
 //
 // A [Pool] is started from a [Config] whose values the action config has already settled:
 // concurrency, the ready and item timeouts, retries and the window are taken as given (an
@@ -17,6 +18,9 @@
 // written on its item line; Result.Trace names the last one. [Pool.Stats] reads the pool's
 // load for metrics at no cost per item.
 //
-// Errors wrap the sentinels of errors.go (or stdio.ErrProtocol), so callers test with
-// errors.Is; their text names the action, the delivery and the last stderr lines.
+// Errors wrap the package's sentinels ([ErrStart], [ErrCrashed], [ErrTimeout] and the others)
+// or a *stdio.ProtocolError (matching stdio.ErrProtocol) for a line that breaks the protocol,
+// naming its rule and its line, so callers test with errors.Is and errors.As; their text names
+// the action, the delivery and the last stderr lines. Hooks tell the caller what happens as it
+// happens: processes started, ended, failing to start, breaking the protocol.
 package engine

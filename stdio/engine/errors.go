@@ -8,28 +8,29 @@ import "errors"
 // involved.
 var (
 	// ErrClosed is returned by Submit after Close was called, and carried by Abandoned results.
-	ErrClosed = errors.New("stdio: pool closed")
+	ErrClosed = errors.New("engine: pool closed")
 	// ErrStart is returned by Start, and reported through Hooks.Health, when a process cannot be
 	// started or does not answer hello with ready in time.
-	ErrStart = errors.New("stdio: action did not start")
+	ErrStart = errors.New("engine: action did not start")
 	// ErrNoReady is wrapped, with ErrStart, by the error of a start whose process did not answer
-	// hello with ready within the ready timeout.
+	// hello with ready within the ready timeout. Its text is a phrase read inside ErrStart's
+	// message, after the action's name and pid, so it carries no prefix of its own.
 	ErrNoReady = errors.New("did not answer hello with ready")
 	// ErrCrashLoop is reported through Hooks.Health when processes die at start over and over; the
 	// pool keeps retrying with backoff, and queued items wait.
-	ErrCrashLoop = errors.New("stdio: action is crash-looping")
+	ErrCrashLoop = errors.New("engine: action is crash-looping")
 	// ErrCrashed ends a delivery whose process exited or closed stdout mid-delivery (retryable).
-	ErrCrashed = errors.New("stdio: action crashed")
+	ErrCrashed = errors.New("engine: action crashed")
 	// ErrTimeout ends a delivery that outlived Config.ItemTimeout (retryable).
-	ErrTimeout = errors.New("stdio: item timed out")
+	ErrTimeout = errors.New("engine: item timed out")
 	// ErrAction is carried by a Result whose action answered "error"; errors.As to *ActionError
 	// gives the message and whether it was retryable.
-	ErrAction = errors.New("stdio: action answered error")
+	ErrAction = errors.New("engine: action answered error")
 	// ErrBadItem is returned by Submit for an item that cannot be written as one protocol line
 	// (a payload that is not valid JSON, or over MaxLineBytes once framed).
-	ErrBadItem = errors.New("stdio: bad item")
+	ErrBadItem = errors.New("engine: bad item")
 	// ErrConfig is returned by Start for a Config it cannot run (no command, negative counts).
-	ErrConfig = errors.New("stdio: bad config")
+	ErrConfig = errors.New("engine: bad config")
 )
 
 // ActionError is an "error" answer of the action, carried in Result.Err (wrapping ErrAction).

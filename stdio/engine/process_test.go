@@ -148,7 +148,7 @@ func TestStderr(t *testing.T) {
 	}
 }
 
-// TestStderrFlood: 20 MB of stderr per item never blocks the child. The issue says 100 MB;
+// TestStderrFlood: 20 MB of stderr per item never blocks the child. The full case is 100 MB;
 // 20 MB keeps the -race run short and still overflows every pipe and buffer many times;
 // STDIO_TEST_FLOOD_MB=100 runs the full size.
 func TestStderrFlood(t *testing.T) {

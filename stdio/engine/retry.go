@@ -43,6 +43,9 @@ func (p *Pool) respawn(bo *backoff.ExponentialBackOff) *process {
 		fails := p.startFails
 		p.healthMu.Unlock()
 		p.log.Error("action process failed to start", "action", p.cfg.Name, "err", err, "failed_starts_in_a_row", fails)
+		if h := p.cfg.Hooks.ProcessStartFailed; h != nil {
+			h(err)
+		}
 		if fails >= p.cfg.CrashLoopAfter {
 			p.setHealth(fmt.Errorf("%w: %d starts in a row failed (queued items wait; fix the action or its config); last: %w", ErrCrashLoop, fails, err))
 		}

@@ -74,21 +74,9 @@ func (pr *process) logStderr(line []byte, truncated bool) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 8+len(fields))
-	pr.mu.Lock()
-	var cur *task
-	for _, t := range pr.inflight {
-		if cur == nil || t.seq < cur.seq {
-			cur = t
-		}
+	if !taggedByAction(fields) {
+		attrs = pr.appendDelivery(attrs)
 	}
-	// The oldest delivery in flight, else the last one: stderr is read apart from stdout, so a
-	// line written during a delivery may arrive after its answer.
-	if cur != nil {
-		attrs = append(attrs, slog.String("delivery", cur.item.Delivery), slog.String("item", cur.item.ID), slog.Int("attempt", cur.item.Attempt))
-	} else if pr.last.delivery != "" {
-		attrs = append(attrs, slog.String("delivery", pr.last.delivery), slog.String("item", pr.last.item), slog.Int("attempt", pr.last.attempt))
-	}
-	pr.mu.Unlock()
 	msg := "action stderr"
 	if fields != nil {
 		for _, k := range []string{"msg", "message"} {
@@ -114,6 +102,42 @@ func (pr *process) logStderr(line []byte, truncated bool) {
 		attrs = append(attrs, slog.Bool("truncated", true), slog.Int("max_bytes", stderrLineMax))
 	}
 	pr.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// taggedByAction reports whether a JSON stderr line names its delivery itself (as the SDKs'
+// log lines do): the engine then adds none of its own, which would only repeat or contradict
+// the action's.
+func taggedByAction(fields map[string]any) bool {
+	for _, k := range []string{"delivery", "item", "attempt"} {
+		if _, ok := fields[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// appendDelivery adds the delivery a stderr line belongs to, when the engine can tell: with
+// one delivery at a time it is the one in flight, else the last one (stderr is read apart from
+// stdout, so a line written during a delivery may arrive after its answer). With a window the
+// line could belong to any delivery in flight, so it gets none rather than a guess.
+func (pr *process) appendDelivery(attrs []slog.Attr) []slog.Attr {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	var cur *task
+	for _, t := range pr.inflight {
+		if cur == nil || t.seq < cur.seq {
+			cur = t
+		}
+	}
+	// pr.window is read only once a delivery was written (under pr.mu), which happens after
+	// ready settled it.
+	switch {
+	case cur == nil && pr.last.delivery == "", pr.window > 1:
+		return attrs
+	case cur != nil:
+		return append(attrs, slog.String("delivery", cur.item.Delivery), slog.String("item", cur.item.ID), slog.Int("attempt", cur.item.Attempt))
+	}
+	return append(attrs, slog.String("delivery", pr.last.delivery), slog.String("item", pr.last.item), slog.Int("attempt", pr.last.attempt))
 }
 
 // tailText quotes the last stderr lines for an error message.

@@ -10,6 +10,7 @@ const path = require('node:path');
 
 const ACTION = path.join(__dirname, '..', 'testdata', 'action.js');
 const WAIT = 10000; // ms for any one line: a bound on a hang, not a speed target
+const MAX_LINE = 8 << 20; // stdio.MaxLineBytes
 
 class Child {
   constructor(args, env = {}) {
@@ -33,6 +34,8 @@ class Child {
     this.p.stderr.on('data', (s) => { this.stderr += s; });
     this.exited = new Promise((resolve) => this.p.on('close', (code) => resolve(code)));
     this.seq = 0;
+    this.msgs = []; // messages of the last line read not yet returned
+    this.frames = []; // per line read: 'line', or ['batch', its message count]
   }
   wake() { for (const w of this.waiters.splice(0)) w(); }
   async rawLine() {
@@ -42,10 +45,27 @@ class Child {
       if (Date.now() > deadline) throw new Error('no line within ' + WAIT + 'ms; stderr: ' + this.stderr);
       await new Promise((r) => { this.waiters.push(r); setTimeout(r, 100); });
     }
-    return this.lines.shift();
+    const line = this.lines.shift();
+    if (Buffer.byteLength(line) > MAX_LINE) throw new Error(`a line of ${Buffer.byteLength(line)} bytes, over the line limit`);
+    return line;
   }
-  async read() { return JSON.parse(await this.rawLine()); }
+  /** The next message, from a line of its own or from a batch envelope. */
+  async read() {
+    while (!this.msgs.length) {
+      const m = JSON.parse(await this.rawLine());
+      if (m.type === 'batch') {
+        this.frames.push(['batch', m.messages.length]);
+        this.msgs = m.messages;
+      } else {
+        this.frames.push('line');
+        this.msgs = [m];
+      }
+    }
+    return this.msgs.shift();
+  }
   send(...msgs) { this.p.stdin.write(msgs.map((m) => JSON.stringify(m) + '\n').join('')); }
+  /** Writes msgs as one batch envelope, as the engine does for a run of items. */
+  sendBatch(...msgs) { this.send({ type: 'batch', messages: msgs }); }
   async hello(config = {}, extra = {}) {
     this.send({ type: 'hello', protocol: 1, action: 't', config, vars: { v: 1 }, ...extra });
     return this.read();
@@ -86,7 +106,8 @@ function child(t, ...args) {
 
 test('ready declares the window; shutdown exits 0', async (t) => {
   const c = child(t, 'map');
-  assert.deepEqual(await c.hello(), { type: 'ready', window: 64 });
+  assert.deepEqual(await c.hello(), { type: 'ready', window: 64, batch: true });
+  assert.deepEqual(c.frames, ['line']); // ready: never in an envelope
   assert.deepEqual(await c.shutdown(), [0, []]);
 });
 
@@ -97,12 +118,14 @@ test('the end of stdin exits 0', async (t) => {
   assert.equal(await c.exited, 0);
 });
 
-test('map keeps the key and writes the fast shape', async (t) => {
+test('answers take the framing of their items, in the fast shapes; the key kept', async (t) => {
   const c = child(t, 'map');
   await c.hello();
   c.send(c.item({ a: 1, t: 'é' }, { key: 'k1' }));
   assert.equal(await c.rawLine(), '{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}');
-  assert.deepEqual(await c.read(), { type: 'done', delivery: 'dl-1' });
+  assert.equal(await c.rawLine(), '{"type":"done","delivery":"dl-1"}');
+  c.sendBatch(c.item({ a: 2 }, { key: 'k2' }));
+  assert.equal(await c.rawLine(), '{"type":"batch","messages":[{"type":"emit","delivery":"dl-2","key":"k2","payload":{"a":2}},{"type":"done","delivery":"dl-2"}]}');
   const [got] = await c.ask({ a: 2 }, { key: undefined });
   assert.equal('key' in got[0], false);
 });
@@ -172,10 +195,173 @@ test('logs and a stray console.log go to stderr', async (t) => {
   const [got] = await c.ask({ do: 'print' });
   assert.deepEqual(got.map((m) => m.type), ['emit']);
   assert.deepEqual(await c.shutdown(), [0, []]);
-  const lines = c.stderr.trim().split('\n');
-  const rec = JSON.parse(lines[0]);
-  assert.deepEqual([rec.level, rec.msg, rec.n, rec.delivery, rec.item, rec.attempt], ['INFO', 'hello log', 1, 'dl-1', 't/0/1', 1]);
-  assert.ok(lines.includes('stray print'), c.stderr);
+  const recs = c.stderr.trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(recs, [
+    { level: 'INFO', msg: 'hello log', n: 1, delivery: 'dl-1', item: 't/0/1', attempt: 1 },
+    { level: 'INFO', msg: 'stray print', stream: 'stdout', delivery: 'dl-2', item: 't/0/2', attempt: 1 },
+  ]);
+});
+
+test('a console.log is tagged with the item that printed it, async or not', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const items = [c.item({ n: 1 }), c.item({ do: 'print' }), c.item({ do: 'print-async' }, { attempt: 3 })];
+  c.sendBatch(...items);
+  for (const _ of items) await c.answer();
+  assert.equal((await c.shutdown())[0], 0);
+  const recs = c.stderr.trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(recs.map((r) => [r.msg, r.delivery, r.item, r.attempt]), [['stray print', 'dl-2', 't/0/2', 1], ['late print', 'dl-3', 't/0/3', 3]]);
+});
+
+test('an envelope is answered in one envelope, in order', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const items = Array.from({ length: 64 }, (_, i) => c.item({ i, t: 'é\u2028' }, i % 3 === 0 ? { key: undefined } : { key: `k${i}` }));
+  items[6].payload = { do: 'abstain' };
+  c.sendBatch(...items);
+  for (const [n, it] of items.entries()) {
+    const [got, ans] = await c.answer();
+    assert.equal(ans.delivery, it.delivery);
+    if (n === 6) assert.deepEqual([ans.type, got], ['abstain', []]);
+    else assert.deepEqual([ans.type, got[0].payload, got[0].key], ['done', it.payload, it.key]);
+  }
+  assert.deepEqual(c.frames, ['line', ['batch', 127]]); // ready, then one write
+});
+
+test('envelopes and lines mixed with other messages, each answered in its framing', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const [a, b, d, e] = [c.item({ n: 1 }), c.item({ n: 2 }), c.item({ n: 3 }), c.item({ n: 4 })];
+  // one write
+  c.send({ type: 'batch', messages: [] }, a, { type: 'batch', messages: [b, { type: 'future-thing' }, d] }, e);
+  c.sendBatch({ type: 'shutdown' });
+  for (const it of [a, b, d, e]) {
+    const [got, ans] = await c.answer();
+    assert.deepEqual([ans.type, ans.delivery, got[0].payload], ['done', it.delivery, it.payload]);
+  }
+  assert.equal(await c.exited, 0);
+  assert.deepEqual(c.frames, ['line', 'line', 'line', ['batch', 4], 'line', 'line']);
+});
+
+test('a window of lines is answered on lines', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const items = Array.from({ length: 8 }, (_, i) => c.item({ i }));
+  c.send(...items);
+  for (const it of items) {
+    const [, ans] = await c.answer();
+    assert.deepEqual([ans.type, ans.delivery], ['done', it.delivery]);
+  }
+  assert.deepEqual(c.frames.slice(1), Array(16).fill('line'));
+});
+
+test('answers over the line limit are split across lines', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const big = Array.from({ length: 3 }, (_, i) => c.item({ big: 'x'.repeat(3 << 20), i }));
+  c.sendBatch(...big);
+  for (const it of big) {
+    const [got, ans] = await c.answer();
+    assert.deepEqual([ans.type, ans.delivery, got[0].payload.i], ['done', it.delivery, it.payload.i]);
+  }
+  // rawLine checked each line against the limit; the 50 ms flush may cut earlier too
+  const out = c.frames.slice(1);
+  assert.ok(out.length >= 2, JSON.stringify(out));
+  assert.equal(out.reduce((n, f) => n + (f === 'line' ? 1 : f[1]), 0), 6);
+});
+
+test('frame packs envelopes up to the line limit', () => {
+  const { _frame: frame } = require('../millrace.js');
+  const m = (n) => JSON.stringify('x'.repeat(n - 2)); // a JSON string of n bytes
+  const head = '{"type":"batch","messages":['.length;
+  const tail = ']}'.length;
+  const cases = [
+    [[10], ['line']],
+    [[10, 20], [['batch', 2]]],
+    [[3 << 20, 3 << 20, 3 << 20], [['batch', 2], 'line']],
+    [[MAX_LINE - head - tail - 3, 2], [['batch', 2]]], // exactly the limit
+    [[MAX_LINE - head - tail - 3, 3], ['line', 'line']],
+    [[5, MAX_LINE - 5, 7, 8], ['line', 'line', ['batch', 2]]],
+    [[MAX_LINE], ['line']],
+  ];
+  for (const [sizes, want] of cases) {
+    const lines = frame(sizes.map(m)).split('\n');
+    assert.equal(lines.pop(), '');
+    const got = [];
+    const seen = [];
+    for (const l of lines) {
+      assert.ok(Buffer.byteLength(l) <= MAX_LINE, String(sizes));
+      const v = JSON.parse(l);
+      if (typeof v === 'object') {
+        got.push(['batch', v.messages.length]);
+        for (const x of v.messages) seen.push(x.length + 2);
+      } else {
+        got.push('line');
+        seen.push(v.length + 2);
+      }
+    }
+    assert.deepEqual([got, seen], [want, sizes], String(sizes));
+  }
+});
+
+test('an answer near the line limit goes on a line of its own', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const frameLen = '{"type":"emit","delivery":"dl-2","key":"k","payload":{"s":""}}'.length;
+  c.sendBatch(c.item({ n: 1 }), c.item({ s: 'y'.repeat(MAX_LINE - 10 - frameLen) }), c.item({ n: 3 }));
+  const msgs = [];
+  let near = null;
+  while (msgs.length < 6) { // the 50 ms flush may cut the rest anywhere: look at that line only
+    const line = await c.rawLine();
+    const v = JSON.parse(line);
+    if (v.type === 'batch') {
+      for (const m of v.messages) msgs.push([m.type, m.delivery]);
+      continue;
+    }
+    msgs.push([v.type, v.delivery]);
+    if (v.type === 'emit' && v.delivery === 'dl-2') near = line;
+  }
+  assert.deepEqual(msgs, [1, 2, 3].flatMap((n) => [['emit', `dl-${n}`], ['done', `dl-${n}`]]));
+  assert.equal(near && Buffer.byteLength(near), MAX_LINE - 10);
+});
+
+test('an output over the line limit fails its item, not the process', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  let [got, ans] = await c.ask({ s: 'z'.repeat(MAX_LINE) });
+  assert.deepEqual([got, ans.type, ans.retryable], [[], 'error', false]);
+  assert.match(ans.message, /over the 8388608-byte line limit/);
+  [, ans] = await c.ask({ still: 'alive' });
+  assert.equal(ans.type, 'done');
+});
+
+test('an envelope\'s answers go out while a later item still works', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'sdk-gate-'));
+  t.after(() => fs.rmSync(d, { recursive: true, force: true }));
+  const slow = c.item({ do: 'slow' });
+  const blocked = c.item({ do: 'gate', path: path.join(d, 'gate') });
+  c.sendBatch(slow, blocked);
+  let [, ans] = await c.answer(); // would hang if answers waited for the whole envelope
+  assert.deepEqual([ans.type, ans.delivery], ['done', slow.delivery]);
+  fs.writeFileSync(path.join(d, 'gate'), '');
+  [, ans] = await c.answer();
+  assert.deepEqual([ans.type, ans.delivery], ['done', blocked.delivery]);
+});
+
+test('a batch handler gets an envelope without the linger', async (t) => {
+  const c = child(t, 'batch', '4', '30000'); // a linger no test waits for
+  await c.hello();
+  const items = Array.from({ length: 10 }, (_, i) => c.item({ i }));
+  c.sendBatch(...items);
+  const sizes = [];
+  for (const it of items) {
+    const [got, ans] = await c.answer();
+    assert.deepEqual([ans.type, ans.delivery], ['done', it.delivery]);
+    sizes.push(got.find((m) => m.type === 'emit').payload.n);
+  }
+  assert.deepEqual(sizes, [4, 4, 4, 4, 4, 4, 4, 4, 2, 2]);
 });
 
 test('workdir is MILLSTREAM_WORKDIR', async (t) => {
@@ -266,7 +452,7 @@ test('a line longer than one read', async (t) => {
 
 test('batch gets what was written ahead; a result per item', async (t) => {
   const c = child(t, 'batch', '8', '200');
-  assert.deepEqual(await c.hello(), { type: 'ready', window: 64 });
+  assert.deepEqual(await c.hello(), { type: 'ready', window: 64, batch: true });
   const items = Array.from({ length: 10 }, (_, i) => c.item({ i }));
   items[2].payload = { do: 'raise' };
   items[3].payload = { do: 'abstain' };

@@ -19,6 +19,7 @@ function handle(payload, item) {
     case 'metric': item.metric('m', 2.5, { l: 'v' }); break;
     case 'log': item.log.info('hello log', { n: 1 }); break;
     case 'print': console.log('stray print'); break;
+    case 'print-async': return new Promise((resolve) => setTimeout(() => { console.log('late print'); resolve(payload); }, 5));
     case 'workdir':
       fs.writeFileSync(path.join(item.workdir, 'f.txt'), 'x');
       return { workdir: item.workdir, exists: fs.existsSync(path.join(millrace.workdir(), 'f.txt')) };

@@ -10,9 +10,10 @@ require 'tmpdir'
 
 ACTION = File.expand_path('../testdata/action.rb', __dir__)
 WAIT = 10 # seconds for any one line: a bound on a hang, not a speed target
+MAX_LINE = 8 << 20 # stdio.MaxLineBytes
 
 class Child
-  attr_reader :stderr_text
+  attr_reader :stderr_text, :frames
 
   def initialize(*args, env: {})
     @in, @out, @err, @wait = Open3.popen3({ 'MILLSTREAM_WORKDIR' => nil }.merge(env), RbConfig.ruby, ACTION, *args)
@@ -28,6 +29,8 @@ class Child
       @lines << nil
     end
     @seq = 0
+    @msgs = [] # messages of the last line read not yet returned
+    @frames = [] # per line read: 'line', or ['batch', its message count]
   end
 
   def send_msgs(*msgs)
@@ -35,15 +38,32 @@ class Child
     @in.flush
   end
 
+  # Writes msgs as one batch envelope, as the engine does for a run of items.
+  def send_batch(*msgs) = send_msgs({ 'type' => 'batch', 'messages' => msgs })
+
   def raw_line
     line = Timeout.timeout(WAIT) { @lines.pop }
     raise "stdout ended; stderr: #{@err_reader.join(WAIT) && @stderr_text}" if line.nil?
     raise "a line without newline: #{line.inspect}" unless line.end_with?("\n")
+    raise "a line of #{line.bytesize - 1} bytes, over the line limit" if line.bytesize - 1 > MAX_LINE
 
     line.chomp.force_encoding(Encoding::UTF_8)
   end
 
-  def read = JSON.parse(raw_line)
+  # The next message, from a line of its own or from a batch envelope.
+  def read
+    while @msgs.empty?
+      m = JSON.parse(raw_line)
+      if m['type'] == 'batch'
+        @frames << ['batch', m['messages'].length]
+        @msgs = m['messages']
+      else
+        @frames << 'line'
+        @msgs = [m]
+      end
+    end
+    @msgs.shift
+  end
 
   def hello(config = {}, **extra)
     send_msgs({ 'type' => 'hello', 'protocol' => 1, 'action' => 't', 'config' => config, 'vars' => { 'v' => 1 } }.merge(extra.transform_keys(&:to_s)))
@@ -120,7 +140,8 @@ class TestMillrace < Minitest::Test
 
   def test_ready_declares_the_window_and_shutdown_exits_0
     c = child('map')
-    assert_equal({ 'type' => 'ready', 'window' => 64 }, c.hello)
+    assert_equal({ 'type' => 'ready', 'window' => 64, 'batch' => true }, c.hello)
+    assert_equal ['line'], c.frames # ready: never in an envelope
     assert_equal [0, ''], c.shutdown
   end
 
@@ -131,14 +152,166 @@ class TestMillrace < Minitest::Test
     assert_equal 0, c.exit_code
   end
 
-  def test_map_keeps_key_and_writes_the_fast_shape
+  def test_answers_take_the_framing_of_their_items_in_the_fast_shapes
     c = child('map')
     c.hello
     c.send_msgs(c.item({ 'a' => 1, 't' => 'é' }, key: 'k1'))
     assert_equal '{"type":"emit","delivery":"dl-1","key":"k1","payload":{"a":1,"t":"é"}}', c.raw_line
-    assert_equal({ 'type' => 'done', 'delivery' => 'dl-1' }, c.read)
-    got, = c.ask({ 'a' => 2 }, key: nil)
+    assert_equal '{"type":"done","delivery":"dl-1"}', c.raw_line
+    c.send_batch(c.item({ 'a' => 2 }, key: 'k2'))
+    assert_equal '{"type":"batch","messages":[{"type":"emit","delivery":"dl-2","key":"k2","payload":{"a":2}},' \
+                 '{"type":"done","delivery":"dl-2"}]}', c.raw_line
+    got, = c.ask({ 'a' => 3 }, key: nil)
     refute got[0].key?('key')
+  end
+
+  def test_an_envelope_is_answered_in_one_envelope_in_order
+    c = child('map')
+    c.hello
+    items = Array.new(64) { |i| c.item({ 'i' => i, 't' => "é\u2028" }, key: (i % 3).zero? ? nil : "k#{i}") }
+    items[6]['payload'] = { 'do' => 'abstain' }
+    c.send_batch(*items)
+    items.each_with_index do |it, n|
+      got, ans = c.answer
+      assert_equal it['delivery'], ans['delivery']
+      if n == 6
+        assert_equal ['abstain', []], [ans['type'], got]
+      else
+        assert_equal ['done', it['payload'], it['key']], [ans['type'], got[0]['payload'], got[0]['key']]
+      end
+    end
+    assert_equal ['line', ['batch', 127]], c.frames # ready, then one write
+  end
+
+  def test_envelopes_and_lines_mixed_with_other_messages_each_in_its_framing
+    c = child('map')
+    c.hello
+    a, b, d, e = Array.new(4) { |i| c.item({ 'n' => i }) }
+    c.send_msgs({ 'type' => 'batch', 'messages' => [] }, a, { 'type' => 'batch', 'messages' => [b, { 'type' => 'future-thing' }, d] }, e)
+    c.send_batch({ 'type' => 'shutdown' })
+    [a, b, d, e].each do |it|
+      got, ans = c.answer
+      assert_equal ['done', it['delivery'], it['payload']], [ans['type'], ans['delivery'], got[0]['payload']]
+    end
+    assert_equal 0, c.exit_code
+    assert_equal ['line'] * 3 + [['batch', 4]] + ['line'] * 2, c.frames
+  end
+
+  def test_a_window_of_lines_is_answered_on_lines
+    c = child('map')
+    c.hello
+    items = Array.new(8) { |i| c.item({ 'i' => i }) }
+    c.send_msgs(*items)
+    items.each { |it| assert_equal it['delivery'], c.answer[1]['delivery'] }
+    assert_equal ['line'] * 16, c.frames[1..]
+  end
+
+  def test_answers_over_the_line_limit_are_split_across_lines
+    c = child('map')
+    c.hello
+    big = Array.new(3) { |i| c.item({ 'big' => 'x' * (3 << 20), 'i' => i }) }
+    c.send_batch(*big)
+    big.each do |it|
+      got, ans = c.answer
+      assert_equal ['done', it['delivery'], it['payload']['i']], [ans['type'], ans['delivery'], got[0]['payload']['i']]
+    end
+    # raw_line checked each line against the limit; the 50 ms flush may cut earlier too
+    out = c.frames[1..]
+    assert_operator out.length, :>=, 2
+    assert_equal 6, out.sum { |f| f == 'line' ? 1 : f[1] }
+  end
+
+  def test_frame_packs_envelopes_up_to_the_line_limit
+    require_relative '../millrace'
+    m = ->(n) { JSON.generate('x' * (n - 2)) } # a JSON string of n bytes
+    head = '{"type":"batch","messages":['.bytesize
+    tail = ']}'.bytesize
+    [
+      [[10], ['line']],
+      [[10, 20], [['batch', 2]]],
+      [[3 << 20, 3 << 20, 3 << 20], [['batch', 2], 'line']],
+      [[MAX_LINE - head - tail - 3, 2], [['batch', 2]]], # exactly the limit
+      [[MAX_LINE - head - tail - 3, 3], %w[line line]],
+      [[5, MAX_LINE - 5, 7, 8], ['line', 'line', ['batch', 2]]],
+      [[MAX_LINE], ['line']]
+    ].each do |sizes, want|
+      lines = Millrace::Session.frame(sizes.map(&m)).split("\n", -1)
+      assert_equal '', lines.pop
+      got = []
+      seen = []
+      lines.each do |l|
+        assert_operator l.bytesize, :<=, MAX_LINE
+        v = JSON.parse(l)
+        if v.is_a?(Hash)
+          got << ['batch', v['messages'].length]
+          seen.concat(v['messages'].map { |x| x.bytesize + 2 })
+        else
+          got << 'line'
+          seen << v.bytesize + 2
+        end
+      end
+      assert_equal [want, sizes], [got, seen], sizes.inspect
+    end
+  end
+
+  def test_an_answer_near_the_line_limit_goes_on_a_line_of_its_own
+    c = child('map')
+    c.hello
+    frame = '{"type":"emit","delivery":"dl-2","key":"k","payload":{"s":""}}'.bytesize
+    c.send_batch(c.item({ 'n' => 1 }), c.item({ 's' => 'y' * (MAX_LINE - 10 - frame) }), c.item({ 'n' => 3 }))
+    msgs = []
+    near = nil
+    while msgs.length < 6 # the 50 ms flush may cut the rest anywhere: look at that line only
+      line = c.raw_line
+      v = JSON.parse(line)
+      if v['type'] == 'batch'
+        msgs.concat(v['messages'].map { |x| [x['type'], x['delivery']] })
+        next
+      end
+      msgs << [v['type'], v['delivery']]
+      near = line if v['type'] == 'emit' && v['delivery'] == 'dl-2'
+    end
+    assert_equal [1, 2, 3].flat_map { |n| [['emit', "dl-#{n}"], ['done', "dl-#{n}"]] }, msgs
+    assert_equal MAX_LINE - 10, near&.bytesize
+  end
+
+  def test_an_output_over_the_line_limit_fails_its_item_not_the_process
+    c = child('map')
+    c.hello
+    got, ans = c.ask({ 's' => 'z' * MAX_LINE })
+    assert_equal [[], 'error', false], [got, ans['type'], ans['retryable']]
+    assert_match(/over the 8388608-byte line limit/, ans['message'])
+    _, ans = c.ask({ 'still' => 'alive' })
+    assert_equal 'done', ans['type']
+  end
+
+  def test_an_envelopes_answers_go_out_while_a_later_item_still_works
+    c = child('map')
+    c.hello
+    Dir.mktmpdir do |d|
+      gate = File.join(d, 'gate')
+      slow = c.item({ 'do' => 'slow' })
+      blocked = c.item({ 'do' => 'gate', 'path' => gate })
+      c.send_batch(slow, blocked)
+      _, ans = c.answer # would hang if answers waited for the whole envelope
+      assert_equal ['done', slow['delivery']], [ans['type'], ans['delivery']]
+      File.write(gate, '')
+      _, ans = c.answer
+      assert_equal ['done', blocked['delivery']], [ans['type'], ans['delivery']]
+    end
+  end
+
+  def test_batch_handler_gets_an_envelope_without_the_linger
+    c = child('batch', '4', '30') # a linger no test waits for
+    c.hello
+    items = Array.new(10) { |i| c.item({ 'i' => i }) }
+    c.send_batch(*items)
+    sizes = items.map do |it|
+      got, ans = c.answer
+      assert_equal ['done', it['delivery']], [ans['type'], ans['delivery']]
+      got.find { |x| x['type'] == 'emit' }['payload']['n']
+    end
+    assert_equal [4] * 8 + [2] * 2, sizes
   end
 
   def test_key_base64_is_decoded_and_kept
@@ -203,10 +376,23 @@ class TestMillrace < Minitest::Test
     got, = c.ask({ 'do' => 'print' })
     assert_equal ['emit'], got.map { |m| m['type'] }
     assert_equal [0, ''], c.shutdown
-    lines = c.stderr_text.lines.map(&:chomp)
-    rec = JSON.parse(lines[0])
-    assert_equal ['INFO', 'hello log', 1, 'dl-1', 't/0/1', 1], rec.values_at('level', 'msg', 'n', 'delivery', 'item', 'attempt')
-    assert_includes lines, 'stray print'
+    recs = c.stderr_text.lines.map { |l| JSON.parse(l) }
+    assert_equal [
+      { 'level' => 'INFO', 'msg' => 'hello log', 'delivery' => 'dl-1', 'item' => 't/0/1', 'attempt' => 1, 'n' => 1 },
+      { 'level' => 'INFO', 'msg' => 'stray print', 'stream' => 'stdout', 'delivery' => 'dl-2', 'item' => 't/0/2', 'attempt' => 1 }
+    ], recs
+  end
+
+  def test_a_puts_is_tagged_with_the_item_that_printed_it
+    c = child('map')
+    c.hello
+    items = [c.item({ 'n' => 1 }), c.item({ 'do' => 'print' }), c.item({ 'do' => 'print' }, attempt: 3)]
+    c.send_batch(*items)
+    items.each { c.answer }
+    assert_equal 0, c.shutdown[0]
+    recs = c.stderr_text.lines.map { |l| JSON.parse(l) }
+    assert_equal [['stray print', 'dl-2', 't/0/2', 1], ['stray print', 'dl-3', 't/0/3', 3]],
+                 recs.map { |r| r.values_at('msg', 'delivery', 'item', 'attempt') }
   end
 
   def test_workdir
@@ -297,7 +483,7 @@ class TestMillrace < Minitest::Test
 
   def test_batch_gets_what_was_written_ahead
     c = child('batch', '8', '0.2')
-    assert_equal({ 'type' => 'ready', 'window' => 64 }, c.hello)
+    assert_equal({ 'type' => 'ready', 'window' => 64, 'batch' => true }, c.hello)
     items = (0...10).map { |i| c.item({ 'i' => i }) }
     items[2]['payload'] = { 'do' => 'raise' }
     items[3]['payload'] = { 'do' => 'abstain' }
