@@ -42,10 +42,9 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	if isTerminal(e.stdout) {
-		data = append(data, '\n') // the canonical bytes end without one; a shell prompt wants it
-	}
-	_, err = e.stdout.Write(data)
+	// Text on stdout ends with a newline; -o writes the canonical bytes exactly (a trailing
+	// newline is whitespace to every JSON reader, the sidecar's included).
+	_, err = e.stdout.Write(append(data, '\n'))
 	return err
 }
 

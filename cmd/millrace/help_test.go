@@ -91,3 +91,16 @@ func TestRunPartitionsOnExistingData(t *testing.T) {
 		t.Fatalf("run --data --partitions 1 (the same) = %d: %s", code, errOut)
 	}
 }
+
+// TestVersionFlag: millrace --version is millrace version.
+func TestVersionFlag(t *testing.T) {
+	_, want, _ := runCmd(t, "version")
+	for _, arg := range []string{"--version", "-version"} {
+		if code, out, errOut := runCmd(t, arg); code != 0 || out != want || !strings.HasPrefix(out, "millrace ") {
+			t.Errorf("millrace %s = %d, %q (stderr %q); want 0 and %q", arg, code, out, errOut, want)
+		}
+	}
+	if code, _, errOut := runCmd(t, "--version", "extra"); code != 2 || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("millrace --version extra = %d, %q; want 2, naming the argument", code, errOut)
+	}
+}

@@ -64,7 +64,7 @@ func TestKubernetesExample(t *testing.T) {
 		version = imageVersion
 		for _, arg := range []string{bridge.Join(br.Args[1:]), filepath.Dir(exampleAction)} {
 			var stdout, stderr bytes.Buffer
-			if code := dispatch(context.Background(), &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, []string{"describe", arg}); code != 0 || stdout.String() != string(descriptor) {
+			if code := dispatch(context.Background(), &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, []string{"describe", arg}); code != 0 || stdout.String() != string(descriptor)+"\n" {
 				t.Errorf("millrace describe %s = exit %d %q %q; want exit 0 and the bridge's Spec as descriptor.json:\n%s", arg, code, stdout.String(), stderr.String(), descriptor)
 			}
 		}

@@ -76,6 +76,8 @@ func dispatch(ctx context.Context, e *env, args []string) int {
 		return 0
 	case "help":
 		return help(e, args[1:])
+	case "-version", "--version":
+		name = "version" // as most tools answer it; further arguments go to version, which refuses them
 	}
 	cmd := lookup(name)
 	if cmd == nil {

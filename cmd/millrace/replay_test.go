@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ankka-flow/millrace/internal/replay"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
@@ -36,5 +41,57 @@ func TestReplayCommand(t *testing.T) {
 		if code, _, errOut := runCmd(t, tt.args...); code != 2 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("%v = %d, %s; want 2 and %q", tt.args, code, errOut, tt.want)
 		}
+	}
+}
+
+// TestReplayUnreachable: an address where nothing speaks Kafka (a listener that accepts and
+// says nothing, a closed port) is one error naming it, within replay.ReachTimeout, not after
+// the client's retries.
+func TestReplayUnreachable(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		silent.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	for _, addr := range []string{silent.Addr().String(), closedAddr} {
+		for _, args := range [][]string{
+			{"replay", "rewind", "--brokers", addr, "--group", "g", "--to-offset", "earliest", "--dry-run"},
+			{"replay", "dead-letters", "--brokers", addr, "--from", "t", "--dry-run"},
+		} {
+			code, _, errOut := runCmd(t, args...)
+			if want := "no Kafka broker answers at " + addr; code != 1 || !strings.Contains(errOut, want) {
+				t.Errorf("%v = %d, %q; want 1 and %q", args, code, errOut, want)
+			}
+		}
+	}
+	_, err = replay.Rewind(context.Background(), replay.RewindOptions{Kafka: replay.Kafka{Brokers: []string{silent.Addr().String()}}, Group: "g", To: replay.Target{Earliest: true}, DryRun: true})
+	if !errors.Is(err, replay.ErrUnreachable) {
+		t.Errorf("Rewind(silent listener) = %v; want ErrUnreachable", err)
 	}
 }

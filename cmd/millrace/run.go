@@ -85,6 +85,16 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if out.term {
 		opts.Progress = progressWriter{out}
 	}
+	if *data != "" || *follow {
+		// the broker lives as long as the run: say where it is, for millrace replay meanwhile
+		opts.BrokerStarted = func(addrs []string) {
+			where := "in memory"
+			if *data != "" {
+				where = "its data in " + *data
+			}
+			fmt.Fprintf(out, "millrace run: the in-process Kafka broker listens at %s (%s); while this run goes on, point other tools at it: millrace replay … --brokers %s\n", strings.Join(addrs, ","), where, strings.Join(addrs, ","))
+		}
+	}
 	if *brokers != "" {
 		opts.Brokers = strings.Split(*brokers, ",")
 	}

@@ -15,7 +15,8 @@ import (
 // TestRunFailsFast: millrace run ends a fault that can only repeat with exit status 1 and one
 // line naming the cause and the fix, instead of waiting for the stall: a command it cannot
 // execute (checked before anything starts), a program that exits at start every time or never
-// readies, a record the action refuses on every delivery (with no --dead-letter).
+// readies, a record the action refuses on every delivery (with no --dead-letter). millrace
+// test, fixtures or conformance, names a command it cannot execute in the same words.
 func TestRunFailsFast(t *testing.T) {
 	const shebang = "#!/usr/bin/env python3\n"
 	tests := []struct {
@@ -50,6 +51,8 @@ func TestRunFailsFast(t *testing.T) {
 		{"hello-answered-with-text", "python3 main.py", "import sys\nprint('starting up', flush=True)\nsys.stdin.read()\n", 0o644, `{"payload":{}}`,
 			[]string{"the program's answer to hello breaks the protocol (not-json)", `"starting up"`, "fix: stdout carries protocol lines only"}},
 	}
+	// the commands that cannot be executed: found before anything starts, by test too
+	unrunnable := map[string]bool{"not-found": true, "not-executable": true, "no-shebang": true, "env-interpreter-missing": true, "interpreter-missing": true, "bare-name": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -59,11 +62,11 @@ func TestRunFailsFast(t *testing.T) {
 				command = "-- " + command
 			}
 			conf := "t --in in=t-in.v1 --out out=t-out.v1 " + command + "\n"
-			files := map[string]string{"action.conf": conf, "in.jsonl": tt.input + "\n"}
+			files := map[string]string{"action.conf": conf, "in.jsonl": tt.input + "\n", "fixtures/x.in.jsonl": tt.input + "\n"}
 			if tt.main != "" {
 				files["main.py"] = tt.main
 			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(dir, "fixtures"), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			for name, text := range files {
@@ -93,6 +96,20 @@ func TestRunFailsFast(t *testing.T) {
 			for _, w := range tt.want {
 				if !strings.Contains(errOut, w) {
 					t.Errorf("run (%s) said %q; want it to say %q", tt.name, errOut, w)
+				}
+			}
+			if !unrunnable[tt.name] {
+				return
+			}
+			for _, args := range [][]string{{"test", "action", dir}, {"test", "action", dir, "--conformance"}} {
+				code, out, errOut := runCmd(t, args...)
+				if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "millrace test: streamlet t: ") {
+					t.Fatalf("%v (%s) = %d with stdout %q, stderr\n%s\nwant 1 and one line on stderr", args, tt.name, code, out, errOut)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(errOut, w) {
+						t.Errorf("%v (%s) said %q; want it to say %q, as run does", args, tt.name, errOut, w)
+					}
 				}
 			}
 		})

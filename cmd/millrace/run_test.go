@@ -7,7 +7,8 @@ import (
 )
 
 // TestRunFlags: every flag of run does something, so one that would do nothing, or a value
-// that cannot work, is an error naming it; --metrics serves the run's metrics.
+// that cannot work, is an error naming it; --metrics serves the run's metrics; --data says
+// where the in-process broker listens.
 func TestRunFlags(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -26,6 +27,8 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"--metrics", taken.Addr().String()}, 1, "--metrics " + taken.Addr().String()},
 		{[]string{"--metrics", "127.0.0.1:0"}, 0, "metrics at http://127.0.0.1:"},
 		{[]string{"--no-such-flag"}, 2, "not defined: -no-such-flag"},
+		// where other tools (millrace replay) find the broker while the run goes on
+		{[]string{"--data", t.TempDir()}, 0, "the in-process Kafka broker listens at 127.0.0.1:"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runCmd(t, append([]string{"run", dir}, tt.args...)...)

@@ -44,6 +44,9 @@ func runTest(ctx context.Context, e *env, args []string) (err error) {
 	if a.ConfigErr != nil && (*conf || a.Config == nil) {
 		return a.ConfigErr
 	}
+	if err := a.CheckCommand(); err != nil { // as millrace run names it, before anything starts
+		return err
+	}
 	defer quitOnSecondSignal(ctx, e.stderr,
 		"millrace test: stopping the action (Ctrl-C again to quit at once)",
 		"millrace test: quit; the action's processes were killed and their work folders removed")()

@@ -33,8 +33,8 @@ func TestDescribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := runCmd(t, "describe", "../../actions/route-orders"); code != 0 || out != string(want) {
-		t.Fatalf("describe route-orders = %d, %s (stderr %s); want 0, %s", code, out, errOut, want)
+	if code, out, errOut := runCmd(t, "describe", "../../actions/route-orders"); code != 0 || out != string(want)+"\n" {
+		t.Fatalf("describe route-orders = %d, %q (stderr %s); want 0, %s and a newline", code, out, errOut, want)
 	}
 	file := filepath.Join(t.TempDir(), "descriptor.json")
 	if code, _, errOut := runCmd(t, "describe", "-o", file, "../../actions/route-orders/action.conf"); code != 0 {

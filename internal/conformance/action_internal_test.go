@@ -36,3 +36,27 @@ func TestIdempotencyKeyIsTheBridges(t *testing.T) {
 		t.Errorf("idempotencyKey = %s, want the bridge's %s", it.IdempotencyKey, want)
 	}
 }
+
+// TestFillFillsTheLine: the batch check's envelope at the limit is one line of exactly the
+// limit, as the engine may write it.
+func TestFillFillsTheLine(t *testing.T) {
+	a := &Action{Action: bridge.Action{Name: "score", Inlets: []bridge.Port{{Name: "in"}}}}
+	r := newRunner(t.Context(), a, Options{}, t.TempDir(), nil)
+	s := &session{r: r, owner: CheckBatch}
+	key := "clé"
+	ex := fillItem(a, stdio.Item{Key: &key, Payload: []byte(`{"text":"naïve"}`)}, 7, "")
+	for _, limit := range []int{4096, stdio.MaxLineBytes} {
+		p := stdio.Packer{Max: limit}
+		for _, it := range s.fill(ex, limitItems, limit) {
+			p.AppendItem(&it)
+		}
+		out := p.Bytes()
+		if n := strings.Count(string(out), "\n"); n != 1 || len(out) != limit+1 {
+			t.Errorf("fill(%d items, limit %d) packs into %d lines of %d bytes; want one line of %d", limitItems, limit, n, len(out), limit+1)
+		}
+		var m stdio.Message
+		if err := stdio.DecodeMessage(out[:len(out)-1], &m); err != nil || m.Type != stdio.TypeBatch {
+			t.Errorf("fill(limit %d): the envelope decodes as %q, %v", limit, m.Type, err)
+		}
+	}
+}

@@ -22,6 +22,9 @@ const (
 func (r *runner) unknownKeys() {
 	t0 := time.Now()
 	s := r.open(CheckUnknownKeys, r.a.Config, unknownHelloKeys)
+	if !r.awaitMain(CheckUnknownKeys, s, true) {
+		return
+	}
 	n := 0
 	for _, i := range r.answeredInputs() {
 		d := s.deliver(i, r.inputs[i].Item, CheckUnknownKeys)
@@ -33,9 +36,8 @@ func (r *runner) unknownKeys() {
 			r.fail(CheckUnknownKeys, fmt.Sprintf("%s was answered %s with unknown keys in hello and the item, but %s without them%s: ignore keys you do not know", r.inputs[i].Source, got, want, answerText(d.answer)))
 		}
 	}
-	s.shutdown()
-	r.elapsed[CheckUnknownKeys] = time.Since(t0)
-	r.pass[CheckUnknownKeys] = fmt.Sprintf("hello and %d items with unknown keys answered as without them", n)
+	s.finish()
+	r.passed(CheckUnknownKeys, fmt.Sprintf("hello and %s with unknown keys answered as without them", plural(n, "item", "items")), time.Since(t0))
 }
 
 func answerText(m *stdio.Message) string {
@@ -55,10 +57,13 @@ func (r *runner) badConfig() {
 	t0 := time.Now()
 	cfg := malform(r.a.Config)
 	if cfg == nil {
-		r.pass[CheckConfig] = "the action declares no parameter: nothing to malform"
+		r.passed(CheckConfig, "the action declares no parameter: nothing to malform", 0)
 		return
 	}
 	s := r.open(CheckConfig, cfg, "")
+	if !r.awaitMain(CheckConfig, s, true) {
+		return
+	}
 	got := map[string]int{}
 	for _, i := range r.answeredInputs() {
 		d := s.deliver(i, r.inputs[i].Item, CheckConfig)
@@ -67,9 +72,8 @@ func (r *runner) badConfig() {
 		}
 		got[d.outcome()]++
 	}
-	s.shutdown()
-	r.elapsed[CheckConfig] = time.Since(t0)
-	r.pass[CheckConfig] = fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got))
+	s.finish()
+	r.passed(CheckConfig, fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got)), time.Since(t0))
 }
 
 // malform returns cfg with every value replaced by one of another JSON type, or nil when cfg
@@ -144,28 +148,42 @@ func withField(payload json.RawMessage, name string, value string) json.RawMessa
 	}
 }
 
-// nonASCII: an item whose key, a header and a payload field carry non-ASCII text; whatever of
-// it comes back in the outputs must come back unchanged.
+// nonASCII: two items whose key, a header and a payload field carry non-ASCII text, the first
+// from every script, the second only from Latin-1 (a program that never encodes its text may
+// write that as one byte a character, and the first hides it: mixed with wider characters,
+// Perl, for one, writes the whole line as UTF-8); whatever of it comes back in the outputs must
+// come back unchanged.
 func (r *runner) nonASCII() {
 	t0 := time.Now()
-	it := r.exemplar()
-	key := marker + "clé-ключ-键-🔑"
-	header := marker + "naïve café — ελληνικά, עברית, 日本語 🙂"
+	s := r.open(CheckNonASCII, r.a.Config, "")
+	if !r.awaitMain(CheckNonASCII, s, false) {
+		return
+	}
 	// a long run of multi-byte text crosses the buffer boundaries of the usual line readers
-	text := marker + "ünïcödé ✓ e\u0301 \u2028 tab\t \"quoted\" back\\slash " + strings.Repeat("日本語 ελληνικά 🙂 ", 800)
-	it.Key, it.KeyBase64 = &key, ""
-	it.Headers = append(slices.Clone(it.Headers), stdio.Header{Key: "x-conformance-note", Value: &header})
-	it.Payload = withField(it.Payload, "x-conformance-text", text)
-	d := r.single(CheckNonASCII, it, t0)
-	if d == nil {
-		return
+	wide := []string{marker + "clé-ключ-键-🔑", marker + "naïve café — ελληνικά, עברית, 日本語 🙂",
+		marker + "ünïcödé ✓ e\u0301 \u2028 tab\t \"quoted\" back\\slash " + strings.Repeat("日本語 ελληνικά 🙂 ", 800)}
+	latin := []string{marker + "clé-ß", marker + "naïve façade ¿", marker + "Ünïcödé ñ ø å æ " + strings.Repeat("déjà vu ", 200)}
+	outcomes, echoed := map[string]int{}, 0
+	for i, text := range [][]string{wide, latin} {
+		it := r.exemplar()
+		it.Offset += int64(i)
+		it.Key, it.KeyBase64 = &text[0], ""
+		it.Headers = append(slices.Clone(it.Headers), stdio.Header{Key: "x-conformance-note", Value: &text[1]})
+		it.Payload = withField(it.Payload, "x-conformance-text", text[2])
+		d := s.deliver(-1, it, CheckNonASCII)
+		if d == nil || d.answer == nil {
+			s.finish()
+			return
+		}
+		outcomes[d.outcome()]++
+		echoed += roundTrip(r, d, CheckNonASCII, text)
 	}
-	echoed := roundTrip(r, d, CheckNonASCII, []string{key, header, text})
+	s.finish()
 	if echoed == 0 {
-		r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answer was checked", d.outcome())
+		r.passed(CheckNonASCII, fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answers were checked", counts(outcomes)), time.Since(t0))
 		return
 	}
-	r.pass[CheckNonASCII] = fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", d.outcome(), echoed)
+	r.passed(CheckNonASCII, fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", counts(outcomes), echoed), time.Since(t0))
 }
 
 // roundTrip compares every string of d's outputs that starts with the marker with the strings

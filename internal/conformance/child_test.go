@@ -17,44 +17,68 @@ const envChild = testkit.EnvRole
 
 // The behaviours the test binary plays, each a good action or one broken in exactly one way,
 // and the one check that must catch it ("" for the good ones); no other check may fail, and
-// every check must run unless the fault stops every conversation.
+// every check must be judged unless the fault stops every conversation.
 var behaviours = []struct {
 	name  string
 	catch string
 	what  string
-	stops bool // the fault ends every conversation, so later checks cannot run
+	// skips are checks the fault keeps from being judged (answers: it ends every conversation);
+	// each such says "SKIP name: <catch> failed", and no other check may be skipped
+	skips []string
 }{
-	{"good", "", "echoes each item's key and payload as one output", false},
-	{"good-multi", "", "emits two outputs per item, keyed distinctly", false},
-	{"chatty", "", "logs 64 KiB on stderr per item: the kit must read stderr as it comes", false},
-	{"slow-ready", "ready", "sleeps past the ready timeout before ready", false},
-	{"strict-keys", "unknown-keys", "decodes hello and items strictly and crashes on a key it does not know", false},
-	{"pretty", "framing", "writes every message pretty-printed over several lines", false},
-	{"skip-answer", "answers", "forgets to answer an item it drops (payload skip: true)", false},
-	{"double-done", "answers", "answers every item twice", false},
-	{"heartbeat", "silence", "writes a heartbeat metric after every answer", false},
-	{"config-crash", "config", "exits at hello when a config value has the wrong type", false},
-	{"exit-3", "shutdown", "exits with status 3 on shutdown", false},
-	{"stdout-log", "stdout", "logs a text line on stdout before each answer", false},
-	{"small-buffer", "large-payload", "reads stdin with a 64 KiB line buffer and dies on a longer line", false},
-	{"mangle", "non-ascii", "replaces non-ASCII characters with ? in its outputs", false},
-	{"reverse-burst", "burst", "answers items already waiting on stdin in reverse order", false},
-	{"long-stderr", "stderr", "writes a log line of 100 KiB with no newline per item", false},
-	{"same-key", "outputs", "emits two outputs per item with the same key", false},
-	{"huge-line", "framing", "answers every item with a 9 MiB line, over the protocol's 8 MiB", true},
-	{"mute", "ready", "reads hello and never answers ready (its stdout is stuck in a buffer)", true},
-	{"ignore-shutdown", "shutdown", "keeps running when shutdown arrives", false},
+	{"good", "", "echoes each item's key and payload as one output", nil},
+	{"good-multi", "", "emits two outputs per item, keyed distinctly", nil},
+	{"chatty", "", "logs 64 KiB on stderr per item: the kit must read stderr as it comes", nil},
+	{"slow-ready", "ready", "sleeps past the ready timeout before ready", nil},
+	{"strict-keys", "unknown-keys", "decodes hello and items strictly and crashes on a key it does not know", nil},
+	{"pretty", "framing", "writes every message pretty-printed over several lines", nil},
+	{"skip-answer", "answers", "forgets to answer an item it drops (payload skip: true)", nil},
+	{"double-done", "answers", "answers every item twice", nil},
+	{"heartbeat", "silence", "writes a heartbeat metric after every answer", nil},
+	{"config-crash", "config", "exits at hello when a config value has the wrong type", nil},
+	{"exit-3", "shutdown", "exits with status 3 on shutdown", nil},
+	{"stdout-log", "stdout", "logs a text line on stdout before each answer", nil},
+	{"small-buffer", "large-payload", "reads stdin with a 64 KiB line buffer and dies on a longer line", nil},
+	{"mangle", "non-ascii", "replaces non-ASCII characters with ? in its outputs", nil},
+	{"reverse-burst", "burst", "answers items already waiting on stdin in reverse order", nil},
+	{"long-stderr", "stderr", "writes a log line of 100 KiB with no newline per item", nil},
+	{"same-key", "outputs", "emits two outputs per item with the same key", nil},
+	{"huge-line", "framing", "answers every item with a 9 MiB line, over the protocol's 8 MiB", []string{"answers"}},
+	{"mute", "ready", "reads hello and never answers ready (its stdout is stuck in a buffer)", []string{"answers"}},
+	{"ignore-shutdown", "shutdown", "keeps running when shutdown arrives", nil},
+	{"bad-json", "framing", `answers {"type":"done","delivery":dl-…}, the delivery unquoted (not JSON)`, []string{"answers"}},
+	{"batch-good", "", "declares batch, reads envelopes and answers each in one envelope", nil},
+	{"batch-unread", "batch", "declares batch but skips the envelopes it reads", nil},
+	{"batch-small-buffer", "batch", "declares batch but reads stdin with a 4 MiB line buffer and dies on the envelope at the limit", nil},
+	{"batch-malformed", "framing", `declares batch and answers in envelopes with "msgs" for "messages"`, []string{"batch"}},
+	{"batch-undeclared", "framing", "answers in envelopes without declaring batch", []string{"answers"}},
+	{"truncated", "framing", `answers {"type":"done","delivery":"…" without its closing brace, then waits`, []string{"answers"}},
+	{"bad-utf8", "non-ascii", "writes its outputs' non-ASCII text as Latin-1 bytes, which is not UTF-8 (a Perl action without an encoding layer)", nil},
 }
 
 // child runs the behaviour named by its argument as an action on stdin/stdout.
 func child(b string) int {
 	out := bufio.NewWriter(os.Stdout)
+	var collect *[]any // answers gathered for one envelope
+	flushEnvelope := func(key string) {
+		data, _ := json.Marshal(map[string]any{"type": "batch", key: *collect})
+		out.Write(append(data, '\n'))
+		out.Flush()
+		collect = nil
+	}
 	send := func(v any) {
+		if collect != nil {
+			*collect = append(*collect, v)
+			return
+		}
 		var data []byte
 		if b == "pretty" {
 			data, _ = json.MarshalIndent(v, "", "  ")
 		} else {
 			data, _ = json.Marshal(v)
+		}
+		if b == "bad-utf8" {
+			data = latin1(data)
 		}
 		if b == "mangle" {
 			data = []byte(strings.Map(func(r rune) rune {
@@ -70,8 +94,11 @@ func child(b string) int {
 	}
 	var next func() ([]byte, bool)
 	var buffered func() int
-	if b == "small-buffer" {
+	if b == "small-buffer" || b == "batch-small-buffer" {
 		sc := bufio.NewScanner(os.Stdin) // the classic bug: a 64 KiB limit on a line
+		if b == "batch-small-buffer" {
+			sc.Buffer(nil, 4<<20) // enough for a 1 MiB payload, not for a full line
+		}
 		next = func() ([]byte, bool) {
 			if !sc.Scan() {
 				if sc.Err() != nil {
@@ -125,6 +152,14 @@ func child(b string) int {
 		case "same-key":
 			send(map[string]any{"type": "emit", "delivery": d, "key": key, "payload": m["payload"]})
 			send(map[string]any{"type": "emit", "delivery": d, "key": key, "payload": m["payload"]})
+		case "truncated":
+			fmt.Fprintf(out, "{\"type\":\"done\",\"delivery\":%q\n", d)
+			out.Flush()
+			return
+		case "bad-json":
+			fmt.Fprintf(out, "{\"type\":\"done\",\"delivery\":%v}\n", d)
+			out.Flush()
+			return
 		default:
 			e := map[string]any{"type": "emit", "delivery": d, "payload": m["payload"]}
 			if _, ok := m["key"]; ok {
@@ -173,7 +208,29 @@ func child(b string) int {
 			if b == "mute" {
 				continue
 			}
+			if strings.HasPrefix(b, "batch-") && b != "batch-undeclared" {
+				send(map[string]any{"type": "ready", "window": 64, "batch": true})
+				continue
+			}
 			send(map[string]any{"type": "ready"})
+		case "batch":
+			if b == "batch-unread" {
+				continue
+			}
+			var env struct{ Messages []map[string]any }
+			if err := json.Unmarshal(line, &env); err != nil {
+				fmt.Fprintln(os.Stderr, "not an envelope:", err)
+				return 1
+			}
+			collect = new([]any)
+			for _, m := range env.Messages {
+				answer(m)
+			}
+			key := "messages"
+			if b == "batch-malformed" {
+				key = "msgs"
+			}
+			flushEnvelope(key)
 		case "item":
 			if b == "reverse-burst" {
 				held = append(held, m)
@@ -187,6 +244,12 @@ func child(b string) int {
 				held = held[:0]
 				continue
 			}
+			if b == "batch-undeclared" {
+				collect = new([]any)
+				answer(m)
+				flushEnvelope("messages")
+				continue
+			}
 			answer(m)
 		case "shutdown":
 			if b == "exit-3" {
@@ -198,6 +261,23 @@ func child(b string) int {
 			return 0
 		}
 	}
+}
+
+// latin1 writes every character of data below U+0100 as its one Latin-1 byte (and the others
+// as '?'), as a program that never encodes its text does.
+func latin1(data []byte) []byte {
+	var out []byte
+	for _, r := range string(data) {
+		switch {
+		case r < 0x80:
+			out = append(out, byte(r))
+		case r < 0x100:
+			out = append(out, byte(r))
+		default:
+			out = append(out, '?')
+		}
+	}
+	return out
 }
 
 // strict decodes a hello or an item refusing unknown keys, as a naive typed decoder does.

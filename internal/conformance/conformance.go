@@ -31,14 +31,15 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// Exported sentinel errors.
+// Exported sentinel errors. A person reads them after "millrace test:", so they carry no
+// package prefix.
 var (
 	// ErrAction is returned by Run and RunFixtures for an Action they cannot run at all (no
 	// command, a command that cannot start).
-	ErrAction = errors.New("conformance: action cannot run")
+	ErrAction = errors.New("the action cannot run")
 	// ErrFixture is returned by LoadFixtures and RunFixtures for a fixture file that cannot be
 	// read: a line that is not a JSON object, a golden line of an unknown shape.
-	ErrFixture = errors.New("conformance: bad fixture")
+	ErrFixture = errors.New("a bad fixture")
 )
 
 // Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
@@ -194,6 +195,7 @@ const (
 	CheckNonASCII    = "non-ascii"
 	CheckLarge       = "large-payload"
 	CheckBurst       = "burst"
+	CheckBatch       = "batch"
 	CheckStderr      = "stderr"
 	CheckShutdown    = "shutdown"
 )
@@ -211,13 +213,14 @@ var Checks = []struct{ Name, Rule string }{
 	{CheckNonASCII, "non-ASCII text in keys, headers and payloads round-trips unchanged"},
 	{CheckLarge, "a 1 MiB payload is read and answered"},
 	{CheckBurst, "items written at once are all answered, in order"},
+	{CheckBatch, "declaring \"batch\": true in ready, items in envelopes, on lines of their own and in an envelope at the 8 MiB line limit are all answered"},
 	{CheckStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
 	{CheckShutdown, "exits with status 0 on shutdown, within the grace period"},
 }
 
-// Check is the verdict of one check. A check that could not run (its conversation was ended
-// by another check's fault, or the action never became ready) has Ran false and does not
-// pass.
+// Check is the verdict of one check. A check that could not be judged because another failed
+// (its conversation was ended by that fault, or the action never became ready) has Ran false,
+// does not pass, and its Detail names the check that failed ("framing failed").
 type Check struct {
 	Name    string        `json:"name"`
 	Pass    bool          `json:"pass"`
@@ -244,7 +247,7 @@ func (r *Report) Failed() []string {
 	return names
 }
 
-// NotRun returns the names of the checks that could not run.
+// NotRun returns the names of the checks that could not be judged (skipped).
 func (r *Report) NotRun() []string {
 	var names []string
 	for _, c := range r.Checks {
@@ -256,7 +259,8 @@ func (r *Report) NotRun() []string {
 }
 
 // WriteText writes the report as `millrace test action --conformance` prints it: one line
-// per check, "PASS name: detail (time)" or "FAIL …", then the verdict (WriteVerdict).
+// per check, "PASS name: detail (time)", "FAIL …" or "SKIP name: framing failed", then the
+// verdict (WriteVerdict).
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, c := range r.Checks {
@@ -277,7 +281,7 @@ func (r *Report) WriteVerdict(w io.Writer) error {
 	} else {
 		notRun := ""
 		if n := r.NotRun(); len(n) > 0 {
-			notRun = fmt.Sprintf("; %d not checked: %s", len(n), strings.Join(n, ", "))
+			notRun = fmt.Sprintf("; %d skipped: %s", len(n), strings.Join(n, ", "))
 		}
 		fmt.Fprintf(&b, "%s: not conformant (%d of %d checks failed: %s%s)\n", r.Action, len(r.Failed()), len(r.Checks), strings.Join(r.Failed(), ", "), notRun)
 	}
@@ -334,7 +338,7 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	}
 	workdir, err := os.MkdirTemp("", "millrace-conformance-")
 	if err != nil {
-		return nil, fmt.Errorf("conformance: a work folder: %w", err)
+		return nil, fmt.Errorf("a work folder for the test: %w", err)
 	}
 	defer engine.TrackDir(workdir)() // removed by engine.Teardown should the program quit at once
 	defer os.RemoveAll(workdir)

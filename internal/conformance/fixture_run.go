@@ -170,7 +170,7 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 	case oldErr != nil:
 		return res, oldErr
 	case len(old) != len(inputs):
-		res.Error = fmt.Sprintf("%s has %d lines for %d items in %s: one answer per item; run with --update to rewrite it", filepath.Base(f.Out), len(old), len(inputs), filepath.Base(f.In))
+		res.Error = fmt.Sprintf("%s has %s for %s in %s: one answer per item; run with --update to rewrite it", filepath.Base(f.Out), plural(len(old), "line", "lines"), plural(len(inputs), "item", "items"), filepath.Base(f.In))
 		return res, nil
 	}
 	for i := range inputs {
@@ -272,15 +272,19 @@ func (rep *FixtureReport) WriteText(w io.Writer) error {
 		items += f.Items
 		switch {
 		case rep.Updated && f.Error == "":
-			fmt.Fprintf(&b, "UPDATED %s: %d answers written to fixtures/%s.out.jsonl (%s)\n", f.Name, f.Items, f.Name, roundDur(f.Elapsed))
+			fmt.Fprintf(&b, "UPDATED %s: %s written to fixtures/%s.out.jsonl (%s)\n", f.Name, plural(f.Items, "answer", "answers"), f.Name, roundDur(f.Elapsed))
 		case f.Error != "":
 			bad++
 			fmt.Fprintf(&b, "FAIL %s: %s\n", f.Name, f.Error)
 		case f.Pass:
-			fmt.Fprintf(&b, "PASS %s: %d items (%s)\n", f.Name, f.Items, roundDur(f.Elapsed))
+			fmt.Fprintf(&b, "PASS %s: %s (%s)\n", f.Name, plural(f.Items, "item", "items"), roundDur(f.Elapsed))
 		default:
 			bad += len(f.Failures)
-			fmt.Fprintf(&b, "FAIL %s: %d of %d items differ from fixtures/%s.out.jsonl (%s)\n", f.Name, len(f.Failures), f.Items, f.Name, roundDur(f.Elapsed))
+			verb := "differ"
+			if len(f.Failures) == 1 {
+				verb = "differs"
+			}
+			fmt.Fprintf(&b, "FAIL %s: %d of %s %s from fixtures/%s.out.jsonl (%s)\n", f.Name, len(f.Failures), plural(f.Items, "item", "items"), verb, f.Name, roundDur(f.Elapsed))
 			for _, it := range f.Failures {
 				key := ""
 				if it.Key != nil {
@@ -294,14 +298,28 @@ func (rep *FixtureReport) WriteText(w io.Writer) error {
 			}
 		}
 	}
+	files := plural(len(rep.Files), "fixture file", "fixture files")
 	switch {
 	case rep.Updated:
-		fmt.Fprintf(&b, "%s: %d fixture files, %d items: golden files updated; review them with git diff\n", rep.Action, len(rep.Files), items)
+		fmt.Fprintf(&b, "%s: %s, %s: golden files updated; review them with git diff\n", rep.Action, files, plural(items, "item", "items"))
 	case rep.Pass:
-		fmt.Fprintf(&b, "%s: %d fixture files, %d items: all pass\n", rep.Action, len(rep.Files), items)
-	default:
-		fmt.Fprintf(&b, "%s: %d fixture files, %d items: %d failed (run with --update to accept the new answers)\n", rep.Action, len(rep.Files), items, bad)
+		fmt.Fprintf(&b, "%s: %s, %s: all pass\n", rep.Action, files, plural(items, "item", "items"))
+	case rep.differs():
+		fmt.Fprintf(&b, "%s: %s, %s: %d failed (if the new answers are right, run with --update to accept them)\n", rep.Action, files, plural(items, "item", "items"), bad)
+	default: // nothing to accept: the action broke, and --update would record nothing
+		fmt.Fprintf(&b, "%s: %s, %s: %d failed\n", rep.Action, files, plural(items, "item", "items"), bad)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// differs reports whether some item's answer differs from its golden line: the one failure
+// that --update may be the answer to.
+func (rep *FixtureReport) differs() bool {
+	for _, f := range rep.Files {
+		if len(f.Failures) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -54,7 +54,7 @@ func writeGolden(path string, got []*answer, outlets int) error {
 		buf.WriteByte('\n')
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("conformance: writing golden file: %w", err)
+		return fmt.Errorf("writing golden file %s: %w", path, err)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func startProc(a *Action, workdir string, stderrMax int) (*proc, error) {
 	}
 	wd, err := os.MkdirTemp(workdir, "work-")
 	if err != nil {
-		return nil, fmt.Errorf("conformance: a work folder for action %q: %w", a.Name, err)
+		return nil, fmt.Errorf("a work folder for action %q: %w", a.Name, err)
 	}
 	p := &proc{
 		writes: make(chan []byte, 4096), events: make(chan event, 256),

@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -14,6 +15,10 @@ const DefaultAnswerWait = 10 * time.Second
 // sits in a buffer, their own stdout's or their stdin's.
 const streamHint = "flush stdout after each line (print(…, flush=True) or python3 -u; awk: fflush()) and read stdin line by line as it comes, not in blocks (mawk: -W interactive; sed: -u)"
 
+// batchHint is the way out for an action that declared envelopes and left items of one
+// unanswered.
+const batchHint = `read every message of an envelope ({"type":"batch","messages":[…]}: each an item as on its own line), lines up to 8 MiB long, and answer each item, or do not declare "batch": true in ready`
+
 // answerWait is how long a session waits for an answer, and whether that is the kit's bound
 // (shorter than the item timeout) rather than the item timeout itself. Zero: no bound.
 func (r *runner) answerWait() (time.Duration, bool) {
@@ -23,12 +28,16 @@ func (r *runner) answerWait() (time.Duration, bool) {
 	return r.a.Timeout, false
 }
 
-// readyWait is how long a conversation waits for ready before giving up on it: past the ready
-// timeout, so that a slow start fails the ready check alone and the rest still runs, by the
-// answer wait in a conformance run (the verdict comes within the ready timeout plus that).
+// ReadyGrace is how long past the ready timeout a conformance conversation still waits for
+// ready (at most: the answer wait when that is shorter), so that a slow start fails the ready
+// check alone and the rest is still judged, and a silent action is judged within the ready
+// timeout plus ReadyGrace.
+const ReadyGrace = 3 * time.Second
+
+// readyWait is how long a conversation waits for ready before giving up on it.
 func (r *runner) readyWait() time.Duration {
 	if r.wait > 0 {
-		return r.a.ReadyTimeout + r.wait
+		return r.a.ReadyTimeout + min(r.wait, ReadyGrace)
 	}
 	return 2*r.a.ReadyTimeout + 5*time.Second
 }
@@ -53,29 +62,74 @@ func (r *runner) noticeTimer(wait time.Duration) *itemTimer {
 // notef writes a note of what the kit waits for to the progress writer.
 func (r *runner) notef(format string, args ...any) {
 	if r.opts.Progress != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		fmt.Fprintf(r.opts.Progress, "  … "+format+"\n", args...)
 	}
 }
 
-// finished writes the line of each named check not written yet, as it stands now.
+// noteOnce writes a note of a kind every conversation may wait for alike (ready, an exit)
+// only the first time.
+func (r *runner) noteOnce(kind, format string, args ...any) {
+	r.mu.Lock()
+	seen := r.noted[kind]
+	r.noted[kind] = true
+	r.mu.Unlock()
+	if !seen {
+		r.notef(format, args...)
+	}
+}
+
+// conversationChecks are the checks with a conversation of their own, in the order their
+// lines are written as they complete.
+var conversationChecks = []string{CheckAnswers, CheckUnknownKeys, CheckConfig, CheckNonASCII, CheckLarge, CheckBurst, CheckBatch}
+
+// finished marks the named checks complete and writes the line of each complete check not
+// written yet, as it stands now: the conversations' checks in their order (a check that ends
+// early waits for those before it), then, at the end, the others.
 func (r *runner) finished(names ...string) {
 	if r.opts.Progress == nil {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fatal != nil {
+		return // no verdict: Run returns the error
+	}
 	for _, n := range names {
-		if !r.printed[n] {
-			r.printed[n] = true
-			_ = writeCheck(r.opts.Progress, r.verdict(n))
+		r.done[n] = true
+	}
+	for _, n := range conversationChecks {
+		if !r.done[n] {
+			break
+		}
+		r.writeLocked(n)
+	}
+	for _, n := range names {
+		if !slices.Contains(conversationChecks, n) {
+			r.writeLocked(n)
 		}
 	}
 }
 
-// writeCheck writes one check's line: "PASS name: detail (time)" or "FAIL …".
-func writeCheck(w io.Writer, c Check) error {
-	verdict := "PASS"
-	if !c.Pass {
-		verdict = "FAIL"
+func (r *runner) writeLocked(name string) {
+	if !r.printed[name] {
+		r.printed[name] = true
+		_ = writeCheck(r.opts.Progress, r.verdictLocked(name))
 	}
-	_, err := fmt.Fprintf(w, "%s %s: %s (%s)\n", verdict, c.Name, c.Detail, roundDur(c.Elapsed))
+}
+
+// writeCheck writes one check's line: "PASS name: detail (time)", "FAIL …", or "SKIP name:
+// cause" for one that could not be judged.
+func writeCheck(w io.Writer, c Check) error {
+	var err error
+	switch {
+	case c.Pass:
+		_, err = fmt.Fprintf(w, "PASS %s: %s (%s)\n", c.Name, c.Detail, roundDur(c.Elapsed))
+	case !c.Ran:
+		_, err = fmt.Fprintf(w, "SKIP %s: %s\n", c.Name, c.Detail)
+	default:
+		_, err = fmt.Fprintf(w, "FAIL %s: %s (%s)\n", c.Name, c.Detail, roundDur(c.Elapsed))
+	}
 	return err
 }

@@ -24,17 +24,17 @@ func (r *runner) report() *Report {
 	for _, d := range r.readyTimes {
 		slowest = max(slowest, d)
 	}
-	r.pass[CheckReady] = fmt.Sprintf("answered hello with ready (slowest of %d processes: %s)", len(r.readyTimes), roundDur(slowest))
-	r.pass[CheckFraming] = fmt.Sprintf("%d messages from %d processes, one JSON object per line", r.messages, len(r.procs))
+	r.pass[CheckReady] = fmt.Sprintf("answered hello with ready (slowest of %s: %s)", plural(len(r.readyTimes), "process", "processes"), roundDur(slowest))
+	r.pass[CheckFraming] = fmt.Sprintf("%s from %s, one JSON object per line", plural(r.messages, "message", "messages"), plural(len(r.procs), "process", "processes"))
 	r.pass[CheckStdout] = "nothing but protocol lines on stdout"
 	r.pass[CheckSilence] = fmt.Sprintf("nothing out of turn, over %d quiet waits and every delivery", r.quiets)
 	if r.several > 0 {
-		r.pass[CheckOutputs] = fmt.Sprintf("%d outputs to declared outlets; %d deliveries with several to one outlet, keyed distinctly", r.outputs, r.several)
+		r.pass[CheckOutputs] = fmt.Sprintf("%s to declared outlets; %s with several to one outlet, keyed distinctly", plural(r.outputs, "output", "outputs"), plural(r.several, "delivery", "deliveries"))
 	} else {
-		r.pass[CheckOutputs] = fmt.Sprintf("%d outputs to declared outlets (no delivery had several to one outlet)", r.outputs)
+		r.pass[CheckOutputs] = fmt.Sprintf("%s to declared outlets (no delivery had several to one outlet)", plural(r.outputs, "output", "outputs"))
 	}
-	r.pass[CheckStderr] = fmt.Sprintf("%d lines (%s) read as they came", stderrLines, byteSize(stderrBytes))
-	r.pass[CheckShutdown] = fmt.Sprintf("%d processes exited with status 0 (slowest in %s)", r.shutdowns, roundDur(r.shutdownMax))
+	r.pass[CheckStderr] = fmt.Sprintf("%s (%s) read as they came", plural(stderrLines, "line", "lines"), byteSize(stderrBytes))
+	r.pass[CheckShutdown] = fmt.Sprintf("%s exited with status 0 (slowest in %s)", plural(r.shutdowns, "process", "processes"), roundDur(r.shutdownMax))
 	for _, c := range []string{CheckFraming, CheckStdout, CheckSilence, CheckOutputs, CheckStderr} {
 		r.elapsed[c] = total
 	}
@@ -54,35 +54,57 @@ func (r *runner) report() *Report {
 	return rep
 }
 
-// verdict is the check name as it stands: failed, not run, or passed with its detail.
+// verdict is the check name as it stands: failed, not judged because another check failed
+// (skipped), or passed with its detail.
 func (r *runner) verdict(name string) Check {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.verdictLocked(name)
+}
+
+func (r *runner) verdictLocked(name string) Check {
 	ck := Check{Name: name, Elapsed: r.elapsed[name], Ran: true}
-	switch fails := r.fails[name]; {
+	fails := r.fails[name]
+	cause, skipped := r.skip[name]
+	switch {
 	case len(fails) > 0:
 		ck.Detail = fails[0]
 		if len(fails) > 1 {
 			ck.Detail += fmt.Sprintf(" (and %d more)", len(fails)-1)
 		}
-	case r.notRun != "" && !observer(name):
-		ck.Ran, ck.Detail = false, "not checked: "+r.notRun
+		return ck
+	case skipped:
+	case r.blocked != "" && r.unseen(name):
+		cause = r.blocked
 	case name == CheckShutdown && r.shutdowns == 0:
-		ck.Ran, ck.Detail = false, "not checked: no conversation reached shutdown (see the failures above)"
+		ck.Ran, ck.Detail = false, "no conversation reached shutdown (see the failures above)"
+		return ck
 	case r.pass[name] == "":
-		ck.Ran, ck.Detail = false, "not checked: another check's fault ended its conversation (see the failures above)"
+		ck.Ran, ck.Detail = false, "another check's fault ended its conversation (see the failures above)"
+		return ck
 	default:
 		ck.Pass = true
 		ck.Detail = r.pass[name]
+		return ck
 	}
+	ck.Ran, ck.Detail = false, cause+" failed"
 	return ck
 }
 
-// observer reports whether a check watches every conversation rather than running its own.
-func observer(name string) bool {
-	switch name {
-	case CheckReady, CheckFraming, CheckStdout, CheckSilence, CheckOutputs, CheckStderr:
-		return true
+// unseen reports whether nothing of check could be seen in a run whose main conversation
+// never got going (r.blocked): no conversation of its own, or nothing it watches.
+func (r *runner) unseen(check string) bool {
+	switch check {
+	case CheckReady, CheckStderr:
+		return false
+	case CheckShutdown:
+		return r.shutdowns == 0
+	case CheckOutputs:
+		return r.answers == 0
+	case CheckFraming, CheckStdout, CheckSilence:
+		return r.messages == 0
 	}
-	return false
+	return true
 }
 
 func byteSize(n int64) string {
@@ -93,4 +115,12 @@ func byteSize(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// plural is n with the noun that fits it: "1 item", "2 items".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -16,6 +16,7 @@ type delivery struct {
 	owner   string // the check charged when it is not answered
 	written time.Time
 	latency time.Duration
+	text    bool // the item carries non-ASCII text, so an answer that is not UTF-8 broke it
 	emits   []stdio.Message
 	metrics int
 	answer  *stdio.Message // done, error or abstain
@@ -44,6 +45,8 @@ type session struct {
 	answered   map[string]*delivery
 	order      []*delivery // in answer order
 	broken     bool        // the process ended or was given up on: nothing more is sent
+	cause      string      // the check charged when it broke
+	batch      bool        // the process declared "batch": true in ready
 	seq        int
 }
 
@@ -59,11 +62,13 @@ func (s *session) start() {
 	r := s.r
 	p, err := startProc(r.a, r.workdir, r.opts.StderrLineMax)
 	if err != nil {
-		r.fatal = err
+		r.setFatal(err)
 		s.broken = true
 		return
 	}
+	r.mu.Lock()
 	r.procs = append(r.procs, p)
+	r.mu.Unlock()
 	s.p, s.count = p, 0
 	hello := stdio.Message{Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: r.a.Name, Version: r.a.Version, Config: s.cfg, Vars: r.a.vars()}
 	line := stdio.AppendMessage(nil, &hello)
@@ -79,6 +84,9 @@ func (s *session) start() {
 	for {
 		select {
 		case <-notice.C():
+			if s.owner != CheckReady {
+				continue // every conversation waits alike: the main one says so
+			}
 			r.notef("waiting for ready from %s (hello sent %s ago; the ready timeout is %s, the check gives up at %s)", s.name(), roundDur(time.Since(t0)), r.a.ReadyTimeout, r.readyWait())
 		case ev, ok := <-p.events:
 			if !ok {
@@ -86,17 +94,24 @@ func (s *session) start() {
 				return
 			}
 			if ev.kind == evMessage && ev.msg.Type == stdio.TypeReady {
-				r.observeNotes(ev)
+				s.observe(ev)
+				s.batch = ev.msg.Batch
 				s.readyIn = ev.at.Sub(t0)
+				r.mu.Lock()
 				r.readyTimes = append(r.readyTimes, s.readyIn)
+				r.mu.Unlock()
 				if s.readyIn > r.a.ReadyTimeout {
-					r.fail(CheckReady, fmt.Sprintf("ready came after %s, over the %s ready timeout (millrace gives up on a process that takes longer): do the slow preparation after ready, or raise --ready-timeout", roundDur(s.readyIn), r.a.ReadyTimeout))
+					r.failFirst(CheckReady, fmt.Sprintf("ready came after %s, over the %s ready timeout (millrace gives up on a process that takes longer): do the slow preparation after ready, or raise --ready-timeout", roundDur(s.readyIn), r.a.ReadyTimeout))
 				}
 				return
 			}
 			s.handle(ev)
+			if s.broken {
+				return
+			}
 		case <-deadline.C:
-			s.end(fmt.Sprintf("no ready within %s of hello (the ready timeout is %s): %s", r.readyWait(), r.a.ReadyTimeout, streamHint))
+			// the ready rule's fault, whichever conversation meets it: charged once
+			s.endAs(CheckReady, fmt.Sprintf("no ready within %s of hello (the ready timeout is %s): %s", r.readyWait(), r.a.ReadyTimeout, streamHint))
 			return
 		case <-r.ctx.Done():
 			s.end("stopped: " + r.ctx.Err().Error())
@@ -106,7 +121,7 @@ func (s *session) start() {
 }
 
 // ok reports whether the session can take items.
-func (s *session) ok() bool { return !s.broken && s.r.fatal == nil && s.r.ctx.Err() == nil }
+func (s *session) ok() bool { return !s.broken && s.r.fatalErr() == nil && s.r.ctx.Err() == nil }
 
 // end charges the session's owner with why it broke, kills the process and stops the session.
 func (s *session) end(why string) {
@@ -121,12 +136,37 @@ func (s *session) endAs(check, why string) {
 		<-s.p.done
 		check, why = CheckFraming, "the process was stopped: "+s.p.endNote+"; write large data to a file in MILLSTREAM_WORKDIR and send its path"
 	}
-	s.broken = true
+	s.broken, s.cause = true, check
 	if s.p != nil {
 		s.p.kill()
 		why += s.p.stderr.tail()
 	}
-	s.r.fail(check, why)
+	if check == CheckReady {
+		s.r.failFirst(check, why)
+	} else {
+		s.r.fail(check, why)
+	}
+	s.skipWaiting(check)
+}
+
+// stop ends the session on a fault already charged to cause: the process is killed, as the
+// engine kills it on a line it cannot read, and nothing more is judged in this conversation.
+func (s *session) stop(cause string) {
+	if s.broken {
+		return
+	}
+	s.broken, s.cause = true, cause
+	s.p.kill()
+	s.skipWaiting(cause)
+}
+
+// skipWaiting records that the checks whose deliveries are in flight, and the session's own,
+// cannot be judged because cause failed.
+func (s *session) skipWaiting(cause string) {
+	s.r.skipFor(s.owner, cause)
+	for _, d := range s.inflight {
+		s.r.skipFor(d.owner, cause)
+	}
 }
 
 func (s *session) exitDesc() string {
@@ -148,17 +188,28 @@ func (s *session) send(idx int, it stdio.Item, owner string) *delivery {
 			return nil
 		}
 	}
-	s.seq++
-	it.Delivery = fmt.Sprintf("dl-%s-%d", s.owner, s.seq)
-	it.Attempt = 1
-	d := &delivery{idx: idx, item: it, owner: owner, written: time.Now()}
-	s.inflight[it.Delivery] = d
-	s.count++
+	s.number(&it)
 	line := appendItem(nil, &it)
+	d := s.track(idx, it, owner, line)
 	if s.helloExtra != "" { // the conversation with unknown keys has them in items too
 		line = splice(line, unknownItemKeys)
 	}
 	s.p.write(line)
+	return d
+}
+
+// number gives it the session's next delivery, first attempt.
+func (s *session) number(it *stdio.Item) {
+	s.seq++
+	it.Delivery = fmt.Sprintf("dl-%s-%d", s.owner, s.seq)
+	it.Attempt = 1
+}
+
+// track records the delivery of it, written as line, as in flight.
+func (s *session) track(idx int, it stdio.Item, owner string, line []byte) *delivery {
+	d := &delivery{idx: idx, item: it, owner: owner, written: time.Now(), text: !isASCII(line)}
+	s.inflight[it.Delivery] = d
+	s.count++
 	return d
 }
 
@@ -183,7 +234,11 @@ func (s *session) await() {
 		case ev, ok := <-s.p.events:
 			if !ok {
 				d := s.oldest()
-				s.endAs(d.owner, fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d)))
+				why := fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d))
+				if d.owner == CheckBatch {
+					why += ": " + batchHint
+				}
+				s.endAs(d.owner, why)
 				return
 			}
 			before := len(s.inflight)
@@ -199,7 +254,11 @@ func (s *session) await() {
 			if bounded {
 				limit = fmt.Sprintf("the conformance wait; the item timeout is %s: give a slow action more with --timeout", s.r.a.Timeout)
 			}
-			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, streamHint))
+			hint := streamHint
+			if d.owner == CheckBatch {
+				hint = batchHint
+			}
+			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, hint))
 			return
 		case <-s.r.ctx.Done():
 			s.endAs(s.owner, "stopped: "+s.r.ctx.Err().Error())
@@ -283,30 +342,30 @@ func (s *session) shutdown() {
 	for events != nil {
 		select {
 		case <-notice.C():
-			r.notef("waiting for %s to exit after shutdown (%s so far; the check fails at %s)", s.name(), roundDur(time.Since(t0)), r.a.ShutdownGrace)
+			r.noteOnce("shutdown", "waiting for %s to exit after shutdown (%s so far; the check fails at %s)", s.name(), roundDur(time.Since(t0)), r.a.ShutdownGrace)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
 				continue
 			}
 			s.handle(ev)
+			if s.broken {
+				return
+			}
 		case <-grace.C:
 			s.broken = true
 			s.p.kill()
-			r.fail(CheckShutdown, fmt.Sprintf("still running %s after shutdown (%s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.name()))
+			r.failFirst(CheckShutdown, fmt.Sprintf("still running %s after shutdown (%s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.name()))
 			return
 		}
 	}
 	if !waitCtx(context.Background(), s.p.done, time.Until(t0.Add(r.a.ShutdownGrace))) {
 		s.broken = true
 		s.p.kill()
-		r.fail(CheckShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (%s)", r.a.ShutdownGrace, s.name()))
+		r.failFirst(CheckShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (%s)", r.a.ShutdownGrace, s.name()))
 		return
 	}
 	took := time.Since(t0)
-	if took > r.shutdownMax {
-		r.shutdownMax = took
-	}
 	code, desc := s.p.exitStatus()
 	if s.p.endNote != "" {
 		r.fail(CheckFraming, s.p.endNote)
@@ -315,7 +374,17 @@ func (s *session) shutdown() {
 		r.fail(CheckShutdown, fmt.Sprintf("%s after shutdown (%s): exit with status 0%s", desc, s.name(), s.p.stderr.tail()))
 		return
 	}
+	r.mu.Lock()
 	r.shutdowns++
+	r.shutdownMax = max(r.shutdownMax, took)
+	r.mu.Unlock()
+}
+
+// finish ends a check's conversation: the next check's may send its items while this one's
+// process is shut down.
+func (s *session) finish() {
+	s.r.endTurn(s.owner)
+	s.shutdown()
 }
 
 // name names the conversation in a report.
@@ -329,15 +398,75 @@ func (s *session) name() string {
 	return "the " + s.owner + " conversation"
 }
 
+// observe charges the framing and stdout faults seen on a line. A line the engine cannot read
+// ends the conversation, as the engine kills the process on it: what it may have answered is
+// lost, so the checks waiting on it are skipped rather than failed for a missing answer.
+func (s *session) observe(ev event) {
+	r := s.r
+	switch ev.kind {
+	case evText:
+		r.fail(CheckStdout, fmt.Sprintf("a line that is not a protocol message: %s; stdout carries protocol lines only, write logs to stderr", quote(ev.raw)))
+	case evBad:
+		detail := ev.note
+		if !ev.shown {
+			detail += "; the line: " + quote(firstLine(ev.raw))
+		}
+		hint := ev.hint
+		if hint == "" {
+			hint = "write each message with a JSON encoder, one object per line"
+		}
+		check, detail := CheckFraming, detail+"; the engine stops the process on such a line: "+hint
+		if ev.badUTF8 && s.carriesText() {
+			check = CheckNonASCII
+			detail = fmt.Sprintf("non-ASCII text came back broken: a line that is not valid UTF-8: %s; decode stdin as UTF-8 and encode stdout as UTF-8 (Perl: use open qw(:std :encoding(UTF-8))), and never cut text inside a character", quote(firstLine(ev.raw)))
+		}
+		r.fail(check, detail)
+		s.stop(check)
+	case evMessage:
+		if ev.note != "" {
+			r.fail(CheckFraming, ev.note+"; it starts "+quote(firstLine(ev.raw)))
+		}
+	case evEnvelope:
+		if !s.batch {
+			r.fail(CheckFraming, fmt.Sprintf("a batch envelope from an action that did not declare \"batch\": true in ready: %s; declare it in ready ({\"type\":\"ready\",\"window\":64,\"batch\":true}) or write each message on its own line", quote(ev.raw)))
+			s.stop(CheckFraming)
+			return
+		}
+		r.add(&r.envelopes, 1)
+	}
+}
+
+// carriesText reports whether the conversation sent non-ASCII text the action may be echoing.
+func (s *session) carriesText() bool {
+	if s.owner == CheckNonASCII {
+		return true
+	}
+	for _, d := range s.inflight {
+		if d.text {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // handle classifies one event of stdout.
 func (s *session) handle(ev event) {
 	r := s.r
-	r.observeNotes(ev)
+	s.observe(ev)
 	if ev.kind != evMessage {
 		return
 	}
 	m := ev.msg
-	r.messages++
+	r.add(&r.messages, 1)
 	switch m.Type {
 	case stdio.TypeReady:
 		r.fail(CheckSilence, "a second ready, after the first: say ready once, after hello")

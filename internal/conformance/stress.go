@@ -31,10 +31,14 @@ func padding(n int) string {
 // large: the exemplar with a payload of about 1 MiB.
 func (r *runner) large() {
 	t0 := time.Now()
+	s := r.open(CheckLarge, r.a.Config, "")
+	if !r.awaitMain(CheckLarge, s, false) {
+		return
+	}
 	it := r.exemplar()
 	pad := padding(r.opts.PayloadSize)
 	it.Payload = withField(it.Payload, "x-conformance-padding", pad)
-	d := r.single(CheckLarge, it, t0)
+	d := s.single(it)
 	if d == nil {
 		return
 	}
@@ -43,7 +47,7 @@ func (r *runner) large() {
 	if echoed > 0 {
 		what = ", and it came back unchanged"
 	}
-	r.pass[CheckLarge] = fmt.Sprintf("a %s payload answered %s in %s%s", sizeName(len(it.Payload)), d.outcome(), roundDur(d.latency), what)
+	r.passed(CheckLarge, fmt.Sprintf("a %s payload answered %s in %s%s", sizeName(len(it.Payload)), d.outcome(), roundDur(d.latency), what), time.Since(t0))
 }
 
 func sizeName(n int) string {
@@ -56,13 +60,12 @@ func sizeName(n int) string {
 // burst: many copies of the exemplar written at once; every one answered, in order.
 func (r *runner) burst() {
 	if r.a.PerItem {
-		r.pass[CheckBurst] = "does not apply with --per-item (one process per item)"
+		r.passed(CheckBurst, "does not apply with --per-item (one process per item)", 0)
 		return
 	}
 	t0 := time.Now()
 	s := r.open(CheckBurst, r.a.Config, "")
-	if !s.ok() {
-		r.elapsed[CheckBurst] = time.Since(t0)
+	if !r.awaitMain(CheckBurst, s, false) || !s.ok() {
 		return
 	}
 	ex := r.exemplar()
@@ -77,8 +80,7 @@ func (r *runner) burst() {
 	}
 	s.await()
 	took := time.Since(tw)
-	s.shutdown()
-	r.elapsed[CheckBurst] = time.Since(t0)
+	s.finish()
 	if len(s.order) < len(sent) {
 		return
 	}
@@ -88,7 +90,7 @@ func (r *runner) burst() {
 			return
 		}
 	}
-	r.pass[CheckBurst] = fmt.Sprintf("%d items written at once, all answered in order in %s (%.0f items/s)", len(sent), roundDur(took), float64(len(sent))/took.Seconds())
+	r.passed(CheckBurst, fmt.Sprintf("%d items written at once, all answered in order in %s (%.0f items/s)", len(sent), roundDur(took), float64(len(sent))/took.Seconds()), time.Since(t0))
 }
 
 // burstSize is Options.Burst, or DefaultBurst cut down for a slow action: about two seconds
@@ -104,13 +106,12 @@ func (r *runner) burstSize() int {
 	return max(MinBurst, min(DefaultBurst, int(2*time.Second/max(mean, time.Microsecond))))
 }
 
-// single delivers it alone in a conversation of its own for check, timed from t0; it returns
-// the delivery, or nil when it got no answer (the failure is recorded).
-func (r *runner) single(check string, it stdio.Item, t0 time.Time) *delivery {
-	s := r.open(check, r.a.Config, "")
-	d := s.deliver(-1, it, check)
-	s.shutdown()
-	r.elapsed[check] = time.Since(t0)
+// single delivers it alone in the session (a conversation of the session owner's own) and
+// shuts it down; it returns the delivery, or nil when it got no answer (the failure or the
+// skip is recorded).
+func (s *session) single(it stdio.Item) *delivery {
+	d := s.deliver(-1, it, s.owner)
+	s.finish()
 	if d == nil || d.answer == nil {
 		return nil
 	}

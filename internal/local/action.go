@@ -21,7 +21,7 @@ const ConfigFile = "action.conf"
 var (
 	// ErrNoAction is returned by Load for an argument that is neither an action directory, nor
 	// a config file, nor a config line.
-	ErrNoAction = errors.New("local: no action")
+	ErrNoAction = errors.New("no action")
 )
 
 // Action is an action as the tools see it: its parsed config line, where it came from, and
@@ -92,6 +92,17 @@ func (a *Action) SetConfig(values map[string]string) error {
 		return fmt.Errorf("%s: the config cannot be resolved: %v", a.Name, problems)
 	}
 	a.Config, a.ConfigErr = cfg, nil
+	return nil
+}
+
+// CheckCommand says why the action's command cannot be executed, in the words `millrace run`
+// says it before anything starts (a command not on PATH, a program in the folder named
+// without ./, a missing #! line or executable bit), or returns nil when it can be, as far as
+// can be told without running it.
+func (a *Action) CheckCommand() error {
+	if msg := commandFault(a.Dir, a.Command); msg != "" {
+		return &repeatError{streamlet: a.Name, msg: msg}
+	}
 	return nil
 }
 

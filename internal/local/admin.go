@@ -36,7 +36,7 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 	configs := map[string]*string{"max.message.bytes": kadm.StringPtr(strconv.Itoa(topicMaxMessageBytes))}
 	resps, err := r.adm.CreateTopics(ctx, int32(r.opts.Partitions), -1, configs, topics...)
 	if err != nil {
-		return fmt.Errorf("local: creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
+		return fmt.Errorf("creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
 	}
 	var existing []string
 	for _, t := range resps.Sorted() {
@@ -44,7 +44,7 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 		case errors.Is(t.Err, kerr.TopicAlreadyExists):
 			existing = append(existing, t.Topic)
 		case t.Err != nil:
-			return fmt.Errorf("local: creating topic %s: %w", t.Topic, t.Err)
+			return fmt.Errorf("creating topic %s: %w", t.Topic, t.Err)
 		}
 	}
 	if err := r.awaitTopics(ctx, topics); err != nil {
@@ -64,7 +64,7 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 			if r.opts.DataDir != "" {
 				where = "in --data " + r.opts.DataDir
 			}
-			return fmt.Errorf("local: --partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
+			return fmt.Errorf("--partitions %d, but topic %s exists %s with %d: partitions are set when a topic is created; use a new --data folder, or leave --partitions out", r.opts.Partitions, t, where, n)
 		}
 	}
 	return nil
@@ -116,26 +116,26 @@ func (r *runner) topicsReady(ctx context.Context, topics []string) error {
 	}
 	resp, err := req.RequestWith(ctx, r.admin)
 	if err != nil {
-		return fmt.Errorf("local: topic metadata: %w", err)
+		return fmt.Errorf("topic metadata: %w", err)
 	}
 	shown := map[string]bool{}
 	for _, t := range resp.Topics {
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			return fmt.Errorf("local: topic %s: %w", deref(t.Topic), err)
+			return fmt.Errorf("topic %s: %w", deref(t.Topic), err)
 		}
 		if len(t.Partitions) == 0 {
-			return fmt.Errorf("local: topic %s has no partitions yet: %w", deref(t.Topic), kerr.LeaderNotAvailable)
+			return fmt.Errorf("topic %s has no partitions yet: %w", deref(t.Topic), kerr.LeaderNotAvailable)
 		}
 		for _, p := range t.Partitions {
 			if p.Leader < 0 || p.ErrorCode == kerr.LeaderNotAvailable.Code {
-				return fmt.Errorf("local: topic %s partition %d has no leader yet: %w", deref(t.Topic), p.Partition, kerr.LeaderNotAvailable)
+				return fmt.Errorf("topic %s partition %d has no leader yet: %w", deref(t.Topic), p.Partition, kerr.LeaderNotAvailable)
 			}
 		}
 		shown[deref(t.Topic)] = true
 	}
 	for _, t := range topics {
 		if !shown[t] {
-			return fmt.Errorf("local: topic %s: %w", t, kerr.UnknownTopicOrPartition)
+			return fmt.Errorf("topic %s: %w", t, kerr.UnknownTopicOrPartition)
 		}
 	}
 	return nil
@@ -145,12 +145,12 @@ func (r *runner) topicsReady(ctx context.Context, topics []string) error {
 func (r *runner) partitions(ctx context.Context, topics []string) (map[string][]int32, error) {
 	tds, err := r.adm.ListTopics(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("local: topic metadata: %w", err)
+		return nil, fmt.Errorf("topic metadata: %w", err)
 	}
 	out := map[string][]int32{}
 	for _, t := range tds.Sorted() {
 		if t.Err != nil {
-			return nil, fmt.Errorf("local: topic %s: %w", t.Topic, t.Err)
+			return nil, fmt.Errorf("topic %s: %w", t.Topic, t.Err)
 		}
 		out[t.Topic] = t.Partitions.Numbers()
 	}
@@ -168,7 +168,7 @@ func deref(s *string) string {
 func (r *runner) endOffsets(ctx context.Context, topics []string) (map[string]map[int32]int64, error) {
 	listed, err := r.adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("local: end offsets: %w", err)
+		return nil, fmt.Errorf("end offsets: %w", err)
 	}
 	out := map[string]map[int32]int64{}
 	var failed error
@@ -176,9 +176,9 @@ func (r *runner) endOffsets(ctx context.Context, topics []string) (map[string]ma
 		switch {
 		case failed != nil:
 		case o.Err != nil && o.Partition < 0: // kadm's entry for a topic it could not list
-			failed = fmt.Errorf("local: topic %s: %w", o.Topic, o.Err)
+			failed = fmt.Errorf("topic %s: %w", o.Topic, o.Err)
 		case o.Err != nil:
-			failed = fmt.Errorf("local: end offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
+			failed = fmt.Errorf("end offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
 		default:
 			if out[o.Topic] == nil {
 				out[o.Topic] = map[int32]int64{}
@@ -200,7 +200,7 @@ func (r *runner) committed(ctx context.Context, st *running) (map[string]map[int
 		return nil, nil // the group has not joined yet: nothing committed
 	}
 	if err != nil {
-		return nil, fmt.Errorf("local: committed offsets of %s: %w", st.group, err)
+		return nil, fmt.Errorf("committed offsets of %s: %w", st.group, err)
 	}
 	out := map[string]map[int32]int64{}
 	fetched.Each(func(o kadm.OffsetResponse) {

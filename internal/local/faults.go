@@ -25,7 +25,7 @@ import (
 // a command that cannot run, a program that exits before ready every time or never readies,
 // a record the action refuses for good on every delivery. Its text is one line: the cause and
 // the fix.
-var errRepeats = errors.New("local: a fault that can only repeat")
+var errRepeats = errors.New("a fault that can only repeat")
 
 // repeatError is one fault that can only repeat, for one streamlet; a refused record stalls
 // its partition too (it matches errStalled).

@@ -64,7 +64,7 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 	}
 	name := filepath.Base(filepath.Clean(dir))
 	if !nameRE.MatchString(name) {
-		return fmt.Errorf("local: action name %q: a streamlet name is 1 to 63 characters of a-z, 0-9 and -, e.g. score-listing", name)
+		return fmt.Errorf("action name %q: a streamlet name is 1 to 63 characters of a-z, 0-9 and -, e.g. score-listing", name)
 	}
 	var program string
 	for _, l := range Langs {
@@ -73,10 +73,10 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 		}
 	}
 	if program == "" {
-		return fmt.Errorf("local: unknown language %q: want one of %s", lang, langNames())
+		return fmt.Errorf("unknown language %q: want one of %s", lang, langNames())
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return fmt.Errorf("local: %s exists and is not empty: pick a new name, or remove it", dir)
+		return fmt.Errorf("%s exists and is not empty: pick a new name, or remove it", dir)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -109,11 +109,11 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 			}
 			t, err := template.New(p).Option("missingkey=error").Parse(string(src))
 			if err != nil {
-				return fmt.Errorf("local: template %s: %w", p, err)
+				return fmt.Errorf("template %s: %w", p, err)
 			}
 			var out bytes.Buffer
 			if err := t.Execute(&out, data); err != nil {
-				return fmt.Errorf("local: template %s: %w", p, err)
+				return fmt.Errorf("template %s: %w", p, err)
 			}
 			rel, _ := strings.CutPrefix(p, root+"/")
 			rel = strings.TrimSuffix(rel, ".tmpl") // main.go.tmpl: kept out of the Go build of this module
@@ -146,7 +146,7 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 		cmd := exec.CommandContext(ctx, "go", "mod", "tidy")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("local: go mod tidy in %s: %w: %s", dir, err, bytes.TrimSpace(out))
+			return fmt.Errorf("go mod tidy in %s: %w: %s", dir, err, bytes.TrimSpace(out))
 		}
 	}
 	return nil
@@ -178,14 +178,14 @@ func goModFor(name, parent string, opts InitOptions) ([]byte, error) {
 		}
 	}
 	if src == "" {
-		return nil, fmt.Errorf("local: a Go action outside the millrace source needs it for the SDK (%s/stdio/action): run init from inside a millrace checkout, set %s to one, or write the action inside it", modulePath, EnvSource)
+		return nil, fmt.Errorf("a Go action outside the millrace source needs it for the SDK (%s/stdio/action): name a millrace checkout with --source DIR (or $%s), run init from inside one, or write the action inside it", modulePath, EnvSource)
 	}
 	src, err := filepath.Abs(src)
 	if err != nil {
 		return nil, err
 	}
 	if _, mod := enclosingModule(src); mod != modulePath {
-		return nil, fmt.Errorf("local: %s is not a millrace checkout (no go.mod of %s there)", src, modulePath)
+		return nil, fmt.Errorf("%s is not a millrace checkout (no go.mod of %s there)", src, modulePath)
 	}
 	goVersion := "1.26"
 	if data, err := os.ReadFile(filepath.Join(src, "go.mod")); err == nil {

@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/sdk"
@@ -143,7 +145,39 @@ func TestInitErrors(t *testing.T) {
 	// a Go action outside any millrace checkout, with none named, cannot find the SDK
 	t.Chdir(dir)
 	err := local.Init(context.Background(), filepath.Join(dir, "g"), "go", local.InitOptions{Getenv: func(string) string { return "" }})
-	if err == nil || !strings.Contains(err.Error(), local.EnvSource) {
-		t.Errorf("Init(go, no source) = %v; want an error naming %s", err, local.EnvSource)
+	if err == nil || !strings.Contains(err.Error(), local.EnvSource) || !strings.Contains(err.Error(), "--source DIR") {
+		t.Errorf("Init(go, no source) = %v; want an error naming --source DIR and %s", err, local.EnvSource)
+	}
+}
+
+// TestTemplatesShowTheDeadLetterDoor: every template's action.conf shows, in a comment, the
+// flags that set refused records aside, and those flags, added to its line, make a valid
+// line whose dead-letter port is the outlet they declare.
+func TestTemplatesShowTheDeadLetterDoor(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("templates", "*", "action.conf"))
+	if err != nil || len(files) < len(local.Langs) {
+		t.Fatalf("templates: %v, %v", files, err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(data), "{{.Name}}", "greet")
+		var door string
+		for _, l := range strings.Split(text, "\n") {
+			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "#"); ok && strings.Contains(f, "--dead-letter") {
+				door = strings.TrimSpace(f)
+			}
+		}
+		if door == "" {
+			t.Errorf("%s shows no --dead-letter line in its comments", file)
+			continue
+		}
+		cut := strings.LastIndex(text, " -- ") // the command's, after every comment
+		a, err := bridge.ParseString(text[:cut] + " " + door + text[cut:])
+		if err != nil || a.DeadLetter == "" || !slices.ContainsFunc(a.Outlets, func(p bridge.Port) bool { return p.Name == a.DeadLetter }) {
+			t.Errorf("%s with %q added: %+v, %v; want a line whose --dead-letter names a declared outlet", file, door, a, err)
+		}
 	}
 }

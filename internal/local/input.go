@@ -130,7 +130,7 @@ func (r *runner) produceInput(ctx context.Context, done chan<- struct{}) {
 			if err != nil {
 				failMu.Lock()
 				if failure == nil {
-					failure = fmt.Errorf("local: producing input line %d to %s: %w", n, rec.Topic, err)
+					failure = fmt.Errorf("producing input line %d to %s: %w", n, rec.Topic, err)
 				}
 				failMu.Unlock()
 			}
@@ -146,7 +146,7 @@ func (r *runner) produceInput(ctx context.Context, done chan<- struct{}) {
 		}
 	}
 	if err := r.admin.Flush(ctx); err != nil {
-		finish(fmt.Errorf("local: producing the input: %w", err))
+		finish(fmt.Errorf("producing the input: %w", err))
 		return
 	}
 	failMu.Lock()

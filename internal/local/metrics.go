@@ -54,7 +54,7 @@ func (r *runner) metricsListeners() ([]*metricsEndpoint, error) {
 					ep.lis.Close()
 				}
 			}
-			return nil, fmt.Errorf("local: streamlet %s: cannot serve its metrics on --metrics %s (its action config line): %w; pick a free address, or leave --metrics out of the line and give millrace run --metrics ADDR", s.Action.Name, addr, err)
+			return nil, fmt.Errorf("streamlet %s: cannot serve its metrics on --metrics %s (its action config line): %w; pick a free address, or leave --metrics out of the line and give millrace run --metrics ADDR", s.Action.Name, addr, err)
 		}
 		ep := &metricsEndpoint{lis: lis, streamlets: []string{s.Action.Name}}
 		byAddr[addr] = ep

@@ -67,7 +67,7 @@ func bindDefaults(s *Streamlet) {
 func LoadPipeline(path string) (*Pipeline, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("local: pipeline: %w", err)
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	base := filepath.Dir(path)
 	p := &Pipeline{Name: strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))}

@@ -34,7 +34,7 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(parts), kafkaLogger(r.log, "printer"),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	if err != nil {
-		return fmt.Errorf("local: the output consumer: %w", err)
+		return fmt.Errorf("the output consumer: %w", err)
 	}
 	several := len(r.p.Streamlets) > 1
 	wg.Add(1)

@@ -22,13 +22,13 @@ import (
 var (
 	// errInput is returned for an input line that is not a record envelope (or, with Bare, not
 	// JSON); it names the line.
-	errInput = errors.New("local: bad input line")
+	errInput = errors.New("bad input line")
 	// errStalled is returned when a partition stalled: a batch kept failing for StallAfter.
-	errStalled = errors.New("local: a partition stalled")
+	errStalled = errors.New("a partition stalled")
 	// errRefused is returned when a sidecar refused its process at discovery.
-	errRefused = errors.New("local: the streamlet was refused at discovery")
+	errRefused = errors.New("the streamlet was refused at discovery")
 	// ErrInterrupted is returned when ctx ended before every output was committed.
-	ErrInterrupted = errors.New("local: interrupted")
+	ErrInterrupted = errors.New("interrupted")
 )
 
 // Options tune Run. The zero value runs an in-memory broker, reads no input and stops when
@@ -55,6 +55,9 @@ type Options struct {
 	// ExactlyOnce runs the sidecars with FLOW_DELIVERY=exactly-once: each commit round is one
 	// Kafka transaction. The printer reads read_committed in either mode.
 	ExactlyOnce bool
+	// BrokerStarted, when set, is called with the in-process broker's addresses once it listens
+	// (never with Brokers), so that the caller can say where other tools (millrace replay) find it.
+	BrokerStarted func(addrs []string)
 }
 
 // runner is one Run.
@@ -123,14 +126,17 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 		}
 		cluster, err := kfake.NewCluster(kopts...)
 		if err != nil {
-			return nil, fmt.Errorf("local: starting the in-process Kafka broker: %w", err)
+			return nil, fmt.Errorf("starting the in-process Kafka broker: %w", err)
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
+		if opts.BrokerStarted != nil {
+			opts.BrokerStarted(brokers)
+		}
 	}
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(topicMaxMessageBytes), kafkaLogger(r.log, "local"))
 	if err != nil {
-		return nil, fmt.Errorf("local: Kafka client for %s: %w", strings.Join(brokers, ","), err)
+		return nil, fmt.Errorf("Kafka client for %s: %w", strings.Join(brokers, ","), err)
 	}
 	defer admin.Close()
 	r.admin = admin

@@ -40,7 +40,7 @@ func (s *Summary) String() string {
 	if len(outs) > 0 {
 		detail = " (" + strings.Join(outs, ", ") + ")"
 	}
-	return fmt.Sprintf("%d records in, %d committed, %d out%s, %d failed, %d retried, in %s", s.In, s.Committed, s.Total(), detail, s.Failed, s.Retries, s.Elapsed.Round(time.Millisecond))
+	return fmt.Sprintf("%s in, %d committed, %d out%s, %d failed, %d retried, in %s", plural(s.In, "record", "records"), s.Committed, s.Total(), detail, s.Failed, s.Retries, s.Elapsed.Round(time.Millisecond))
 }
 
 func (r *runner) summary(complete bool) *Summary {
@@ -82,4 +82,12 @@ func counter(reg *prometheus.Registry, name, label string) float64 {
 		}
 	}
 	return total
+}
+
+// plural is n with the noun that fits it: "1 item", "2 items".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

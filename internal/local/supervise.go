@@ -67,7 +67,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	if r.opts.Getenv != nil {
 		tr, err := bridge.NewTracer(ctx, r.opts.Getenv, name, r.opts.Version, blog)
 		if err != nil {
-			return nil, fmt.Errorf("local: the span export of %s: %w", name, err)
+			return nil, fmt.Errorf("the span export of %s: %w", name, err)
 		}
 		tracer = tr
 	}
@@ -81,7 +81,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = tracer.Shutdown(ctx)
-		return nil, fmt.Errorf("local: a loopback port for the bridge of %s: %w", name, err)
+		return nil, fmt.Errorf("a loopback port for the bridge of %s: %w", name, err)
 	}
 	st.bridge = startTask(ctx, func(ctx context.Context) error {
 		err := srv.Serve(ctx, lis)
@@ -115,7 +115,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []str
 	sc, err := sidecar.New(cfg, slogger)
 	if err != nil {
 		_ = st.bridge.stop()
-		return nil, fmt.Errorf("local: the sidecar of %s: %w", name, err)
+		return nil, fmt.Errorf("the sidecar of %s: %w", name, err)
 	}
 	st.sc = sc
 	st.sidecar = startTask(ctx, sc.Run)

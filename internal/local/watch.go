@@ -48,10 +48,10 @@ func (r *runner) watchUntil(ctx context.Context, inputDone <-chan struct{}) erro
 				if errors.Is(err, sidecar.ErrRefused) {
 					return &refusedError{streamlet: st.s.Action.Name, err: err}
 				}
-				return fmt.Errorf("local: the sidecar of %s stopped: %w", st.s.Action.Name, orStopped(err))
+				return fmt.Errorf("the sidecar of %s stopped: %w", st.s.Action.Name, orStopped(err))
 			}
 			if ended, err := st.bridge.ended(); ended {
-				return fmt.Errorf("local: the bridge of %s stopped: %w", st.s.Action.Name, orStopped(err))
+				return fmt.Errorf("the bridge of %s stopped: %w", st.s.Action.Name, orStopped(err))
 			}
 			if st.sc.StallWarnings() > 0 {
 				return fmt.Errorf("%w: streamlet %s: a batch kept failing for %s and no record after it is processed; the last error: %s", errStalled, st.s.Action.Name, r.opts.StallAfter, st.errs.get())

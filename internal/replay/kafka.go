@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,19 +16,46 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// Sentinel errors. A person reads them after "millrace replay:", so only ErrUsage, which the
+// command cuts off, carries the package's name.
+var (
+	// ErrActiveGroup is returned by Rewind when the group has members: offsets can be set
+	// only while nobody consumes.
+	ErrActiveGroup = errors.New("the consumer group has active members")
+	// ErrUsage marks a mistake in what was asked (a bad target, a filter that matches nothing).
+	ErrUsage = errors.New("replay: usage")
+	// ErrUnreachable is returned by Rewind and Redrive when no broker of --brokers answers
+	// as Kafka within ReachTimeout: nothing listens there, or something that is not Kafka.
+	ErrUnreachable = errors.New("no Kafka broker answers")
+)
+
+// ReachTimeout bounds how long Rewind and Redrive wait for the first answer of a broker, so a
+// wrong address is an error in seconds, not after the client's retries.
+const ReachTimeout = 5 * time.Second
+
 // Kafka says how to reach the cluster.
 type Kafka struct {
 	Brokers []string  // host:port seeds (required)
 	Opts    []kgo.Opt // more client options (TLS, SASL, a logger)
 }
 
-func (k Kafka) client(more ...kgo.Opt) (*kgo.Client, error) {
+// client returns a client of the cluster once a broker has answered it, within ReachTimeout.
+func (k Kafka) client(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error) {
 	if len(k.Brokers) == 0 {
-		return nil, errors.New("replay: no brokers: give --brokers host:port (or set FLOW_BROKERS)")
+		return nil, errors.New("no brokers: give --brokers host:port (or set FLOW_BROKERS)")
 	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, k.Opts...), more...)...)
 	if err != nil {
-		return nil, fmt.Errorf("replay: a client of %v: %w", k.Brokers, err)
+		return nil, fmt.Errorf("a client of %v: %w", k.Brokers, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, ReachTimeout)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		cl.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w at %s within %s (%w): check --brokers, host:port of a Kafka listener (millrace run prints its in-process broker's with --data or --follow)", ErrUnreachable, strings.Join(k.Brokers, ","), ReachTimeout, err)
 	}
 	return cl, nil
 }
@@ -36,14 +64,14 @@ func (k Kafka) client(more ...kgo.Opt) (*kgo.Client, error) {
 func partitions(ctx context.Context, adm *kadm.Client, topic string) ([]int32, error) {
 	tds, err := adm.ListTopics(ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("replay: the metadata of topic %s: %w (is the broker reachable?)", topic, err)
+		return nil, fmt.Errorf("the metadata of topic %s: %w (is the broker reachable?)", topic, err)
 	}
 	td, ok := tds[topic]
 	if !ok {
-		return nil, fmt.Errorf("replay: topic %s: no metadata", topic)
+		return nil, fmt.Errorf("topic %s: no metadata", topic)
 	}
 	if td.Err != nil {
-		return nil, fmt.Errorf("replay: topic %s: %w", topic, td.Err)
+		return nil, fmt.Errorf("topic %s: %w", topic, td.Err)
 	}
 	return td.Partitions.Numbers(), nil
 }
@@ -63,19 +91,19 @@ func listOffsets(ctx context.Context, adm *kadm.Client, topic string, ps []int32
 		listed, err = adm.ListOffsetsAfterMilli(ctx, ts, topic)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("replay: listing the offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("listing the offsets of %s: %w", topic, err)
 	}
 	out := map[int32]int64{}
 	for _, p := range ps {
 		o, ok := listed.Lookup(topic, p)
 		if !ok {
 			if err := listed.Error(); err != nil { // the topic could not be listed at all
-				return nil, fmt.Errorf("replay: listing the offsets of %s: %w", topic, err)
+				return nil, fmt.Errorf("listing the offsets of %s: %w", topic, err)
 			}
-			return nil, fmt.Errorf("replay: listing the offsets of %s/%d: no answer", topic, p)
+			return nil, fmt.Errorf("listing the offsets of %s/%d: no answer", topic, p)
 		}
 		if o.Err != nil {
-			return nil, fmt.Errorf("replay: listing the offsets of %s/%d: %w", topic, p, o.Err)
+			return nil, fmt.Errorf("listing the offsets of %s/%d: %w", topic, p, o.Err)
 		}
 		out[p] = o.Offset
 	}
@@ -92,14 +120,14 @@ func describeGroup(ctx context.Context, adm *kadm.Client, name string) (group, e
 	return retry(ctx, func() (group, error) {
 		described, err := adm.DescribeGroups(ctx, name)
 		if err != nil {
-			return group{}, fmt.Errorf("replay: describing group %s: %w", name, err)
+			return group{}, fmt.Errorf("describing group %s: %w", name, err)
 		}
 		g, ok := described[name]
 		if !ok {
-			return group{}, fmt.Errorf("replay: describing group %s: no answer", name)
+			return group{}, fmt.Errorf("describing group %s: no answer", name)
 		}
 		if g.Err != nil && !errors.Is(g.Err, kerr.GroupIDNotFound) {
-			return group{}, fmt.Errorf("replay: describing group %s: %w", name, g.Err)
+			return group{}, fmt.Errorf("describing group %s: %w", name, g.Err)
 		}
 		out := group{state: g.State}
 		for _, m := range g.Members {
@@ -118,11 +146,11 @@ func committed(ctx context.Context, adm *kadm.Client, name string) (map[string]m
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("replay: the committed offsets of group %s: %w", name, err)
+			return nil, fmt.Errorf("the committed offsets of group %s: %w", name, err)
 		}
 		for _, o := range fetched.Sorted() {
 			if o.Err != nil {
-				return nil, fmt.Errorf("replay: the committed offset of group %s on %s/%d: %w", name, o.Topic, o.Partition, o.Err)
+				return nil, fmt.Errorf("the committed offset of group %s on %s/%d: %w", name, o.Topic, o.Partition, o.Err)
 			}
 			if o.At >= 0 {
 				if out[o.Topic] == nil {

@@ -81,7 +81,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	admin, err := o.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	admin, err := o.client(ctx, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return sum, err
 	}
@@ -118,7 +118,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 		fmt.Fprintf(out, "done: %s\n", sum)
 		return sum, nil
 	}
-	reader, err := o.client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.From: want}),
+	reader, err := o.client(ctx, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.From: want}),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20))
 	if err != nil {
 		return sum, err
@@ -136,7 +136,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 		idle := pctx.Err() != nil
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return sum, fmt.Errorf("replay: re-driving %s interrupted after %s: %w", o.From, sum, err)
+			return sum, fmt.Errorf("re-driving %s interrupted after %s: %w", o.From, sum, err)
 		}
 		if idle && fs.NumRecords() == 0 {
 			// The offsets left are no records (transaction markers): nothing more to read.
@@ -144,7 +144,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 			break
 		}
 		if errs := fs.Errors(); len(errs) > 0 && !idle {
-			return sum, fmt.Errorf("replay: reading %s/%d: %w", errs[0].Topic, errs[0].Partition, errs[0].Err)
+			return sum, fmt.Errorf("reading %s/%d: %w", errs[0].Topic, errs[0].Partition, errs[0].Err)
 		}
 		var stop error
 		fs.EachRecord(func(r *kgo.Record) {
@@ -168,13 +168,13 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 			if _, ok := srcParts[rec.Topic]; !ok {
 				sp, err := partitions(ctx, adm, rec.Topic)
 				if err != nil {
-					stop = fmt.Errorf("replay: dead letter %s/%d@%d names source topic %s: %w", r.Topic, r.Partition, r.Offset, rec.Topic, err)
+					stop = fmt.Errorf("dead letter %s/%d@%d names source topic %s: %w", r.Topic, r.Partition, r.Offset, rec.Topic, err)
 					return
 				}
 				srcParts[rec.Topic] = sp
 			}
 			if !slices.Contains(srcParts[rec.Topic], rec.Partition) {
-				stop = fmt.Errorf("replay: dead letter %s/%d@%d names partition %d of %s, which has partitions %v", r.Topic, r.Partition, r.Offset, rec.Partition, rec.Topic, srcParts[rec.Topic])
+				stop = fmt.Errorf("dead letter %s/%d@%d names partition %d of %s, which has partitions %v", r.Topic, r.Partition, r.Offset, rec.Partition, rec.Topic, srcParts[rec.Topic])
 				return
 			}
 			sum.Redriven++
@@ -187,7 +187,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 				if err != nil {
 					mu.Lock()
 					if sendErr == nil {
-						sendErr = fmt.Errorf("replay: producing dead letter %s/%d@%d back to %s/%d: %w", r.Topic, r.Partition, r.Offset, rec.Topic, rec.Partition, err)
+						sendErr = fmt.Errorf("producing dead letter %s/%d@%d back to %s/%d: %w", r.Topic, r.Partition, r.Offset, rec.Topic, rec.Partition, err)
 					}
 					mu.Unlock()
 				}
@@ -202,7 +202,7 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 		}
 	}
 	if err := admin.Flush(ctx); err != nil {
-		return sum, fmt.Errorf("replay: re-driving %s: %w", o.From, err)
+		return sum, fmt.Errorf("re-driving %s: %w", o.From, err)
 	}
 	mu.Lock()
 	err = sendErr

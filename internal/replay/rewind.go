@@ -14,13 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// ErrActiveGroup is returned by Rewind when the group has members: offsets can be set only
-// while nobody consumes.
-var ErrActiveGroup = errors.New("replay: the consumer group has active members")
-
-// ErrUsage marks a mistake in what was asked (a bad target, a filter that matches nothing).
-var ErrUsage = errors.New("replay: usage")
-
 // Target is where a rewind goes on each partition: the first record at or after Time, the
 // offset Offset, or the log start (Earliest). Exactly one is set.
 type Target struct {
@@ -94,7 +87,7 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	cl, err := o.client()
+	cl, err := o.client(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -146,9 +139,9 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 		line := fmt.Sprintf("  %s/%d: %s → %d", m.Topic, m.Partition, from, m.To)
 		switch {
 		case m.From > m.To:
-			line += fmt.Sprintf(" (%d records read again)", m.From-m.To)
+			line += fmt.Sprintf(" (%s read again)", plural(m.From-m.To, "record", "records"))
 		case m.From >= 0 && m.From < m.To:
-			line += fmt.Sprintf(" (%d records skipped)", m.To-m.From)
+			line += fmt.Sprintf(" (%s skipped)", plural(m.To-m.From, "record", "records"))
 		case m.From == m.To:
 			line += " (unchanged)"
 		}
@@ -227,15 +220,23 @@ func commit(ctx context.Context, adm *kadm.Client, group string, plan []Move) er
 	}
 	resps, err := adm.CommitOffsets(ctx, group, offsets)
 	if err != nil {
-		return fmt.Errorf("replay: committing the offsets of group %s: %w", group, err)
+		return fmt.Errorf("committing the offsets of group %s: %w", group, err)
 	}
 	for _, o := range resps.Sorted() {
 		if err := o.Err; err != nil {
 			if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
 				return fmt.Errorf("%w: group %s: committing %s/%d: %w (a member joined meanwhile: stop the streamlet and try again)", ErrActiveGroup, group, o.Topic, o.Partition, err)
 			}
-			return fmt.Errorf("replay: group %s: committing %s/%d: %w", group, o.Topic, o.Partition, err)
+			return fmt.Errorf("group %s: committing %s/%d: %w", group, o.Topic, o.Partition, err)
 		}
 	}
 	return nil
+}
+
+// plural is n with the noun that fits it: "1 item", "2 items".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
