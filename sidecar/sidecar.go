@@ -8,8 +8,9 @@
 // and redelivering from the last commit indefinitely, discarding on rebalance, and stall
 // warnings as Kubernetes Events.
 //
-// One job per file: config.go and auth.go (the deploy configuration from FLOW_* variables,
-// TLS and SASL), delivery.go (FLOW_DELIVERY and the transactional id), discovery.go,
+// One job per file: config.go (the deploy configuration from FLOW_* variables; the
+// FLOW_KAFKA_* connection settings are package kafkaconn's), auth.go (the first connection
+// check, which names a setting the broker refuses), delivery.go (FLOW_DELIVERY and the transactional id), discovery.go,
 // conversation.go (one Run stream and the batches it sends), receive.go (the process's Emits,
 // Acks and Fails), kafka.go (the clients and the poller), queue.go (each partition's buffer
 // of fetched records), budget.go (the emit budgets: backpressure and halving an over-budget
@@ -267,6 +268,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 	}()
 
+	if err := s.checkKafka(ctx); err != nil {
+		return err
+	}
 	failures := s.newBackoff(s.cfg.FailureBackoff)
 	for {
 		start, err := s.discover(ctx)

@@ -1,0 +1,164 @@
+package sidecar_test
+
+import (
+	"crypto/tls"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
+)
+
+// The secured broker's users: the admin the test's own clients use, and the sidecar's.
+const (
+	adminUser, adminPass     = "admin", "admin-pw"
+	sidecarUser, sidecarPass = "sidecar", "Known-Secret-7f3a9c"
+)
+
+// security is how a secured kfake is set up: what it demands of a client.
+type security struct {
+	mtls bool   // a client certificate its CA signed
+	mech string // a SASL mechanism ("" for none); the sidecar's user authenticates with it
+	acls []kfake.ACL
+	// withACLs enforces ACLs: the sidecar's user is then an ordinary user holding acls.
+	withACLs bool
+}
+
+// securedBroker starts a kfake that refuses anything less than sec (always TLS, with a CA the
+// test generates), and returns it with the FLOW_KAFKA_* variables that reach it as the
+// sidecar's user, the password coming from a file.
+func securedBroker(t *testing.T, sec security) (*testkit.Broker, env) {
+	t.Helper()
+	ca := testkit.NewCA(t, "kafka")
+	var clients *testkit.CA
+	if sec.mtls {
+		clients = ca
+	}
+	kf := []kfake.Opt{kfake.TLS(testkit.ServerTLS(ca.Issue(t, "kfake", time.Time{}, time.Time{}), clients))}
+	clientTLS := &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12}
+	vars := env{"FLOW_KAFKA_TLS": "true", "FLOW_KAFKA_TLS_CA_FILE": ca.File}
+	if sec.mtls {
+		p := ca.Issue(t, "sidecar", time.Time{}, time.Time{})
+		clientTLS.Certificates = []tls.Certificate{p.TLS}
+		vars["FLOW_KAFKA_TLS_CERT_FILE"], vars["FLOW_KAFKA_TLS_KEY_FILE"] = p.CertFile, p.KeyFile
+	}
+	conn := []kgo.Opt{kgo.DialTLSConfig(clientTLS)}
+	if sec.mech != "" {
+		kf = append(kf, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", adminUser, adminPass))
+		if sec.withACLs {
+			kf = append(kf, kfake.EnableACLs(), kfake.User(sec.mech, sidecarUser, sidecarPass, sec.acls...))
+		} else {
+			kf = append(kf, kfake.Superuser(sec.mech, sidecarUser, sidecarPass))
+		}
+		conn = append(conn, kgo.SASL(scram.Auth{User: adminUser, Pass: adminPass}.AsSha256Mechanism()))
+		pw := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(pw, []byte(sidecarPass+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		vars["FLOW_KAFKA_SASL_MECHANISM"], vars["FLOW_KAFKA_SASL_USERNAME"], vars["FLOW_KAFKA_SASL_PASSWORD_FILE"] = sec.mech, sidecarUser, pw
+	}
+	b := testkit.NewBroker(t, testkit.BrokerOptions{KfakeOnly: true, Kfake: kf, Conn: conn, Client: []kgo.Opt{
+		kgo.DefaultProduceTopic(""), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}})
+	return b, vars
+}
+
+// TestSecuredEcho runs the echo against brokers that refuse anything less than TLS, mutual
+// TLS, SASL PLAIN or SCRAM over TLS, in both delivery modes.
+func TestSecuredEcho(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sec  security
+	}{
+		{"TLS", security{}},
+		{"mutual TLS", security{mtls: true}},
+		{"PLAIN over TLS", security{mech: "PLAIN"}},
+		{"SCRAM-SHA-256 over TLS", security{mech: "SCRAM-SHA-256"}},
+		{"SCRAM-SHA-512 over mutual TLS", security{mtls: true, mech: "SCRAM-SHA-512"}},
+	} {
+		for _, delivery := range []string{"at-least-once", "exactly-once"} {
+			t.Run(tc.name+"/"+delivery, func(t *testing.T) {
+				b, vars := securedBroker(t, tc.sec)
+				secureEcho(t, b, vars, delivery, 40)
+			})
+		}
+	}
+}
+
+// secureEcho runs the echo of n records through a sidecar with vars and checks every output
+// is there once and every offset committed.
+func secureEcho(t *testing.T, b *testkit.Broker, vars env, delivery string, n int) *running {
+	t.Helper()
+	in, out := b.Topic(t, "in", 2), b.Topic(t, "out", 2)
+	f := newProcess(t, echo)
+	e := baseEnv(t, b, f, in, out)
+	for k, v := range vars {
+		e[k] = v
+	}
+	e["FLOW_DELIVERY"] = delivery
+	b.Produce(t, records(in, 2, n)...)
+	r := start(t, e.config(t))
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(2, n)) })
+	got := b.ReadN(t, out, n, waitTimeout)
+	seen := map[string]int{}
+	for _, rec := range got {
+		seen[string(rec.Value)]++
+	}
+	for _, want := range records(in, 2, n) {
+		if seen[string(want.Value)+"!"] != 1 {
+			t.Errorf("output of %q seen %d times; want once", want.Value, seen[string(want.Value)+"!"])
+		}
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("Run() = %v; want nil", err)
+	}
+	return r
+}
+
+// TestSecuredRefusalStopsAtOnce: a wrong password and a CA the broker's certificate is not
+// signed by each stop the sidecar within seconds with an error naming the setting.
+func TestSecuredRefusalStopsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		change  func(t *testing.T, e env)
+		setting string
+	}{
+		{"wrong password", func(t *testing.T, e env) {
+			delete(e, "FLOW_KAFKA_SASL_PASSWORD_FILE")
+			e["FLOW_KAFKA_SASL_PASSWORD"] = "not-the-password"
+		}, "FLOW_KAFKA_SASL_PASSWORD"},
+		{"unknown CA", func(t *testing.T, e env) { e["FLOW_KAFKA_TLS_CA_FILE"] = testkit.NewCA(t, "other").File }, "FLOW_KAFKA_TLS_CA_FILE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, vars := securedBroker(t, security{mech: "SCRAM-SHA-512"})
+			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
+			f := newProcess(t, echo)
+			e := baseEnv(t, b, f, in, out)
+			for k, v := range vars {
+				e[k] = v
+			}
+			tc.change(t, e)
+			r := start(t, e.config(t))
+			var err error
+			select {
+			case err = <-r.done:
+				close(r.done)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the sidecar still runs after 5s; want it stopped with an error naming %s\n%s", tc.setting, r.logs.String())
+			}
+			var refused *kafkaconn.RefusedError
+			if !errors.As(err, &refused) || refused.Setting != tc.setting {
+				t.Fatalf("Run() = %v; want a refusal naming %s", err, tc.setting)
+			}
+			if f.conversations() != 0 {
+				t.Errorf("%d conversations; want none before Kafka accepts the settings", f.conversations())
+			}
+		})
+	}
+}
