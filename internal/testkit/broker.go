@@ -32,12 +32,12 @@ func RealBrokers() []string {
 // BrokerOptions shape a test's broker. The zero value is one kfake broker (or the real
 // cluster) with a plain admin client.
 type BrokerOptions struct {
-	Kfake     []kfake.Opt // kfake's options after NumBrokers(1)
-	Client    []kgo.Opt   // the admin client's options after its seed brokers
+	Kfake  []kfake.Opt // kfake's options after NumBrokers(1)
+	Client []kgo.Opt   // the admin client's options after its seed brokers
 	// Conn are the connection options (TLS, SASL) of every client the broker opens, the
 	// admin and the readers, for a broker that demands them.
-	Conn []kgo.Opt
-	KfakeOnly bool        // kfake whatever EnvBrokers says: the test injects kfake's faults
+	Conn      []kgo.Opt
+	KfakeOnly bool // kfake whatever EnvBrokers says: the test injects kfake's faults
 	// Restartable gives kfake a fixed free port and a data directory, so Restart can bring it
 	// back with its data.
 	Restartable bool
