@@ -1,10 +1,16 @@
 package sidecar_test
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/sidecar"
 	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
@@ -160,5 +167,90 @@ func TestSecuredRefusalStopsAtOnce(t *testing.T) {
 				t.Errorf("%d conversations; want none before Kafka accepts the settings", f.conversations())
 			}
 		})
+	}
+}
+
+// startDebug is start with debug logging: everything the sidecar and franz-go may say.
+func startDebug(t *testing.T, cfg *sidecar.Config) *running {
+	t.Helper()
+	logs := &testkit.SyncBuffer{}
+	records := testkit.NewLogs(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sc, err := sidecar.New(cfg, slog.New(records))
+	if err != nil {
+		t.Fatalf("sidecar.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{sc: sc, cancel: cancel, done: make(chan error, 1), logs: logs, records: records}
+	go func() { r.done <- sc.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// TestSecretsStaySecret runs a sidecar at debug level with a known password, once accepted
+// (the echo, with metrics served) and once refused, and finds the password in no log line,
+// error, metric or configuration error.
+func TestSecretsStaySecret(t *testing.T) {
+	b, vars := securedBroker(t, security{mech: "SCRAM-SHA-512"})
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
+	f := newProcess(t, echo)
+	e := baseEnv(t, b, f, in, out)
+	for k, v := range vars {
+		e[k] = v
+	}
+	delete(e, "FLOW_KAFKA_SASL_PASSWORD_FILE")
+	e["FLOW_KAFKA_SASL_PASSWORD"] = sidecarPass
+	e["FLOW_METRICS_ADDR"] = fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	var shown strings.Builder
+	check := func(what, text string) {
+		t.Helper()
+		shown.WriteString(text)
+		if strings.Contains(text, sidecarPass) {
+			t.Errorf("%s shows the password:\n%s", what, text)
+		}
+	}
+
+	b.Produce(t, records(in, 1, 10)...)
+	cfg := e.config(t)
+	check("the configuration printed", fmt.Sprintf("%v\n%+v\n%#v", *cfg, *cfg, cfg.SASL))
+	r := startDebug(t, cfg)
+	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, 10)) })
+	resp, err := http.Get("http://" + e["FLOW_METRICS_ADDR"] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	check("/metrics", string(body))
+	if err := r.stop(t); err != nil {
+		t.Errorf("Run() = %v; want nil", err)
+	}
+	check("the debug log", r.logs.String())
+
+	// Refused: SCRAM's proof is derived from the password, and PLAIN sends it, but neither
+	// the error nor the log may show it.
+	for _, mech := range []string{"SCRAM-SHA-512", "PLAIN"} {
+		e["FLOW_KAFKA_SASL_MECHANISM"], e["FLOW_KAFKA_SASL_USERNAME"] = mech, "nobody"
+		refused := startDebug(t, e.config(t))
+		err := <-refused.done
+		close(refused.done)
+		if !errors.Is(err, kafkaconn.ErrRefused) {
+			t.Errorf("Run() as nobody with %s = %v; want a refusal", mech, err)
+		}
+		check("the refusal", fmt.Sprint(err))
+		check("the refused run's log", refused.logs.String())
+	}
+
+	// A configuration error lists every problem, the SASL ones included, without the password.
+	e["FLOW_KAFKA_SASL_USERNAME"], e["FLOW_KAFKA_SASL_MECHANISM"] = "", "NOPE"
+	_, err = sidecar.ConfigFromEnv(e.get, nil)
+	if err == nil {
+		t.Fatal("ConfigFromEnv with a bad mechanism = nil; want problems")
+	}
+	check("the configuration error", err.Error())
+	if !strings.Contains(shown.String(), "FLOW_KAFKA_SASL_PASSWORD") {
+		t.Errorf("no output names FLOW_KAFKA_SASL_PASSWORD; the grep looked at the wrong outputs")
+	}
+	if !strings.Contains(shown.String(), "sasl") && !strings.Contains(shown.String(), "SASL") {
+		t.Errorf("the debug log says nothing of SASL; the grep looked at too little")
 	}
 }
