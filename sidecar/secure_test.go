@@ -2,78 +2,29 @@ package sidecar_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sidecar"
 	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
-// The secured broker's users: the admin the test's own clients use, and the sidecar's.
-const (
-	adminUser, adminPass     = "admin", "admin-pw"
-	sidecarUser, sidecarPass = "sidecar", "Known-Secret-7f3a9c"
-)
-
-// security is how a secured kfake is set up: what it demands of a client.
-type security struct {
-	mtls bool   // a client certificate its CA signed
-	mech string // a SASL mechanism ("" for none); the sidecar's user authenticates with it
-	acls []kfake.ACL
-	// withACLs enforces ACLs: the sidecar's user is then an ordinary user holding acls.
-	withACLs bool
-}
-
-// securedBroker starts a kfake that refuses anything less than sec (always TLS, with a CA the
-// test generates), and returns it with the FLOW_KAFKA_* variables that reach it as the
-// sidecar's user, the password coming from a file.
-func securedBroker(t *testing.T, sec security) (*testkit.Broker, env) {
+// securedBroker is the tests' secured kfake (testkit.NewSecuredBroker) with newBroker's
+// admin options.
+func securedBroker(t *testing.T, sec testkit.Security) (*testkit.Broker, env) {
 	t.Helper()
-	ca := testkit.NewCA(t, "kafka")
-	var clients *testkit.CA
-	if sec.mtls {
-		clients = ca
-	}
-	kf := []kfake.Opt{kfake.TLS(testkit.ServerTLS(ca.Issue(t, "kfake", time.Time{}, time.Time{}), clients))}
-	clientTLS := &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12}
-	vars := env{"FLOW_KAFKA_TLS": "true", "FLOW_KAFKA_TLS_CA_FILE": ca.File}
-	if sec.mtls {
-		p := ca.Issue(t, "sidecar", time.Time{}, time.Time{})
-		clientTLS.Certificates = []tls.Certificate{p.TLS}
-		vars["FLOW_KAFKA_TLS_CERT_FILE"], vars["FLOW_KAFKA_TLS_KEY_FILE"] = p.CertFile, p.KeyFile
-	}
-	conn := []kgo.Opt{kgo.DialTLSConfig(clientTLS)}
-	if sec.mech != "" {
-		kf = append(kf, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", adminUser, adminPass))
-		if sec.withACLs {
-			kf = append(kf, kfake.EnableACLs(), kfake.User(sec.mech, sidecarUser, sidecarPass, sec.acls...))
-		} else {
-			kf = append(kf, kfake.Superuser(sec.mech, sidecarUser, sidecarPass))
-		}
-		conn = append(conn, kgo.SASL(scram.Auth{User: adminUser, Pass: adminPass}.AsSha256Mechanism()))
-		pw := filepath.Join(t.TempDir(), "password")
-		if err := os.WriteFile(pw, []byte(sidecarPass+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		vars["FLOW_KAFKA_SASL_MECHANISM"], vars["FLOW_KAFKA_SASL_USERNAME"], vars["FLOW_KAFKA_SASL_PASSWORD_FILE"] = sec.mech, sidecarUser, pw
-	}
-	b := testkit.NewBroker(t, testkit.BrokerOptions{KfakeOnly: true, Kfake: kf, Conn: conn, Client: []kgo.Opt{
-		kgo.DefaultProduceTopic(""), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}})
-	return b, vars
+	sec.Client = []kgo.Opt{kgo.DefaultProduceTopic(""), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}
+	b, vars := testkit.NewSecuredBroker(t, sec)
+	return b, env(vars)
 }
 
 // TestSecuredEcho runs the echo against brokers that refuse anything less than TLS, mutual
@@ -81,13 +32,13 @@ func securedBroker(t *testing.T, sec security) (*testkit.Broker, env) {
 func TestSecuredEcho(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		sec  security
+		sec  testkit.Security
 	}{
-		{"TLS", security{}},
-		{"mutual TLS", security{mtls: true}},
-		{"PLAIN over TLS", security{mech: "PLAIN"}},
-		{"SCRAM-SHA-256 over TLS", security{mech: "SCRAM-SHA-256"}},
-		{"SCRAM-SHA-512 over mutual TLS", security{mtls: true, mech: "SCRAM-SHA-512"}},
+		{"TLS", testkit.Security{}},
+		{"mutual TLS", testkit.Security{MutualTLS: true}},
+		{"PLAIN over TLS", testkit.Security{Mechanism: "PLAIN"}},
+		{"SCRAM-SHA-256 over TLS", testkit.Security{Mechanism: "SCRAM-SHA-256"}},
+		{"SCRAM-SHA-512 over mutual TLS", testkit.Security{MutualTLS: true, Mechanism: "SCRAM-SHA-512"}},
 	} {
 		for _, delivery := range []string{"at-least-once", "exactly-once"} {
 			t.Run(tc.name+"/"+delivery, func(t *testing.T) {
@@ -143,7 +94,7 @@ func TestSecuredRefusalStopsAtOnce(t *testing.T) {
 		{"unknown CA", func(t *testing.T, e env) { e["FLOW_KAFKA_TLS_CA_FILE"] = testkit.NewCA(t, "other").File }, "FLOW_KAFKA_TLS_CA_FILE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, vars := securedBroker(t, security{mech: "SCRAM-SHA-512"})
+			b, vars := securedBroker(t, testkit.Security{Mechanism: "SCRAM-SHA-512"})
 			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 			f := newProcess(t, echo)
 			e := baseEnv(t, b, f, in, out)
@@ -190,7 +141,7 @@ func startDebug(t *testing.T, cfg *sidecar.Config) *running {
 // (the echo, with metrics served) and once refused, and finds the password in no log line,
 // error, metric or configuration error.
 func TestSecretsStaySecret(t *testing.T) {
-	b, vars := securedBroker(t, security{mech: "SCRAM-SHA-512"})
+	b, vars := securedBroker(t, testkit.Security{Mechanism: "SCRAM-SHA-512"})
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
 	e := baseEnv(t, b, f, in, out)
@@ -198,13 +149,13 @@ func TestSecretsStaySecret(t *testing.T) {
 		e[k] = v
 	}
 	delete(e, "FLOW_KAFKA_SASL_PASSWORD_FILE")
-	e["FLOW_KAFKA_SASL_PASSWORD"] = sidecarPass
+	e["FLOW_KAFKA_SASL_PASSWORD"] = testkit.SecuredPassword
 	e["FLOW_METRICS_ADDR"] = fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	var shown strings.Builder
 	check := func(what, text string) {
 		t.Helper()
 		shown.WriteString(text)
-		if strings.Contains(text, sidecarPass) {
+		if strings.Contains(text, testkit.SecuredPassword) {
 			t.Errorf("%s shows the password:\n%s", what, text)
 		}
 	}

@@ -14,19 +14,39 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // Kafka says how to reach the cluster.
 type Kafka struct {
-	Brokers []string  // host:port seeds (required)
-	Opts    []kgo.Opt // more client options (TLS, SASL, a logger)
+	Brokers []string // host:port seeds (required)
+	// Conn is the connection's TLS and SASL, read from the sidecar's FLOW_KAFKA_* variables
+	// (kafkaconn.FromEnv).
+	Conn kafkaconn.Settings
+	Opts []kgo.Opt // more client options (a logger)
+}
+
+var errNoBrokers = errors.New("replay: no brokers: give --brokers host:port (or set FLOW_BROKERS)")
+
+// check connects once, so that a setting the broker refuses is named before anything is
+// read or changed.
+func (k Kafka) check(ctx context.Context) error {
+	if len(k.Brokers) == 0 {
+		return errNoBrokers
+	}
+	if err := kafkaconn.Check(ctx, k.Brokers, k.Conn, kafkaconn.CheckTimeout, k.Opts...); err != nil {
+		return fmt.Errorf("replay: cannot connect to Kafka: %w", err)
+	}
+	return nil
 }
 
 func (k Kafka) client(more ...kgo.Opt) (*kgo.Client, error) {
 	if len(k.Brokers) == 0 {
-		return nil, errors.New("replay: no brokers: give --brokers host:port (or set FLOW_BROKERS)")
+		return nil, errNoBrokers
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, k.Opts...), more...)...)
+	opts := append(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, k.Conn.Opts()...), k.Opts...)
+	cl, err := kgo.NewClient(append(opts, more...)...)
 	if err != nil {
 		return nil, fmt.Errorf("replay: a client of %v: %w", k.Brokers, err)
 	}

@@ -80,6 +80,9 @@ func Redrive(ctx context.Context, o RedriveOptions) (Summary, error) {
 	if out == nil {
 		out = io.Discard
 	}
+	if err := o.check(ctx); err != nil {
+		return sum, err
+	}
 	admin, err := o.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return sum, err

@@ -95,6 +95,9 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 	if out == nil {
 		out = io.Discard
 	}
+	if err := o.check(ctx); err != nil {
+		return nil, err
+	}
 	cl, err := o.client()
 	if err != nil {
 		return nil, err
