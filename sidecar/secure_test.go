@@ -43,24 +43,24 @@ func TestSecuredEcho(t *testing.T) {
 		for _, delivery := range []string{"at-least-once", "exactly-once"} {
 			t.Run(tc.name+"/"+delivery, func(t *testing.T) {
 				b, vars := securedBroker(t, tc.sec)
-				secureEcho(t, b, vars, delivery, 40)
+				in, out := b.Topic(t, "in", 2), b.Topic(t, "out", 2)
+				e := baseEnv(t, b, newProcess(t, echo), in, out)
+				for k, v := range vars {
+					e[k] = v
+				}
+				e["FLOW_DELIVERY"] = delivery
+				b.Produce(t, records(in, 2, 40)...)
+				secureEcho(t, b, e, 40)
 			})
 		}
 	}
 }
 
-// secureEcho runs the echo of n records through a sidecar with vars and checks every output
-// is there once and every offset committed.
-func secureEcho(t *testing.T, b *testkit.Broker, vars env, delivery string, n int) *running {
+// secureEcho runs a sidecar with e over the n records of records(in, 2, n) already in its
+// inlet, and checks every output is there once and every offset committed.
+func secureEcho(t *testing.T, b *testkit.Broker, e env, n int) {
 	t.Helper()
-	in, out := b.Topic(t, "in", 2), b.Topic(t, "out", 2)
-	f := newProcess(t, echo)
-	e := baseEnv(t, b, f, in, out)
-	for k, v := range vars {
-		e[k] = v
-	}
-	e["FLOW_DELIVERY"] = delivery
-	b.Produce(t, records(in, 2, n)...)
+	in, out := strings.TrimPrefix(e["FLOW_INLETS"], "in="), strings.TrimPrefix(e["FLOW_OUTLETS"], "out=")
 	r := start(t, e.config(t))
 	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(2, n)) })
 	got := b.ReadN(t, out, n, waitTimeout)
@@ -76,7 +76,6 @@ func secureEcho(t *testing.T, b *testkit.Broker, vars env, delivery string, n in
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)
 	}
-	return r
 }
 
 // TestSecuredRefusalStopsAtOnce: a wrong password and a CA the broker's certificate is not
