@@ -1,7 +1,6 @@
 package sidecar_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -122,25 +121,8 @@ func aclEcho(t *testing.T, eos bool, drop int) {
 	}
 
 	// Granted, a new sidecar delivers every record once: nothing was lost or skipped.
-	grantACL(t, b, missing.acl)
+	b.GrantACL(t, missing.acl)
 	secureEcho(t, b, e, n)
-}
-
-// grantACL adds acl for the sidecar's user, as the admin.
-func grantACL(t *testing.T, b *testkit.Broker, acl kfake.ACL) {
-	t.Helper()
-	req := kmsg.NewPtrCreateACLsRequest()
-	c := kmsg.NewCreateACLsRequestCreation()
-	c.ResourceType, c.ResourceName, c.ResourcePatternType = acl.Resource, acl.Name, acl.Pattern
-	c.Principal, c.Host, c.Operation, c.PermissionType = "User:"+testkit.SecuredUser, "*", acl.Operation, kmsg.ACLPermissionTypeAllow
-	req.Creations = append(req.Creations, c)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err == nil && len(resp.Results) == 1 {
-		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("granting %v: %v", acl, err)
-	}
 }
 
 // opName is the kmsg operation README's spelling names.

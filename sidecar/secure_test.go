@@ -30,16 +30,23 @@ func securedBroker(t *testing.T, sec testkit.Security) (*testkit.Broker, env) {
 // TestSecuredEcho runs the echo against brokers that refuse anything less than TLS, mutual
 // TLS, SASL PLAIN or SCRAM over TLS, in both delivery modes.
 func TestSecuredEcho(t *testing.T) {
-	for _, tc := range []struct {
+	type row struct {
 		name string
 		sec  testkit.Security
-	}{
+	}
+	rows := []row{
 		{"TLS", testkit.Security{}},
 		{"mutual TLS", testkit.Security{MutualTLS: true}},
 		{"PLAIN over TLS", testkit.Security{Mechanism: "PLAIN"}},
 		{"SCRAM-SHA-256 over TLS", testkit.Security{Mechanism: "SCRAM-SHA-256"}},
+		{"SCRAM-SHA-512 over TLS", testkit.Security{Mechanism: "SCRAM-SHA-512"}},
 		{"SCRAM-SHA-512 over mutual TLS", testkit.Security{MutualTLS: true, Mechanism: "SCRAM-SHA-512"}},
-	} {
+	}
+	if testkit.SecuredKafka() {
+		// kfake has no OAUTHBEARER; Kafka's built-in unsecured validator takes the token.
+		rows = append(rows, row{"OAUTHBEARER over TLS", testkit.Security{Mechanism: "OAUTHBEARER"}})
+	}
+	for _, tc := range rows {
 		for _, delivery := range []string{"at-least-once", "exactly-once"} {
 			t.Run(tc.name+"/"+delivery, func(t *testing.T) {
 				b, vars := securedBroker(t, tc.sec)

@@ -50,6 +50,10 @@ type Broker struct {
 	Cluster *kfake.Cluster // nil on a real cluster
 	Admin   *kgo.Client
 
+	// Principal is the user the secured broker's FLOW_KAFKA_* variables name ("User:…"),
+	// whose ACLs a test grants; empty on a plain broker.
+	Principal string
+
 	kfakeOpts []kfake.Opt
 	conn      []kgo.Opt
 }
