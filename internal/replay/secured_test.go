@@ -27,10 +27,11 @@ func securedKafka(t *testing.T, b *testkit.Broker, vars map[string]string) repla
 	return replay.Kafka{Brokers: b.Addrs, Conn: conn}
 }
 
-// TestSecuredReplay: a rewind and a re-drive through a broker that demands SCRAM over mutual
-// TLS, with the sidecar's settings; a wrong password is refused naming it, before anything.
+// TestSecuredReplay: a rewind and a re-drive through a broker that demands SCRAM over
+// TLS (the secured Kafka when named), with the sidecar's settings; a wrong password is
+// refused naming it, before anything.
 func TestSecuredReplay(t *testing.T) {
-	b, vars := testkit.NewSecuredBroker(t, testkit.Security{MutualTLS: true, Mechanism: "SCRAM-SHA-512",
+	b, vars := testkit.NewSecuredBroker(t, testkit.Security{Mechanism: "SCRAM-SHA-512",
 		Client: []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
