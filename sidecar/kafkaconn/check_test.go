@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +154,38 @@ func TestCheckUnreachable(t *testing.T) {
 	err := kafkaconn.Check(context.Background(), []string{addr}, kafkaconn.Settings{}, time.Second)
 	if !errors.Is(err, kafkaconn.ErrUnreachable) || errors.Is(err, kafkaconn.ErrRefused) {
 		t.Errorf("Check = %v; want ErrUnreachable", err)
+	}
+}
+
+// TestCheckOnSecuredKafka: where a secured Kafka is named, its answers map as kfake's closed
+// connections do, and more precisely: a wrong password is SaslAuthenticationFailed, and a
+// mechanism its listener does not enable (its inter-broker listener, port+2, takes only
+// SCRAM-SHA-512) is UnsupportedSaslMechanism, naming FLOW_KAFKA_SASL_MECHANISM alone. On kfake
+// only the wrong password is asked.
+func TestCheckOnSecuredKafka(t *testing.T) {
+	addr, ca := secured(t, false, "SCRAM-SHA-512")
+	caFile, wrongMech := ca.File, ""
+	if testkit.SecuredKafka() {
+		addr = strings.Split(os.Getenv(testkit.EnvSecuredBrokers), ",")[0]
+		caFile = filepath.Join(os.Getenv(testkit.EnvSecuredHome), "tls", "ca.crt")
+		host, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		wrongMech = net.JoinHostPort(host, strconv.Itoa(p+2))
+	}
+	env := func(mech, pass string) map[string]string {
+		return map[string]string{"FLOW_KAFKA_TLS": "true", "FLOW_KAFKA_TLS_CA_FILE": caFile, "FLOW_KAFKA_SASL_MECHANISM": mech,
+			"FLOW_KAFKA_SASL_USERNAME": testkit.SecuredUser, "FLOW_KAFKA_SASL_PASSWORD": pass}
+	}
+	err := kafkaconn.Check(context.Background(), []string{addr}, settings(t, env("SCRAM-SHA-512", "wrong")), kafkaconn.CheckTimeout)
+	var r *kafkaconn.RefusedError
+	if !errors.As(err, &r) || r.Setting != "FLOW_KAFKA_SASL_PASSWORD" {
+		t.Errorf("Check with a wrong password = %v; want a refusal naming FLOW_KAFKA_SASL_PASSWORD", err)
+	}
+	if wrongMech == "" {
+		return
+	}
+	err = kafkaconn.Check(context.Background(), []string{wrongMech}, settings(t, env("PLAIN", testkit.SecuredPassword)), kafkaconn.CheckTimeout)
+	if !errors.As(err, &r) || r.Setting != "FLOW_KAFKA_SASL_MECHANISM" {
+		t.Errorf("Check with a mechanism the listener does not enable = %v; want a refusal naming FLOW_KAFKA_SASL_MECHANISM", err)
 	}
 }
