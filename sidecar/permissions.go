@@ -112,6 +112,9 @@ func (s *Sidecar) checkPermissions(ctx context.Context) error {
 		}
 	}
 
+	if len(s.cfg.Inlets) == 0 {
+		return nil // no inlet, no group
+	}
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{s.cfg.ConsumerGroup}
 	req.IncludeAuthorizedOperations = true
