@@ -72,7 +72,7 @@ func refused(err error, brokers []string, s Settings, lastKey int16) *RefusedErr
 	r := func(setting, format string, args ...any) *RefusedError {
 		return &RefusedError{Setting: setting, Problem: fmt.Sprintf(format, args...), Err: err}
 	}
-	mech, user, secret := "SASL", "", EnvPassword
+	mech, user, secret := "SASL", "", envPassword
 	if s.SASL != nil {
 		mech = s.SASL.Name()
 	}
@@ -92,35 +92,35 @@ func refused(err error, brokers []string, s Settings, lastKey int16) *RefusedErr
 		// why (as kfake does); Kafka answers SaslAuthenticationFailed.
 		return r(secret, "the broker closed the connection during OAUTHBEARER authentication: put a token it accepts in the file")
 	case closedEarly(err) && s.SASL != nil && (lastKey == saslHandshake || lastKey == saslAuthenticate):
-		return r(secret, "the broker closed the connection during %s authentication for user %q: the user or password is wrong, or the broker does not offer %s (%s)", mech, user, mech, EnvMechanism)
+		return r(secret, "the broker closed the connection during %s authentication for user %q: the user or password is wrong, or the broker does not offer %s (%s)", mech, user, mech, envMechanism)
 	case errors.Is(err, kerr.SaslAuthenticationFailed) && mech == "OAUTHBEARER":
 		return r(secret, "the broker refused the OAUTHBEARER token: put a valid token in the file")
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
-		return r(secret, "the broker refused %s authentication for user %q: check %s and the password", mech, user, EnvUsername)
+		return r(secret, "the broker refused %s authentication for user %q: check %s and the password", mech, user, envUsername)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
-		return r(EnvMechanism, "the broker does not offer %s: set the mechanism its listener enables", mech)
+		return r(envMechanism, "the broker does not offer %s: set the mechanism its listener enables", mech)
 	case errors.Is(err, kerr.IllegalSaslState):
-		return r(EnvMechanism, "the broker does not expect SASL on this listener: unset %s, or use its SASL listener", EnvMechanism)
+		return r(envMechanism, "the broker does not expect SASL on this listener: unset %s, or use its SASL listener", envMechanism)
 	case errors.As(err, &unknownCA):
-		return r(EnvTLSCAFile, "the broker's certificate is not signed by a CA the client trusts: set %s to the CA that signed it", EnvTLSCAFile)
+		return r(envTLSCAFile, "the broker's certificate is not signed by a CA the client trusts: set %s to the CA that signed it", envTLSCAFile)
 	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
-		return r(EnvTLSCAFile, "the broker's certificate has expired or is not yet valid (or the client's clock is wrong): renew the broker's certificate")
+		return r(envTLSCAFile, "the broker's certificate has expired or is not yet valid (or the client's clock is wrong): renew the broker's certificate")
 	case errors.As(err, &invalid):
-		return r(EnvTLSCAFile, "the broker's certificate is not valid under %s", EnvTLSCAFile)
+		return r(envTLSCAFile, "the broker's certificate is not valid under %s", envTLSCAFile)
 	case errors.As(err, &host):
 		return r("FLOW_BROKERS", "the broker's certificate is not for the host the client dialed: name the brokers as their certificates do")
 	case s.TLS != nil && errors.As(err, &op) && op.Op == "remote error" && len(s.TLS.Certificates) == 0:
 		// A TLS alert from the broker: it failed the handshake on its side, and with no client
 		// certificate given, a demand for one is why.
-		return r(EnvTLSCertFile, "the broker demands a client certificate (mutual TLS): set %s and %s", EnvTLSCertFile, EnvTLSKeyFile)
+		return r(envTLSCertFile, "the broker demands a client certificate (mutual TLS): set %s and %s", envTLSCertFile, envTLSKeyFile)
 	case s.TLS != nil && errors.As(err, &op) && op.Op == "remote error":
-		return r(EnvTLSCertFile, "the broker refused the TLS handshake, most likely the client certificate: set %s and %s to a valid certificate its CA signed", EnvTLSCertFile, EnvTLSKeyFile)
+		return r(envTLSCertFile, "the broker refused the TLS handshake, most likely the client certificate: set %s and %s to a valid certificate its CA signed", envTLSCertFile, envTLSKeyFile)
 	case errors.As(err, &header):
-		return r(EnvTLS, "the broker at %s does not speak TLS on this port: set %s=false or use its TLS listener", strings.Join(brokers, ","), EnvTLS)
+		return r(envTLS, "the broker at %s does not speak TLS on this port: set %s=false or use its TLS listener", strings.Join(brokers, ","), envTLS)
 	case s.TLS == nil && closedEarly(err):
-		return r(EnvTLS, "the broker closed the connection at once, as a TLS or SASL listener does with a plaintext client: set %s=true (and %s if it needs SASL)", EnvTLS, EnvMechanism)
+		return r(envTLS, "the broker closed the connection at once, as a TLS or SASL listener does with a plaintext client: set %s=true (and %s if it needs SASL)", envTLS, envMechanism)
 	case s.SASL == nil && closedEarly(err):
-		return r(EnvMechanism, "the broker closed the connection at once, as a SASL listener does with a client that does not authenticate: set %s", EnvMechanism)
+		return r(envMechanism, "the broker closed the connection at once, as a SASL listener does with a client that does not authenticate: set %s", envMechanism)
 	}
 	return nil
 }

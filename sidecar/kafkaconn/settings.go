@@ -25,28 +25,28 @@ import (
 
 // The settings' variables.
 const (
-	EnvTLS          = "FLOW_KAFKA_TLS"
-	EnvTLSCAFile    = "FLOW_KAFKA_TLS_CA_FILE"
-	EnvTLSCertFile  = "FLOW_KAFKA_TLS_CERT_FILE"
-	EnvTLSKeyFile   = "FLOW_KAFKA_TLS_KEY_FILE"
-	EnvMechanism    = "FLOW_KAFKA_SASL_MECHANISM"
-	EnvUsername     = "FLOW_KAFKA_SASL_USERNAME"
-	EnvPassword     = "FLOW_KAFKA_SASL_PASSWORD"
-	EnvPasswordFile = "FLOW_KAFKA_SASL_PASSWORD_FILE"
-	EnvTokenFile    = "FLOW_KAFKA_SASL_OAUTHBEARER_TOKEN_FILE"
+	envTLS          = "FLOW_KAFKA_TLS"
+	envTLSCAFile    = "FLOW_KAFKA_TLS_CA_FILE"
+	envTLSCertFile  = "FLOW_KAFKA_TLS_CERT_FILE"
+	envTLSKeyFile   = "FLOW_KAFKA_TLS_KEY_FILE"
+	envMechanism    = "FLOW_KAFKA_SASL_MECHANISM"
+	envUsername     = "FLOW_KAFKA_SASL_USERNAME"
+	envPassword     = "FLOW_KAFKA_SASL_PASSWORD"
+	envPasswordFile = "FLOW_KAFKA_SASL_PASSWORD_FILE"
+	envTokenFile    = "FLOW_KAFKA_SASL_OAUTHBEARER_TOKEN_FILE"
 )
 
 // Vars are the variables FromEnv reads, with their default and meaning, for help texts.
 var Vars = []struct{ Name, Default, Help string }{
-	{EnvTLS, "false", "true for TLS to the brokers"},
-	{EnvTLSCAFile, "system roots", "PEM CA bundle for the brokers' certificates"},
-	{EnvTLSCertFile, "none", "client certificate, for mutual TLS (with FLOW_KAFKA_TLS_KEY_FILE)"},
-	{EnvTLSKeyFile, "none", "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
-	{EnvMechanism, "none", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"},
-	{EnvUsername, "none", "SASL user (PLAIN and SCRAM)"},
-	{EnvPassword, "none", "SASL password (or FLOW_KAFKA_SASL_PASSWORD_FILE)"},
-	{EnvPasswordFile, "none", "file holding the SASL password, e.g. a mounted Secret"},
-	{EnvTokenFile, "none", "OAUTHBEARER: file holding the token, read again at every authentication"},
+	{envTLS, "false", "true for TLS to the brokers"},
+	{envTLSCAFile, "system roots", "PEM CA bundle for the brokers' certificates"},
+	{envTLSCertFile, "none", "client certificate, for mutual TLS (with FLOW_KAFKA_TLS_KEY_FILE)"},
+	{envTLSKeyFile, "none", "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
+	{envMechanism, "none", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"},
+	{envUsername, "none", "SASL user (PLAIN and SCRAM)"},
+	{envPassword, "none", "SASL password (or FLOW_KAFKA_SASL_PASSWORD_FILE)"},
+	{envPasswordFile, "none", "file holding the SASL password, e.g. a mounted Secret"},
+	{envTokenFile, "none", "OAUTHBEARER: file holding the token, read again at every authentication"},
 }
 
 // Settings are a connection's security: nil fields are off.
@@ -88,13 +88,13 @@ func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error), 
 
 // parseTLS reads the FLOW_KAFKA_TLS_* variables: nil when TLS is off.
 func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error), now time.Time, bad func(string, ...any)) *tls.Config {
-	on := strings.TrimSpace(getenv(EnvTLS))
-	caFile, certFile, keyFile := getenv(EnvTLSCAFile), getenv(EnvTLSCertFile), getenv(EnvTLSKeyFile)
+	on := strings.TrimSpace(getenv(envTLS))
+	caFile, certFile, keyFile := getenv(envTLSCAFile), getenv(envTLSCertFile), getenv(envTLSKeyFile)
 	enabled := false
 	if on != "" {
 		b, err := strconv.ParseBool(on)
 		if err != nil {
-			bad("%s=%s is not a boolean (true or false)", EnvTLS, on)
+			bad("%s=%s is not a boolean (true or false)", envTLS, on)
 		}
 		enabled = b
 	}
@@ -108,11 +108,11 @@ func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error),
 	if caFile != "" {
 		pem, err := readFile(caFile)
 		if err != nil {
-			bad("%s=%s cannot be read: %v", EnvTLSCAFile, caFile, err)
+			bad("%s=%s cannot be read: %v", envTLSCAFile, caFile, err)
 		} else {
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				bad("%s=%s holds no PEM certificate", EnvTLSCAFile, caFile)
+				bad("%s=%s holds no PEM certificate", envTLSCAFile, caFile)
 			}
 			cfg.RootCAs = pool
 		}
@@ -125,19 +125,19 @@ func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error),
 		certPEM, err1 := readFile(certFile)
 		keyPEM, err2 := readFile(keyFile)
 		if err := errors.Join(err1, err2); err != nil {
-			bad("the client certificate cannot be read (%s=%s, %s=%s): %v", EnvTLSCertFile, certFile, EnvTLSKeyFile, keyFile, err)
+			bad("the client certificate cannot be read (%s=%s, %s=%s): %v", envTLSCertFile, certFile, envTLSKeyFile, keyFile, err)
 			break
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			// X509KeyPair's errors name the PEM blocks, never the key's bytes.
-			bad("%s=%s and %s=%s are not a certificate and its key: %v", EnvTLSCertFile, certFile, EnvTLSKeyFile, keyFile, err)
+			bad("%s=%s and %s=%s are not a certificate and its key: %v", envTLSCertFile, certFile, envTLSKeyFile, keyFile, err)
 			break
 		}
 		if leaf := cert.Leaf; leaf != nil && now.After(leaf.NotAfter) {
-			bad("%s=%s: the client certificate %q expired at %s: renew it", EnvTLSCertFile, certFile, leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.RFC3339))
+			bad("%s=%s: the client certificate %q expired at %s: renew it", envTLSCertFile, certFile, leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.RFC3339))
 		} else if leaf != nil && now.Before(leaf.NotBefore) {
-			bad("%s=%s: the client certificate %q is not valid before %s", EnvTLSCertFile, certFile, leaf.Subject.CommonName, leaf.NotBefore.UTC().Format(time.RFC3339))
+			bad("%s=%s: the client certificate %q is not valid before %s", envTLSCertFile, certFile, leaf.Subject.CommonName, leaf.NotBefore.UTC().Format(time.RFC3339))
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
@@ -146,20 +146,20 @@ func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error),
 
 // parseSASL reads the FLOW_KAFKA_SASL_* variables: nil when SASL is off.
 func parseSASL(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) sasl.Mechanism {
-	mech := strings.ToUpper(strings.TrimSpace(getenv(EnvMechanism)))
-	user, pass, passFile, tokenFile := getenv(EnvUsername), getenv(EnvPassword), getenv(EnvPasswordFile), getenv(EnvTokenFile)
+	mech := strings.ToUpper(strings.TrimSpace(getenv(envMechanism)))
+	user, pass, passFile, tokenFile := getenv(envUsername), getenv(envPassword), getenv(envPasswordFile), getenv(envTokenFile)
 	if mech == "" {
 		if user != "" || pass != "" || passFile != "" || tokenFile != "" {
-			bad("FLOW_KAFKA_SASL_* variables are set but %s is not: set it to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", EnvMechanism)
+			bad("FLOW_KAFKA_SASL_* variables are set but %s is not: set it to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", envMechanism)
 		}
 		return nil
 	}
 	if mech == "OAUTHBEARER" {
 		if user != "" || pass != "" || passFile != "" {
-			bad("%s=OAUTHBEARER takes a token, not a user and password: remove %s and %s(_FILE)", EnvMechanism, EnvUsername, EnvPassword)
+			bad("%s=OAUTHBEARER takes a token, not a user and password: remove %s and %s(_FILE)", envMechanism, envUsername, envPassword)
 		}
 		if tokenFile == "" {
-			bad("%s=OAUTHBEARER needs %s, the file holding the token", EnvMechanism, EnvTokenFile)
+			bad("%s=OAUTHBEARER needs %s, the file holding the token", envMechanism, envTokenFile)
 			return nil
 		}
 		if _, err := readToken(readFile, tokenFile); err != nil {
@@ -168,30 +168,30 @@ func parseSASL(getenv func(string) string, readFile func(string) ([]byte, error)
 		return &Auth{Mechanism: oauth.Oauth(func(context.Context) (oauth.Auth, error) {
 			tok, err := readToken(readFile, tokenFile)
 			return oauth.Auth{Token: tok}, err
-		}), Secret: EnvTokenFile}
+		}), Secret: envTokenFile}
 	}
 	if tokenFile != "" {
-		bad("%s is only for OAUTHBEARER, not %s", EnvTokenFile, mech)
+		bad("%s is only for OAUTHBEARER, not %s", envTokenFile, mech)
 	}
-	secret := EnvPassword
+	secret := envPassword
 	switch {
 	case pass != "" && passFile != "":
-		bad("%s and %s are both set: keep one", EnvPassword, EnvPasswordFile)
+		bad("%s and %s are both set: keep one", envPassword, envPasswordFile)
 	case passFile != "":
-		secret = EnvPasswordFile
+		secret = envPasswordFile
 		b, err := readFile(passFile)
 		if err != nil {
-			bad("%s=%s cannot be read: %v", EnvPasswordFile, passFile, err)
+			bad("%s=%s cannot be read: %v", envPasswordFile, passFile, err)
 			break
 		}
 		// A Secret written with echo ends in a newline that is no part of the password.
 		pass = string(bytes.TrimRight(b, "\r\n"))
 		if pass == "" {
-			bad("%s=%s is empty", EnvPasswordFile, passFile)
+			bad("%s=%s is empty", envPasswordFile, passFile)
 		}
 	}
 	if user == "" || (pass == "" && passFile == "") {
-		bad("%s=%s needs %s and %s (or %s)", EnvMechanism, mech, EnvUsername, EnvPassword, EnvPasswordFile)
+		bad("%s=%s needs %s and %s (or %s)", envMechanism, mech, envUsername, envPassword, envPasswordFile)
 	}
 	var m sasl.Mechanism
 	switch mech {
@@ -202,7 +202,7 @@ func parseSASL(getenv func(string) string, readFile func(string) ([]byte, error)
 	case "SCRAM-SHA-512":
 		m = scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
 	default:
-		bad("%s=%s is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", EnvMechanism, mech)
+		bad("%s=%s is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", envMechanism, mech)
 		return nil
 	}
 	return &Auth{Mechanism: m, User: user, Secret: secret}
@@ -213,11 +213,11 @@ func parseSASL(getenv func(string) string, readFile func(string) ([]byte, error)
 func readToken(readFile func(string) ([]byte, error), file string) (string, error) {
 	b, err := readFile(file)
 	if err != nil {
-		return "", fmt.Errorf("%s=%s cannot be read: %w", EnvTokenFile, file, err)
+		return "", fmt.Errorf("%s=%s cannot be read: %w", envTokenFile, file, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("%s=%s is empty", EnvTokenFile, file)
+		return "", fmt.Errorf("%s=%s is empty", envTokenFile, file)
 	}
 	return tok, nil
 }
