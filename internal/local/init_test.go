@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/sdk"
@@ -175,8 +175,8 @@ func TestTemplatesShowTheDeadLetterDoor(t *testing.T) {
 			continue
 		}
 		cut := strings.LastIndex(text, " -- ") // the command's, after every comment
-		a, err := bridge.ParseString(text[:cut] + " " + door + text[cut:])
-		if err != nil || a.DeadLetter == "" || !slices.ContainsFunc(a.Outlets, func(p bridge.Port) bool { return p.Name == a.DeadLetter }) {
+		a, err := actionconf.ParseString(text[:cut] + " " + door + text[cut:])
+		if err != nil || a.DeadLetter == "" || !slices.ContainsFunc(a.Outlets, func(p actionconf.Port) bool { return p.Name == a.DeadLetter }) {
 			t.Errorf("%s with %q added: %+v, %v; want a line whose --dead-letter names a declared outlet", file, door, a, err)
 		}
 	}
