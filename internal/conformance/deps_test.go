@@ -20,17 +20,18 @@ func deps(t *testing.T, pkg string) []string {
 	return strings.Fields(string(out))
 }
 
-// TestLinksNoServer: the conformance kit, and the action config it reads, link none of the
-// bridge's server, OpenTelemetry or Prometheus, and gRPC only as far as the generated protocol
+// TestLinksNoServer: the conformance kit, the action config it reads, and the loader behind
+// `millrace describe`, `test` and `init` (package actiondir) link none of the bridge's server,
+// the sidecar, OpenTelemetry or Prometheus, and gRPC only as far as the generated protocol
 // package (its service stubs share the message types' package) brings it: a tool that reads an
-// action line stays as small as the engine it runs.
+// action line stays close to the engine it runs.
 func TestLinksNoServer(t *testing.T) {
 	const mod = "github.com/ankka-flow/millrace/"
 	stubs := map[string]bool{}
 	for _, p := range deps(t, mod+"protocol/ankka/flow/v1") {
 		stubs[p] = true
 	}
-	for _, pkg := range []string{mod + "internal/conformance", mod + "bridge/actionconf"} {
+	for _, pkg := range []string{mod + "internal/conformance", mod + "bridge/actionconf", mod + "internal/actiondir"} {
 		for _, p := range deps(t, pkg) {
 			switch {
 			case p == mod+"bridge", p == mod+"sidecar", strings.HasPrefix(p, mod+"sidecar/"):

@@ -1,4 +1,10 @@
-package local
+// Package actiondir is what an action author points the tools at, for this binary only: it
+// reads an action directory (its action.conf), a config file or a config line, with the config
+// hello carries by default, and pipeline files of several streamlets; and it writes new action
+// directories from templates (`millrace init`). `millrace describe`, `test` and `init` need
+// nothing more, so they link neither the bridge's server nor the sidecar; `millrace run`
+// (package local) runs what this package loads.
+package actiondir
 
 import (
 	"encoding/json"
@@ -100,8 +106,8 @@ func (a *Action) SetConfig(values map[string]string) error {
 // without ./, a missing #! line or executable bit), or returns nil when it can be, as far as
 // can be told without running it.
 func (a *Action) CheckCommand() error {
-	if msg := commandFault(a.Dir, a.Command); msg != "" {
-		return &repeatError{streamlet: a.Name, msg: msg}
+	if msg := CommandFault(a.Dir, a.Command); msg != "" {
+		return errors.New("streamlet " + a.Name + ": " + msg) // as `millrace run` says it
 	}
 	return nil
 }
