@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -87,7 +87,7 @@ func BenchmarkActions(b *testing.B) {
 					if d != sidecar.AtLeastOnce { // the default: left unset
 						dep.sidecarEnv = []string{"FLOW_DELIVERY=" + string(d)}
 					}
-					line := "bench --in in=bench.v1 --out out=bench.v1 -- " + bridge.Join(argv)
+					line := "bench --in in=bench.v1 --out out=bench.v1 -- " + actionconf.Join(argv)
 					runDeployed(b, fmt.Sprintf("actions-%s-%s-p%d", d, a.name, parts), line, parts, dep)
 				})
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -25,12 +25,14 @@ func BenchmarkDelivery(b *testing.B) {
 	_, goEcho := binaries(b)
 	type streamlet struct {
 		name  string
-		serve func(b testing.TB, a *bridge.Action) func(context.Context, net.Listener) error
+		serve func(b testing.TB, a *actionconf.Action) func(context.Context, net.Listener) error
 		argv  []string
 	}
 	ss := []streamlet{
 		{"go", serveBridge, []string{goEcho}},
-		{"native", func(_ testing.TB, a *bridge.Action) func(context.Context, net.Listener) error { return serveNative(a) }, []string{"native"}},
+		{"native", func(_ testing.TB, a *actionconf.Action) func(context.Context, net.Listener) error {
+			return serveNative(a)
+		}, []string{"native"}},
 	}
 	for _, d := range []sidecar.Delivery{sidecar.AtLeastOnce, sidecar.ExactlyOnce} {
 		for _, s := range ss {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
@@ -121,12 +122,12 @@ var modes = []mode{{"lockstep", 1}, {"window64", 64}}
 
 // actionLine is the config line of the benchmark streamlet running argv.
 func actionLine(argv []string, concurrency, window int) string {
-	return fmt.Sprintf("bench --in in=bench.v1 --out out=bench.v1 --concurrency %d --window %d -- %s", concurrency, window, bridge.Join(argv))
+	return fmt.Sprintf("bench --in in=bench.v1 --out out=bench.v1 --concurrency %d --window %d -- %s", concurrency, window, actionconf.Join(argv))
 }
 
 // parseAction parses a config line or fails the benchmark.
-func parseAction(b testing.TB, line string) *bridge.Action {
-	a, err := bridge.ParseString(line)
+func parseAction(b testing.TB, line string) *actionconf.Action {
+	a, err := actionconf.ParseString(line)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -328,13 +329,13 @@ type batchLimits struct{ records, bytes int }
 // startPipeline serves a streamlet with serve (which must return when its context ends),
 // starts a sidecar for a with fresh inlet and outlet topics of parts partitions, and stops
 // both when the benchmark ends: the sidecar first, as in a pod.
-func startPipeline(b testing.TB, br *broker, a *bridge.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error) *pipeline {
+func startPipeline(b testing.TB, br *broker, a *actionconf.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error) *pipeline {
 	b.Helper()
 	return startPipelineAs(b, br, a, parts, lim, serve, sidecar.AtLeastOnce)
 }
 
 // startPipelineAs is startPipeline with the sidecar in delivery mode d.
-func startPipelineAs(b testing.TB, br *broker, a *bridge.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error, d sidecar.Delivery) *pipeline {
+func startPipelineAs(b testing.TB, br *broker, a *actionconf.Action, parts int, lim batchLimits, serve func(context.Context, net.Listener) error, d sidecar.Delivery) *pipeline {
 	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -383,7 +384,7 @@ func startPipelineAs(b testing.TB, br *broker, a *bridge.Action, parts int, lim 
 }
 
 // serveBridge returns the serve function of the real bridge for a.
-func serveBridge(b testing.TB, a *bridge.Action) func(context.Context, net.Listener) error {
+func serveBridge(b testing.TB, a *actionconf.Action) func(context.Context, net.Listener) error {
 	srv, err := bridge.NewServer(bridge.Options{Action: a, Version: version})
 	if err != nil {
 		b.Fatal(err)
@@ -392,7 +393,7 @@ func serveBridge(b testing.TB, a *bridge.Action) func(context.Context, net.Liste
 }
 
 // serveNative returns the serve function of the native Go streamlet with a's descriptor.
-func serveNative(a *bridge.Action) func(context.Context, net.Listener) error {
+func serveNative(a *actionconf.Action) func(context.Context, net.Listener) error {
 	return func(ctx context.Context, lis net.Listener) error {
 		gs := grpc.NewServer(bridge.GRPCOptions()...)
 		n := &native{spec: a.Spec(version)}

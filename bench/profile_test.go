@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
@@ -115,7 +116,7 @@ func runRole(role string) int {
 }
 
 func serveBridgeRole(ctx context.Context, logger *slog.Logger) error {
-	a, err := bridge.FromEnv(os.Getenv)
+	a, err := actionconf.FromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func serveBridgeRole(ctx context.Context, logger *slog.Logger) error {
 // with the descriptor of the bridge's config line: the bridge and its child replaced by a
 // process that answers the sidecar itself.
 func serveNativeRole(ctx context.Context) error {
-	a, err := bridge.FromEnv(os.Getenv)
+	a, err := actionconf.FromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}

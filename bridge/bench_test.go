@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -76,13 +77,13 @@ func BenchmarkBridge(b *testing.B) {
 		for _, cfg := range configs {
 			for _, p := range partitions {
 				b.Run(fmt.Sprintf("%s/bridge-%s/p%d", c.name, cfg.name, p), func(b *testing.B) {
-					line := "bench --in in=bench.v1 --out out=bench.v1 " + cfg.flags + " -- " + bridge.Join(c.argv)
+					line := "bench --in in=bench.v1 --out out=bench.v1 " + cfg.flags + " -- " + actionconf.Join(c.argv)
 					addr, cmd := startProc(b, exec.Command(millrace, "bridge"), "MILLRACE_ACTION="+line)
 					benchStreamlet(b, addr, cmd, p, nil)
 				})
 				if p == 4 { // the same with a traceparent on every record: child spans, not roots
 					b.Run(fmt.Sprintf("%s/bridge-%s/p%d/traceparent", c.name, cfg.name, p), func(b *testing.B) {
-						line := "bench --in in=bench.v1 --out out=bench.v1 " + cfg.flags + " -- " + bridge.Join(c.argv)
+						line := "bench --in in=bench.v1 --out out=bench.v1 " + cfg.flags + " -- " + actionconf.Join(c.argv)
 						addr, cmd := startProc(b, exec.Command(millrace, "bridge"), "MILLRACE_ACTION="+line)
 						benchStreamlet(b, addr, cmd, p, benchTraceparent)
 					})

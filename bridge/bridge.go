@@ -3,10 +3,9 @@
 // Ankka Flow streamlet, a gRPC server of the Discovery and Streamlet services (package
 // protocol) that the standard sidecar drives.
 //
-// The config line is parsed by [ParseLine], [ParseString], [ParseFile] or [FromEnv] into an
-// [Action]: the one action config of millrace, with one table of defaults, which `millrace
-// run`, `millrace test`, `describe` and the conformance kit take as well. Its
-// [Action.Descriptor] and [Action.Spec] are what discovery answers. A [Server] serves one
+// The config line and its one table of defaults are package bridge/actionconf's (which links no
+// gRPC, so the tools that only read a line stay small); an [Action] is its
+// [actionconf.Action], whose Descriptor and Spec are what discovery answers. A [Server] serves one
 // action: each conversation (a Streamlet.Run stream opened with Start) gets a fresh pool of the
 // action's processes (package stdio/engine); every record of a batch becomes one item; a batch
 // is answered with its records' emits in record order and then Ack, or with Fail.
@@ -21,12 +20,8 @@
 // not UTF-8.
 package bridge
 
-import "errors"
+import "github.com/ankka-flow/millrace/bridge/actionconf"
 
-var (
-	// ErrConfig matches every mistake in an action config line (a *lineError) from ParseLine,
-	// ParseString, ParseFile and FromEnv.
-	ErrConfig = errors.New("bridge: action config")
-	// ErrNoConfig is returned by FromEnv when MILLRACE_ACTION is unset or blank.
-	ErrNoConfig = errors.New("bridge: no action config: give the line as arguments, --config FILE, or in " + EnvAction)
-)
+// Action is the action a [Server] serves: a parsed config line. It is an alias, so a program
+// that embeds the bridge names the type as before while the parser lives in the leaf package.
+type Action = actionconf.Action

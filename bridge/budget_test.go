@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -99,8 +100,8 @@ func TestReplayGenerationKeys(t *testing.T) {
 		if !a.ack || len(a.emits) != 1 {
 			t.Fatalf("generation %d: answer = %v; want Ack after 1 emit", gen, a)
 		}
-		want := bridge.IdempotencyKeyAt(gen, "pipe", "t", "in-topic", 0, 3)
-		if got := emitted(t, a.emits[0])["idempotencyKey"]; got != want || (gen != 0) == (want == bridge.IdempotencyKey("pipe", "t", "in-topic", 0, 3)) {
+		want := actionconf.IdempotencyKeyAt(gen, "pipe", "t", "in-topic", 0, 3)
+		if got := emitted(t, a.emits[0])["idempotencyKey"]; got != want || (gen != 0) == (want == actionconf.IdempotencyKey("pipe", "t", "in-topic", 0, 3)) {
 			t.Errorf("generation %d: idempotencyKey = %v; want %s (new keys only for a bumped generation)", gen, got, want)
 		}
 		expectEOF(t, s.stop())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,7 +160,7 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 	topic, ok := c.inlets[b.GetInlet()]
 	if !ok {
 		c.s.opts.Metrics.batch("fail")
-		c.answer(id, []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("batch %d names inlet %q, to which Start bound no topic; the action declares inlets %s", id, b.GetInlet(), portList(c.s.opts.Action.Inlets)))})
+		c.answer(id, []*flowv1.FromProcess{failMsg(id, fmt.Sprintf("batch %d names inlet %q, to which Start bound no topic; the action declares inlets %s", id, b.GetInlet(), inletNames(c.s.opts.Action)))})
 		return nil
 	}
 	c.mu.Lock()
@@ -471,4 +472,13 @@ func (c *conversation) closePool(drain bool) {
 		c.log.Warn("the action's processes did not all shut down in time", "error", err)
 	}
 	c.s.opts.Metrics.poolClosed(c.pool)
+}
+
+// inletNames lists the action's inlets for an error message about a batch's inlet.
+func inletNames(a *Action) string {
+	names := make([]string, len(a.Inlets))
+	for i, p := range a.Inlets {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
 }

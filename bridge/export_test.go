@@ -11,15 +11,6 @@ func RecordActionMetric(m *Metrics, name string, value float64, labels map[strin
 	m.action.record(stdio.Metric{Name: name, Value: value, Labels: labels})
 }
 
-// The defaults and names the tests compare with.
-var (
-	DefaultTimeout      = defaults.Timeout
-	DefaultReadyTimeout = defaults.ReadyTimeout
-	DefaultRetries      = defaults.Retries
-)
-
-type LineError = lineError
-
 const (
 	HeaderError           = headerError
 	HeaderAttempts        = headerAttempts

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -46,7 +47,7 @@ func (s *sentStream) kinds() string { return strings.Join(s.sent, " ") }
 // nothing more of the batch is sent but its Fail. The results come in out of order, as the
 // pool's processes finish them.
 func TestOutputSentInRuns(t *testing.T) {
-	a, err := ParseLine(strings.Fields("t --in in=x.v1 --out out=y.v1 -- prog"))
+	a, err := actionconf.ParseLine(strings.Fields("t --in in=x.v1 --out out=y.v1 -- prog"))
 	if err != nil {
 		t.Fatal(err)
 	}

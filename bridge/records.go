@@ -1,10 +1,7 @@
 package bridge
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -34,39 +32,6 @@ const maxHeaderError = 4 << 10
 
 var nullJSON = json.RawMessage("null")
 
-// IdempotencyKey returns the idempotencyKey of a record in replay generation 0: hex of the
-// first 16 bytes of SHA-256 over the pipeline, streamlet, topic, partition and offset. It is
-// the same on every attempt and in every conversation, so a redelivered record keeps its key.
-func IdempotencyKey(pipeline, streamlet, topic string, partition int32, offset int64) string {
-	return IdempotencyKeyAt(0, pipeline, streamlet, topic, partition, offset)
-}
-
-// IdempotencyKeyAt returns the idempotencyKey of a record in replay generation gen (the
-// operator's FLOW_REPLAY_GENERATION): generation 0 is IdempotencyKey's, unchanged; any other
-// generation is hashed after the offset, so a deliberate replay under a bumped generation
-// gets new keys while redeliveries within one generation keep theirs.
-func IdempotencyKeyAt(gen uint64, pipeline, streamlet, topic string, partition int32, offset int64) string {
-	var key [32]byte
-	return string(appendIdempotencyKey(key[:0], gen, pipeline, streamlet, topic, partition, offset))
-}
-
-// appendIdempotencyKey appends a record's IdempotencyKeyAt to dst.
-func appendIdempotencyKey(dst []byte, gen uint64, pipeline, streamlet, topic string, partition int32, offset int64) []byte {
-	var stack [256]byte // on the stack for the usual name lengths
-	buf := stack[:0]
-	for _, s := range [...]string{pipeline, streamlet, topic} {
-		buf = binary.BigEndian.AppendUint64(buf, uint64(len(s)))
-		buf = append(buf, s...)
-	}
-	buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
-	buf = binary.BigEndian.AppendUint64(buf, uint64(offset))
-	if gen != 0 {
-		buf = binary.BigEndian.AppendUint64(buf, gen)
-	}
-	sum := sha256.Sum256(buf)
-	return hex.AppendEncode(dst, sum[:16])
-}
-
 // recordID is the item id of a record: "topic/partition/offset".
 func recordID(topic string, partition int32, offset int64) string {
 	var stack [128]byte // one allocation, the string, for the usual topic lengths
@@ -81,20 +46,17 @@ func appendRecordID(dst []byte, topic string, partition int32, offset int64) []b
 	return strconv.AppendInt(dst, offset, 10)
 }
 
-// idempotencyKeyLen is the length of an idempotency key: hex of 16 bytes.
-const idempotencyKeyLen = 2 * 16
-
 // appendNames appends the item id of record in and its idempotency key to dst, the key last.
 func (c *conversation) appendNames(dst []byte, b *flowv1.Batch, topic string, in *flowv1.InputRecord) []byte {
 	dst = appendRecordID(dst, topic, b.GetPartition(), in.GetOffset())
-	return appendIdempotencyKey(dst, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
+	return actionconf.AppendIdempotencyKey(dst, c.s.opts.ReplayGeneration, c.start.GetPipeline(), c.s.opts.Action.Name, topic, b.GetPartition(), in.GetOffset())
 }
 
 // item maps one input record to an action item; names is appendNames' text for it (the
 // batch's items share one string, one allocation for the whole batch).
 func (c *conversation) item(b *flowv1.Batch, topic string, in *flowv1.InputRecord, names string) stdio.Item {
 	r := in.GetRecord()
-	n := len(names) - idempotencyKeyLen
+	n := len(names) - actionconf.IdempotencyKeyLen
 	it := stdio.Item{
 		ID:             names[:n],
 		Run:            c.id,

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 )
@@ -36,38 +37,8 @@ func TestBytesOfBadBase64(t *testing.T) {
 	}
 }
 
-func TestIdempotencyKey(t *testing.T) {
-	// The derivation is documented (README); a change would re-key every record in flight.
-	if got, want := IdempotencyKey("pipe", "score-listing", "listings", 3, 1042), "25ec15e1e9cdf74d5a74c078f578c602"; got != want {
-		t.Errorf("IdempotencyKey(pipe, score-listing, listings, 3, 1042) = %s; want %s", got, want)
-	}
-	k := IdempotencyKey("p", "s", "t", 1, 2)
-	if len(k) != 32 || k != IdempotencyKey("p", "s", "t", 1, 2) {
-		t.Errorf("IdempotencyKey = %q; want 32 hex digits, stable", k)
-	}
-	// Length prefixes keep ("ab","c") and ("a","bc") apart.
-	if IdempotencyKey("ab", "c", "t", 1, 2) == IdempotencyKey("a", "bc", "t", 1, 2) || k == IdempotencyKey("p", "s", "t", 1, 3) {
-		t.Errorf("IdempotencyKey collides on different records")
-	}
-}
-
-// TestIdempotencyKeyReplayGeneration: generation 0 keeps today's keys exactly; every other
-// generation gives every record new keys, stable within the generation.
-func TestIdempotencyKeyReplayGeneration(t *testing.T) {
-	if got, want := IdempotencyKeyAt(0, "pipe", "score-listing", "listings", 3, 1042), "25ec15e1e9cdf74d5a74c078f578c602"; got != want {
-		t.Errorf("IdempotencyKeyAt(0, …) = %s; want the generation-less key %s", got, want)
-	}
-	seen := map[string]uint64{}
-	for _, gen := range []uint64{0, 1, 2, 1 << 40} {
-		k := IdempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042)
-		if other, dup := seen[k]; dup {
-			t.Errorf("generations %d and %d give the same key %s", other, gen, k)
-		}
-		seen[k] = gen
-		if k != IdempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042) || len(k) != 32 {
-			t.Errorf("IdempotencyKeyAt(%d) = %q; want 32 hex digits, stable", gen, k)
-		}
-	}
+// TestReplayGenerationFromEnv: FLOW_REPLAY_GENERATION is a whole number, 0 when unset.
+func TestReplayGenerationFromEnv(t *testing.T) {
 	if got, err := ReplayGenerationFromEnv(func(string) string { return "" }); got != 0 || err != nil {
 		t.Errorf("ReplayGenerationFromEnv(unset) = %d, %v; want 0", got, err)
 	}
@@ -99,7 +70,7 @@ func FuzzSizeBound(f *testing.F) {
 // is reset and reused, a later emit keeps nothing of an earlier one (no key, header or trace
 // header), and nothing refers to a record any more after a reset.
 func TestEmitsScratchReused(t *testing.T) {
-	a, err := ParseLine(strings.Fields("s --in in=x.v1 --out out=y.v1 -- prog"))
+	a, err := actionconf.ParseLine(strings.Fields("s --in in=x.v1 --out out=y.v1 -- prog"))
 	if err != nil {
 		t.Fatal(err)
 	}

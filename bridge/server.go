@@ -47,9 +47,10 @@ type Options struct {
 	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
 	// full the bridge writes no item to its processes.
 	Budget *engine.Budget
-	// ReplayGeneration is part of every idempotencyKey (see [IdempotencyKeyAt]): 0 keeps the
-	// keys of IdempotencyKey; the operator bumps it (FLOW_REPLAY_GENERATION) for a deliberate
-	// replay, so that systems deduplicating on the keys apply the replayed records.
+	// ReplayGeneration is part of every idempotencyKey (see [actionconf.IdempotencyKeyAt]): 0
+	// keeps the keys of [actionconf.IdempotencyKey]; the operator bumps it
+	// (FLOW_REPLAY_GENERATION) for a deliberate replay, so that systems deduplicating on the keys
+	// apply the replayed records.
 	ReplayGeneration uint64
 	// RetryBackoff is the first delay before a retry, doubling with jitter (default: the stdio
 	// pool's). Tests shorten it.

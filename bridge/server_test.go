@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -82,7 +83,7 @@ func TestItemAndHello(t *testing.T) {
 		"type": "item", "id": "in-topic/7/40", "run": "conv-2", "key": "listing-42", "payload": map[string]any{"op": "inspect"},
 		"headers": []any{map[string]any{"key": "trace", "value": "abc"}}, "inlet": "in", "topic": "in-topic",
 		"partition": 7.0, "offset": 40.0, "timestamp": 1_700_000_000_040.0, "attempt": 1.0,
-		"idempotencyKey": bridge.IdempotencyKey("pipe", "t", "in-topic", 7, 40),
+		"idempotencyKey": actionconf.IdempotencyKey("pipe", "t", "in-topic", 7, 40),
 	}
 	for k, v := range want {
 		if !reflect.DeepEqual(item[k], v) {
@@ -220,7 +221,7 @@ func TestRecords(t *testing.T) {
 				t.Fatalf("answer = %v; want Ack after 1 emit", a)
 			}
 			v := emitted(t, a.emits[0])
-			if v["attempt"] != 3.0 || v["idempotencyKey"] != bridge.IdempotencyKey("pipe", "t", "in-topic", 0, 3) {
+			if v["attempt"] != 3.0 || v["idempotencyKey"] != actionconf.IdempotencyKey("pipe", "t", "in-topic", 0, 3) {
 				t.Errorf("emit = %v; want attempt 3 with the record's idempotencyKey", v)
 			}
 		},

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -28,7 +29,7 @@ type syncBuffer = testkit.SyncBuffer
 // running is a bridge under test, serving on a free loopback port.
 type running struct {
 	addr    string
-	action  *bridge.Action
+	action  *actionconf.Action
 	logs    *syncBuffer
 	metrics *bridge.Metrics
 	cancel  context.CancelFunc
@@ -40,11 +41,11 @@ type running struct {
 // until the test ends.
 func startBridge(t *testing.T, line string, mods ...func(*bridge.Options)) *running {
 	t.Helper()
-	words, err := bridge.Split(line)
+	words, err := actionconf.Split(line)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := bridge.ParseLine(append(words, "--", os.Args[0], "-test.run=^$"))
+	a, err := actionconf.ParseLine(append(words, "--", os.Args[0], "-test.run=^$"))
 	if err != nil {
 		t.Fatal(err)
 	}

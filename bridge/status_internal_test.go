@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -16,7 +17,7 @@ import (
 // TestStartErrorKeepsItsChain: a conversation whose processes cannot start ends the stream as
 // UNAVAILABLE, and the error keeps the engine's cause, so a caller can tell why with errors.Is.
 func TestStartErrorKeepsItsChain(t *testing.T) {
-	a, err := ParseLine(strings.Fields("s --in in=x.v1 -- /nonexistent/millrace-test-program"))
+	a, err := actionconf.ParseLine(strings.Fields("s --in in=x.v1 -- /nonexistent/millrace-test-program"))
 	if err != nil {
 		t.Fatal(err)
 	}

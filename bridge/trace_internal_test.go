@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -16,7 +17,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkRecordPath -benchmem ./bridge/
 func BenchmarkRecordPath(b *testing.B) {
-	a, err := ParseLine(strings.Fields("bench --in in=x.v1 --out out=y.v1 -- prog"))
+	a, err := actionconf.ParseLine(strings.Fields("bench --in in=x.v1 --out out=y.v1 -- prog"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 )
 
 // runBridge runs `millrace bridge`: the streamlet process of one action, its config line given
@@ -25,21 +26,21 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	var (
-		a   *bridge.Action
+		a   *actionconf.Action
 		err error
 	)
 	switch {
 	case *config != "" && fs.NArg() > 0:
 		return fs.usageErr("give the action config line either as arguments or with --config, not both")
 	case *config != "":
-		a, err = bridge.ParseFile(*config)
+		a, err = actionconf.ParseFile(*config)
 	case fs.NArg() > 0:
-		a, err = bridge.ParseLine(fs.Args())
+		a, err = actionconf.ParseLine(fs.Args())
 	default:
-		a, err = bridge.FromEnv(e.getenv)
+		a, err = actionconf.FromEnv(e.getenv)
 	}
 	if err != nil {
-		if errors.Is(err, bridge.ErrConfig) || errors.Is(err, bridge.ErrNoConfig) {
+		if errors.Is(err, actionconf.ErrConfig) || errors.Is(err, actionconf.ErrNoConfig) {
 			return fs.usageErr(err.Error())
 		}
 		return err
@@ -77,26 +78,26 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 // (TestBridgeHelp checks the list against the parser's).
 var configLineFlags = []struct {
 	flag, help string
-	def        func(a *bridge.Action) string
+	def        func(a *actionconf.Action) string
 }{
 	{"--in PORT=SCHEMA", "an inlet (at least one)", nil},
 	{"--out PORT=SCHEMA", "an outlet", nil},
 	{"--param KEY:TYPE[=DEFAULT]", "a config parameter: TYPE string, integer, double, boolean, duration or memory-size; no default: required at deploy time", nil},
-	{"--concurrency N", "processes of the program", func(a *bridge.Action) string { return strconv.Itoa(a.Concurrency) }},
-	{"--per-item", "a fresh process for every item", func(*bridge.Action) string { return "off" }},
-	{"--timeout D", "per attempt of an item (0s: none); a timeout is retried", func(a *bridge.Action) string { return a.Timeout.String() }},
-	{"--ready-timeout D", "from hello to ready", func(a *bridge.Action) string { return a.ReadyTimeout.String() }},
-	{"--window N", "deliveries written ahead to one process (0: as the program's ready says)", func(a *bridge.Action) string { return strconv.Itoa(a.Window) }},
-	{"--retries N", "retries of a retryable error, crash or timeout", func(a *bridge.Action) string { return strconv.Itoa(a.Retries) }},
-	{"--dead-letter PORT", "outlet for a record that failed for good (without it the batch fails)", func(*bridge.Action) string { return "none" }},
-	{"--fallback PORT", "outlet for a record the program abstained on", func(*bridge.Action) string { return "none" }},
-	{"--effects external|none", "external: the program changes something outside", func(*bridge.Action) string { return "none" }},
+	{"--concurrency N", "processes of the program", func(a *actionconf.Action) string { return strconv.Itoa(a.Concurrency) }},
+	{"--per-item", "a fresh process for every item", func(*actionconf.Action) string { return "off" }},
+	{"--timeout D", "per attempt of an item (0s: none); a timeout is retried", func(a *actionconf.Action) string { return a.Timeout.String() }},
+	{"--ready-timeout D", "from hello to ready", func(a *actionconf.Action) string { return a.ReadyTimeout.String() }},
+	{"--window N", "deliveries written ahead to one process (0: as the program's ready says)", func(a *actionconf.Action) string { return strconv.Itoa(a.Window) }},
+	{"--retries N", "retries of a retryable error, crash or timeout", func(a *actionconf.Action) string { return strconv.Itoa(a.Retries) }},
+	{"--dead-letter PORT", "outlet for a record that failed for good (without it the batch fails)", func(*actionconf.Action) string { return "none" }},
+	{"--fallback PORT", "outlet for a record the program abstained on", func(*actionconf.Action) string { return "none" }},
+	{"--effects external|none", "external: the program changes something outside", func(*actionconf.Action) string { return "none" }},
 	{"--description TEXT", "the descriptor's description", nil},
-	{"--metrics ADDR", "serve Prometheus metrics at http://ADDR/metrics", func(*bridge.Action) string { return "off" }},
+	{"--metrics ADDR", "serve Prometheus metrics at http://ADDR/metrics", func(*actionconf.Action) string { return "off" }},
 }
 
 func configLineHelp() string {
-	a, err := bridge.ParseLine([]string{"defaults", "--in", "in=in.v1", "--", "true"})
+	a, err := actionconf.ParseLine([]string{"defaults", "--in", "in=in.v1", "--", "true"})
 	if err != nil {
 		panic("the minimal config line does not parse: " + err.Error())
 	}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/protocol"
 )
 
@@ -22,10 +22,10 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		return fs.usageErr(fmt.Sprintf("expected one action directory, config file or config line (quoted), got %d arguments", len(pos)))
 	}
-	if st, err := os.Stat(pos[0]); err == nil && !st.IsDir() && local.IsPipelineFile(pos[0]) {
+	if st, err := os.Stat(pos[0]); err == nil && !st.IsDir() && actiondir.IsPipelineFile(pos[0]) {
 		return describePipelineErr(pos[0])
 	}
-	a, err := local.Load(pos[0])
+	a, err := actiondir.Load(pos[0])
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 // and says how to describe each streamlet of the pipeline.
 func describePipelineErr(file string) error {
 	msg := fmt.Sprintf("%s is a pipeline file; describe takes one action (a directory, config file or quoted config line)", file)
-	p, err := local.LoadPipeline(file)
+	p, err := actiondir.LoadPipeline(file)
 	if err != nil {
 		return fmt.Errorf("%s: describe each streamlet's action directory on its own", msg)
 	}

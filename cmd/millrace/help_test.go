@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 )
 
 // TestHelpIsComplete: every -h exits 0 and names every flag: run's usage line lists each flag
@@ -35,7 +35,7 @@ func TestHelpIsComplete(t *testing.T) {
 		t.Errorf("help -h = %d, %q; want 0 and the usage", code, out)
 	}
 	// the parser's own list of flags, from its error for an unknown one
-	_, err := bridge.ParseLine([]string{"x", "--in", "a=a.v1", "--bogus", "--", "cat"})
+	_, err := actionconf.ParseLine([]string{"x", "--in", "a=a.v1", "--bogus", "--", "cat"})
 	_, list, ok := strings.Cut(errString(err), "expected one of ")
 	if !ok {
 		t.Fatalf("ParseLine(--bogus) = %v; want the list of flags", err)

@@ -5,19 +5,19 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/actiondir"
 )
 
 // runInit is `millrace init action NAME --lang LANG`: a new action directory that passes its
 // own conformance and fixture tests.
 func runInit(ctx context.Context, e *env, args []string) error {
 	var langs []string
-	for _, l := range local.Langs {
+	for _, l := range actiondir.Langs {
 		langs = append(langs, l.Name)
 	}
 	fs := newFlagSet(e, "init", "action NAME --lang "+strings.Join(langs, "|")+" [--source DIR]")
 	lang := fs.String("lang", "", "the language of the program: "+strings.Join(langs, ", ")+" (python, node, ruby: on the SDK, vendored; raw: Python with no SDK, the protocol written out)")
-	source := fs.String("source", "", "go: the millrace checkout the SDK comes from, for an action outside it (default $"+local.EnvSource+", else the checkout holding the current directory)")
+	source := fs.String("source", "", "go: the millrace checkout the SDK comes from, for an action outside it (default $"+actiondir.EnvSource+", else the checkout holding the current directory)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -31,9 +31,9 @@ func runInit(ctx context.Context, e *env, args []string) error {
 		return fs.usageErr("--lang is required: one of " + strings.Join(langs, ", "))
 	}
 	dir := pos[1]
-	if err := local.Init(ctx, dir, *lang, local.InitOptions{Source: *source, Getenv: e.getenv}); err != nil {
+	if err := actiondir.Init(ctx, dir, *lang, actiondir.InitOptions{Source: *source, Getenv: e.getenv}); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s (%s). Next:\n  millrace test action %s --conformance\n  millrace test action %s\n  millrace run %s --input %s/sample.jsonl\nThe action protocol: %s\n", dir, *lang, dir, dir, dir, dir, local.ProtocolDoc(e.getenv))
+	fmt.Fprintf(e.stdout, "wrote %s (%s). Next:\n  millrace test action %s --conformance\n  millrace test action %s\n  millrace run %s --input %s/sample.jsonl\nThe action protocol: %s\n", dir, *lang, dir, dir, dir, dir, actiondir.ProtocolDoc(e.getenv))
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
@@ -25,7 +25,7 @@ func slowGreet(t *testing.T) string {
 		t.Fatalf("the raw action needs python3 on PATH (scripts/setup installs it): %v", err)
 	}
 	dir := filepath.Join(t.TempDir(), "greet")
-	if err := local.Init(context.Background(), dir, "raw", local.InitOptions{}); err != nil {
+	if err := actiondir.Init(context.Background(), dir, "raw", actiondir.InitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	main := filepath.Join(dir, "main.py")

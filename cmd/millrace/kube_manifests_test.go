@@ -25,7 +25,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/sidecar/kube"
 )
 
@@ -383,7 +383,7 @@ func (m manifests) writable(c *container, dir string) bool {
 
 // bridgeAction returns the action the bridge container serves: its arguments after "bridge",
 // else MILLRACE_ACTION.
-func bridgeAction(t *testing.T, c *container, env map[string]string) *bridge.Action {
+func bridgeAction(t *testing.T, c *container, env map[string]string) *actionconf.Action {
 	t.Helper()
 	if len(c.Command) > 0 && !slices.Equal(c.Command, []string{binaryName}) {
 		t.Fatalf("container %s: command %q; leave it to the image's entrypoint (%s) or set [%q]", c.Name, c.Command, binaryName, binaryName)
@@ -393,18 +393,18 @@ func bridgeAction(t *testing.T, c *container, env map[string]string) *bridge.Act
 	}
 	words := c.Args[1:]
 	var (
-		a   *bridge.Action
+		a   *actionconf.Action
 		err error
 	)
 	switch {
-	case len(words) > 0 && env[bridge.EnvAction] != "":
-		t.Fatalf("container %s gives the action line both as arguments and in %s: the arguments win silently; keep one", c.Name, bridge.EnvAction)
+	case len(words) > 0 && env[actionconf.EnvAction] != "":
+		t.Fatalf("container %s gives the action line both as arguments and in %s: the arguments win silently; keep one", c.Name, actionconf.EnvAction)
 	case len(words) > 0 && strings.HasPrefix(words[0], "-"):
-		t.Fatalf("container %s: bridge %q; give the action line itself (as arguments or in %s) so this test can check it against the descriptor", c.Name, words, bridge.EnvAction)
+		t.Fatalf("container %s: bridge %q; give the action line itself (as arguments or in %s) so this test can check it against the descriptor", c.Name, words, actionconf.EnvAction)
 	case len(words) > 0:
-		a, err = bridge.ParseLine(words)
+		a, err = actionconf.ParseLine(words)
 	default:
-		a, err = bridge.FromEnv(func(k string) string { return env[k] })
+		a, err = actionconf.FromEnv(func(k string) string { return env[k] })
 	}
 	if err != nil {
 		t.Fatalf("container %s: the action line does not parse: %v", c.Name, err)

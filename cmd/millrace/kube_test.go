@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
 	"github.com/ankka-flow/millrace/sidecar/kube"
@@ -44,7 +45,7 @@ func TestKubernetesExample(t *testing.T) {
 	a := bridgeAction(t, br, brEnv)
 
 	t.Run("descriptor", func(t *testing.T) {
-		conf, err := bridge.ParseFile(exampleAction)
+		conf, err := actionconf.ParseFile(exampleAction)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestKubernetesExample(t *testing.T) {
 		// `millrace describe LINE` from the image's millrace prints the same bytes.
 		defer func(v string) { version = v }(version)
 		version = imageVersion
-		for _, arg := range []string{bridge.Join(br.Args[1:]), filepath.Dir(exampleAction)} {
+		for _, arg := range []string{actionconf.Join(br.Args[1:]), filepath.Dir(exampleAction)} {
 			var stdout, stderr bytes.Buffer
 			if code := dispatch(context.Background(), &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}, []string{"describe", arg}); code != 0 || stdout.String() != string(descriptor)+"\n" {
 				t.Errorf("millrace describe %s = exit %d %q %q; want exit 0 and the bridge's Spec as descriptor.json:\n%s", arg, code, stdout.String(), stderr.String(), descriptor)
@@ -170,7 +171,7 @@ func TestKubernetesExample(t *testing.T) {
 		if err != nil {
 			t.Fatalf("container bridge: %v", err)
 		}
-		_, _ = bridge.FromEnv(brRec.getenv) // only the names it reads matter here
+		_, _ = actionconf.FromEnv(brRec.getenv) // only the names it reads matter here
 		if unread := brRec.unread(br); len(unread) > 0 {
 			t.Errorf("the bridge container sets %s, which the bridge never reads", strings.Join(unread, ", "))
 		}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/local"
 )
 
@@ -130,15 +131,15 @@ func runRun(ctx context.Context, e *env, args []string) error {
 
 // loadRunnable reads what `millrace run` was given: an action directory, a pipeline file, an
 // action config file, or a config line.
-func loadRunnable(arg string) (*local.Pipeline, error) {
-	if st, err := os.Stat(arg); err == nil && !st.IsDir() && local.IsPipelineFile(arg) {
-		return local.LoadPipeline(arg)
+func loadRunnable(arg string) (*actiondir.Pipeline, error) {
+	if st, err := os.Stat(arg); err == nil && !st.IsDir() && actiondir.IsPipelineFile(arg) {
+		return actiondir.LoadPipeline(arg)
 	}
-	a, err := local.Load(arg)
+	a, err := actiondir.Load(arg)
 	if err != nil {
 		return nil, err
 	}
-	p := local.Single(a)
+	p := actiondir.Single(a)
 	p.Name = a.Name
 	return p, nil
 }

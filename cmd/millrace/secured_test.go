@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 )
@@ -47,7 +47,7 @@ func TestReplaySecured(t *testing.T) {
 func TestSidecarSecretsStaySecret(t *testing.T) {
 	b, vars := testkit.NewSecuredBroker(t, testkit.Security{Mechanism: "SCRAM-SHA-512"})
 	const secret = "Wrong-But-Known-4c1d"
-	a, err := bridge.ParseLine([]string{"s", "--in", "in=a.v1", "--out", "out=b.v1", "--", "cat"})
+	a, err := actionconf.ParseLine([]string{"s", "--in", "in=a.v1", "--out", "out=b.v1", "--", "cat"})
 	if err != nil {
 		t.Fatal(err)
 	}

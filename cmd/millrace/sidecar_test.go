@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
 )
@@ -55,7 +55,7 @@ func TestSidecarEnvTable(t *testing.T) {
 		"FLOW_KAFKA_SASL_MECHANISM": "PLAIN", "FLOW_KAFKA_SASL_USERNAME": "u", "FLOW_KAFKA_SASL_PASSWORD": "p",
 		"KUBERNETES_SERVICE_HOST": "10.0.0.1", // in a pod: the FLOW_POD_* variables are read too
 	}
-	a, err := bridge.ParseLine([]string{"s", "--in", "in=a.v1", "--out", "out=b.v1", "--", "cat"})
+	a, err := actionconf.ParseLine([]string{"s", "--in", "in=a.v1", "--out", "out=b.v1", "--", "cat"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
-	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
@@ -32,7 +32,7 @@ func runTest(ctx context.Context, e *env, args []string) (err error) {
 	case *conf && *update:
 		return fs.usageErr("--update rewrites fixtures; it has no use with --conformance")
 	}
-	a, err := local.Load(pos[1])
+	a, err := actiondir.Load(pos[1])
 	if err != nil {
 		return err
 	}

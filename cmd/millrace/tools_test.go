@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/protocol"
 )
 
@@ -25,7 +25,7 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // TestDescribe: describe prints the canonical descriptor the bridge's discovery answers, from
 // a directory, a config line, or to a file.
 func TestDescribe(t *testing.T) {
-	a, err := bridge.ParseFile("../../actions/route-orders/action.conf")
+	a, err := actionconf.ParseFile("../../actions/route-orders/action.conf")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/stdio"
 )
 
 // TestTimeoutZeroIsNone: --timeout 0s means no item timeout in `millrace test`, as in the
 // bridge (the kit used to turn 0 into one minute).
 func TestTimeoutZeroIsNone(t *testing.T) {
-	line, err := bridge.ParseLine(strings.Fields("s --in in=x.v1 --timeout 0s -- prog"))
+	line, err := actionconf.ParseLine(strings.Fields("s --in in=x.v1 --timeout 0s -- prog"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,9 +30,9 @@ func TestTimeoutZeroIsNone(t *testing.T) {
 // TestIdempotencyKeyIsTheBridges: the kit hands the action the key the bridge would for the
 // same record (pipeline, streamlet, topic, partition, offset), as the README says.
 func TestIdempotencyKeyIsTheBridges(t *testing.T) {
-	a := &Action{Action: bridge.Action{Name: "score", Inlets: []bridge.Port{{Name: "in"}}}}
+	a := &Action{Action: actionconf.Action{Name: "score", Inlets: []actionconf.Port{{Name: "in"}}}}
 	it := fillItem(a, stdio.Item{}, 7, "")
-	if want := bridge.IdempotencyKey(FixtureTopic, "score", FixtureTopic, 0, 7); it.IdempotencyKey != want {
+	if want := actionconf.IdempotencyKey(FixtureTopic, "score", FixtureTopic, 0, 7); it.IdempotencyKey != want {
 		t.Errorf("idempotencyKey = %s, want the bridge's %s", it.IdempotencyKey, want)
 	}
 }
@@ -40,7 +40,7 @@ func TestIdempotencyKeyIsTheBridges(t *testing.T) {
 // TestFillFillsTheLine: the batch check's envelope at the limit is one line of exactly the
 // limit, as the engine may write it.
 func TestFillFillsTheLine(t *testing.T) {
-	a := &Action{Action: bridge.Action{Name: "score", Inlets: []bridge.Port{{Name: "in"}}}}
+	a := &Action{Action: actionconf.Action{Name: "score", Inlets: []actionconf.Port{{Name: "in"}}}}
 	r := newRunner(t.Context(), a, Options{}, t.TempDir(), nil)
 	s := &session{r: r, owner: CheckBatch}
 	key := "clé"

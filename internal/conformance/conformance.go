@@ -26,7 +26,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -43,7 +43,7 @@ var (
 )
 
 // Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
-// action's own defaults are the config line's (bridge.Action, one table for every tool).
+// action's own defaults are the config line's (actionconf.Action, one table for every tool).
 const (
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultBurst         = 32
@@ -57,7 +57,7 @@ const (
 // --per-item, --ready-timeout and --timeout flags, a zero Timeout meaning none as in the
 // bridge), and what only a test run has.
 type Action struct {
-	bridge.Action
+	actionconf.Action
 
 	Version       string          // sent in hello
 	Env           []string        // extra environment, "K=V"
@@ -96,7 +96,7 @@ func (a *Action) outlets() []string {
 // idempotencyKey is the bridge's key of the record the item stands for, in the pipeline the
 // kit's hello names (FixtureTopic).
 func (a *Action) idempotencyKey(it *stdio.Item) string {
-	return bridge.IdempotencyKey(FixtureTopic, a.Name, it.Topic, it.Partition, it.Offset)
+	return actionconf.IdempotencyKey(FixtureTopic, a.Name, it.Topic, it.Partition, it.Offset)
 }
 
 // itemTimer is the item timeout of a session: d, or none when d is 0 (the config line's

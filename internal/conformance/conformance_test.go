@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
@@ -28,9 +28,9 @@ func testAction(t *testing.T, b string) conformance.Action {
 		t.Fatal(err)
 	}
 	return conformance.Action{
-		Action: bridge.Action{
+		Action: actionconf.Action{
 			Name: b, Command: []string{exe}, Dir: t.TempDir(),
-			Inlets: []bridge.Port{{Name: "in"}}, Outlets: []bridge.Port{{Name: "out"}},
+			Inlets: []actionconf.Port{{Name: "in"}}, Outlets: []actionconf.Port{{Name: "out"}},
 			// generous bounds: a race-built child on a loaded machine is slow, and no test waits
 			// for them to pass except the behaviours built to miss them (which shorten them)
 			ReadyTimeout: 30 * time.Second, Timeout: 30 * time.Second,
@@ -145,7 +145,7 @@ func TestPerItem(t *testing.T) {
 // outlet goes to that one, as in the bridge: the action is conformant.
 func TestDeadLetterOutlet(t *testing.T) {
 	a := testAction(t, "good")
-	a.Outlets = append(a.Outlets, bridge.Port{Name: "rejected"})
+	a.Outlets = append(a.Outlets, actionconf.Port{Name: "rejected"})
 	a.DeadLetter = "rejected"
 	rep, err := conformance.Run(context.Background(), a, conformance.Options{Inputs: testInputs(&a)})
 	if err != nil {

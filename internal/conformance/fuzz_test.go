@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -47,7 +47,7 @@ func FuzzCompareAnswer(f *testing.F) {
 	f.Add([]byte(`{"outcome":"error","retryable":false}`), []byte(`[]`))
 	f.Add([]byte(`{"emits":[1,{"x":2}],"outcome":"done"}`), []byte(`"s"`))
 	f.Fuzz(func(t *testing.T, golden, payload []byte) {
-		a := &Action{Action: bridge.Action{Outlets: []bridge.Port{{Name: "out"}}}}
+		a := &Action{Action: actionconf.Action{Outlets: []actionconf.Port{{Name: "out"}}}}
 		if !json.Valid(payload) {
 			payload = []byte("null")
 		}

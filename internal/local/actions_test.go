@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
-	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // TestExampleActions runs the conformance kit and the fixtures on every directory under
@@ -26,7 +26,7 @@ func TestExampleActions(t *testing.T) {
 		dir := filepath.Join("..", "..", "actions", e.Name())
 		t.Run(e.Name(), func(t *testing.T) {
 			t.Parallel()
-			a, err := local.Load(dir)
+			a, err := actiondir.Load(dir)
 			if err != nil {
 				t.Fatalf("Load(%s) = %v", dir, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/local"
 )
 
@@ -20,11 +21,11 @@ import (
 // for its topics to show instead of failing (it failed when it first asked for the outlet's
 // end offsets). The broker here answers the first metadata requests that name the outlet so.
 func TestRunTopicsNotYetShown(t *testing.T) {
-	a, err := local.Load(initAction(t, "greet"))
+	a, err := actiondir.Load(initAction(t, "greet"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := local.Single(a)
+	p := actiondir.Single(a)
 	outlet := p.Streamlets[0].Bindings["out"]
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
 	if err != nil {

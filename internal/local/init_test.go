@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
-	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/sdk"
 )
 
@@ -26,7 +26,7 @@ var runtimes = map[string][]string{
 // t unless both pass.
 func checkAction(t *testing.T, dir string) {
 	t.Helper()
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatalf("Load(%s) = %v", dir, err)
 	}
@@ -70,12 +70,12 @@ func TestInitPassesItsOwnTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range local.Langs {
+	for _, l := range actiondir.Langs {
 		t.Run(l.Name, func(t *testing.T) {
 			t.Parallel()
 			needRuntimes(t, l.Name)
 			dir := filepath.Join(t.TempDir(), "greet-"+l.Name)
-			if err := local.Init(context.Background(), dir, l.Name, local.InitOptions{Source: root}); err != nil {
+			if err := actiondir.Init(context.Background(), dir, l.Name, actiondir.InitOptions{Source: root}); err != nil {
 				t.Fatalf("Init(%s) = %v", l.Name, err)
 			}
 			for _, f := range []string{"action.conf", l.Program, "README.md", "sample.jsonl", "fixtures/basic.in.jsonl", "fixtures/basic.out.jsonl"} {
@@ -104,7 +104,7 @@ func TestInitVendorsTheSDK(t *testing.T) {
 			t.Fatalf("sdk.For(%s) = false", lang)
 		}
 		dir := filepath.Join(t.TempDir(), "v-"+lang)
-		if err := local.Init(context.Background(), dir, lang, local.InitOptions{}); err != nil {
+		if err := actiondir.Init(context.Background(), dir, lang, actiondir.InitOptions{}); err != nil {
 			t.Fatalf("Init(%s) = %v", lang, err)
 		}
 		got, err := os.ReadFile(filepath.Join(dir, f.Name))
@@ -137,16 +137,16 @@ func TestInitErrors(t *testing.T) {
 		{dir, "raw", "exists and is not empty"},
 	}
 	for _, tt := range tests {
-		err := local.Init(context.Background(), tt.dir, tt.lang, local.InitOptions{})
+		err := actiondir.Init(context.Background(), tt.dir, tt.lang, actiondir.InitOptions{})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Init(%s, %s) = %v; want an error containing %q", tt.dir, tt.lang, err, tt.want)
 		}
 	}
 	// a Go action outside any millrace checkout, with none named, cannot find the SDK
 	t.Chdir(dir)
-	err := local.Init(context.Background(), filepath.Join(dir, "g"), "go", local.InitOptions{Getenv: func(string) string { return "" }})
-	if err == nil || !strings.Contains(err.Error(), local.EnvSource) || !strings.Contains(err.Error(), "--source DIR") {
-		t.Errorf("Init(go, no source) = %v; want an error naming --source DIR and %s", err, local.EnvSource)
+	err := actiondir.Init(context.Background(), filepath.Join(dir, "g"), "go", actiondir.InitOptions{Getenv: func(string) string { return "" }})
+	if err == nil || !strings.Contains(err.Error(), actiondir.EnvSource) || !strings.Contains(err.Error(), "--source DIR") {
+		t.Errorf("Init(go, no source) = %v; want an error naming --source DIR and %s", err, actiondir.EnvSource)
 	}
 }
 
@@ -154,8 +154,8 @@ func TestInitErrors(t *testing.T) {
 // flags that set refused records aside, and those flags, added to its line, make a valid
 // line whose dead-letter port is the outlet they declare.
 func TestTemplatesShowTheDeadLetterDoor(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("templates", "*", "action.conf"))
-	if err != nil || len(files) < len(local.Langs) {
+	files, err := filepath.Glob(filepath.Join("..", "actiondir", "templates", "*", "action.conf"))
+	if err != nil || len(files) < len(actiondir.Langs) {
 		t.Fatalf("templates: %v, %v", files, err)
 	}
 	for _, file := range files {
@@ -175,8 +175,8 @@ func TestTemplatesShowTheDeadLetterDoor(t *testing.T) {
 			continue
 		}
 		cut := strings.LastIndex(text, " -- ") // the command's, after every comment
-		a, err := bridge.ParseString(text[:cut] + " " + door + text[cut:])
-		if err != nil || a.DeadLetter == "" || !slices.ContainsFunc(a.Outlets, func(p bridge.Port) bool { return p.Name == a.DeadLetter }) {
+		a, err := actionconf.ParseString(text[:cut] + " " + door + text[cut:])
+		if err != nil || a.DeadLetter == "" || !slices.ContainsFunc(a.Outlets, func(p actionconf.Port) bool { return p.Name == a.DeadLetter }) {
 			t.Errorf("%s with %q added: %+v, %v; want a line whose --dead-letter names a declared outlet", file, door, a, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
@@ -16,7 +17,7 @@ import (
 // down to 0 once everything is committed.
 func TestRunMetrics(t *testing.T) {
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func TestRunMetrics(t *testing.T) {
 {"payload": {"name": "Grace"}}
 `
 	var progress testkit.SyncBuffer
-	p := local.Single(a)
+	p := actiondir.Single(a)
 	opts := local.Options{Input: strings.NewReader(in), Follow: true, Metrics: lis, Progress: &progress, Logger: testLogger(t), Version: "test"}
 	prepare(t, p, &opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -93,7 +94,7 @@ func TestRunMetrics(t *testing.T) {
 // way out.
 func TestRunActionMetricsAddrTaken(t *testing.T) {
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestRunActionMetricsAddrTaken(t *testing.T) {
 	a.Metrics = taken.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p := local.Single(a)
+	p := actiondir.Single(a)
 	opts := local.Options{Logger: testLogger(t), Version: "test"}
 	prepare(t, p, &opts)
 	_, err = local.Run(ctx, p, opts)

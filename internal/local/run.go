@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/internal/actiondir"
 )
 
 // Errors of Run; each wrapping error says which streamlet, line or partition and why.
@@ -62,7 +64,7 @@ type Options struct {
 
 // runner is one Run.
 type runner struct {
-	p     *Pipeline
+	p     *actiondir.Pipeline
 	opts  Options
 	log   *slog.Logger
 	start time.Time
@@ -91,7 +93,7 @@ type runner struct {
 // bad input line, a refused discovery, a stalled partition, a fault that can only repeat (a
 // command that cannot run, a program that never readies: one line with the fix, at once). The
 // summary is returned in every case but a failed start and such a fault.
-func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
+func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, error) {
 	if err := preflight(p); err != nil {
 		return nil, err
 	}

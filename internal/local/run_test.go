@@ -15,13 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/local"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // prepare sets the brokers of opts from the environment and, on a real cluster, gives p's
 // topics and consumer groups a fresh suffix, so runs never see each other's records.
-func prepare(t *testing.T, p *local.Pipeline, opts *local.Options) {
+func prepare(t *testing.T, p *actiondir.Pipeline, opts *local.Options) {
 	t.Helper()
 	brokers := testkit.RealBrokers()
 	if brokers == nil {
@@ -44,7 +45,7 @@ func initAction(t *testing.T, name string) string {
 	t.Helper()
 	needRuntimes(t, "raw")
 	dir := filepath.Join(t.TempDir(), name)
-	if err := local.Init(context.Background(), dir, "raw", local.InitOptions{}); err != nil {
+	if err := actiondir.Init(context.Background(), dir, "raw", actiondir.InitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -65,7 +66,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // its own with a complete summary.
 func TestRunSingle(t *testing.T) {
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestRunSingle(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p := local.Single(a)
+	p := actiondir.Single(a)
 	opts := local.Options{Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"}
 	prepare(t, p, &opts)
 	sum, err := local.Run(ctx, p, opts)
@@ -107,7 +108,7 @@ func maskTrace(s string) string {
 // (printf '{"name":"Ada"}' | millrace run greet --bare).
 func TestRunLastLineWithoutNewline(t *testing.T) {
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestRunLastLineWithoutNewline(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		p := local.Single(a)
+		p := actiondir.Single(a)
 		opts := local.Options{Input: strings.NewReader(tt.in), Bare: tt.bare, Out: &out, Logger: testLogger(t), Version: "test"}
 		prepare(t, p, &opts)
 		sum, err := local.Run(ctx, p, opts)
@@ -181,10 +182,10 @@ func TestRunPipeline(t *testing.T) {
 			if err := os.WriteFile(pipeline, []byte(content), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if !local.IsPipelineFile(pipeline) {
+			if !actiondir.IsPipelineFile(pipeline) {
 				t.Fatalf("IsPipelineFile(%s) = false", pipeline)
 			}
-			p, err := local.LoadPipeline(pipeline)
+			p, err := actiondir.LoadPipeline(pipeline)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,7 +238,7 @@ func TestRunExamplePipeline(t *testing.T) {
 			t.Fatalf("the example pipeline needs %s on PATH: %v", prog, err)
 		}
 	}
-	p, err := local.LoadPipeline("../../actions/orders.pipeline")
+	p, err := actiondir.LoadPipeline("../../actions/orders.pipeline")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,13 +267,13 @@ func TestRunExamplePipeline(t *testing.T) {
 // TestRunFaults: each fault ends the run with its error and a reason a person can act on.
 func TestRunFaults(t *testing.T) {
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name    string
-		p       func() *local.Pipeline
+		p       func() *actiondir.Pipeline
 		in      string
 		opts    local.Options
 		wantErr error
@@ -284,15 +285,15 @@ func TestRunFaults(t *testing.T) {
 		// Kafka's default max.message.bytes is refused, naming the line and the limit.
 		{name: "over-topic-limit", in: "{}\n\"" + strings.Repeat("x", 1100<<10) + "\"\n", opts: local.Options{Bare: true}, wantErr: local.ErrInput, want: "line 2: its record is 1126402 bytes, more than topic"},
 		{name: "stall", in: "{\"payload\": {\"id\": 4}}\n", opts: local.Options{StallAfter: time.Second}, wantErr: local.ErrStalled, want: "payload has no name"},
-		{name: "refused", in: "", p: func() *local.Pipeline {
-			p := local.Single(a)
+		{name: "refused", in: "", p: func() *actiondir.Pipeline {
+			p := actiondir.Single(a)
 			p.Streamlets[0].Values = map[string]string{"nope": "1"}
 			return p
 		}, wantErr: local.ErrRefused, want: "nope"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := local.Single(a)
+			p := actiondir.Single(a)
 			if tt.p != nil {
 				p = tt.p()
 			}
@@ -312,7 +313,7 @@ func TestRunFaults(t *testing.T) {
 // TestRunInterrupted: ctx ending stops the run cleanly; with Follow that is the way it ends.
 func TestRunInterrupted(t *testing.T) {
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +322,7 @@ func TestRunInterrupted(t *testing.T) {
 		var out bytes.Buffer
 		done := make(chan error, 1)
 		pr, pw := io.Pipe()
-		p := local.Single(a)
+		p := actiondir.Single(a)
 		opts := local.Options{Input: pr, Out: &out, Follow: follow, Logger: testLogger(t), Version: "test"}
 		prepare(t, p, &opts)
 		go func() {
@@ -361,7 +362,7 @@ func TestRunDataDir(t *testing.T) {
 		t.Log("DataDir is the in-process broker's; checked without " + testkit.EnvBrokers)
 	}
 	dir := initAction(t, "greet")
-	a, err := local.Load(dir)
+	a, err := actiondir.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestRunDataDir(t *testing.T) {
 	for i, in := range []string{`{"key": "u1", "payload": {"name": "Ada"}}` + "\n", `{"key": "u2", "payload": {"name": "Grace"}}` + "\n"} {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		sum, err := local.Run(ctx, local.Single(a), local.Options{DataDir: data, Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"})
+		sum, err := local.Run(ctx, actiondir.Single(a), local.Options{DataDir: data, Input: strings.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"})
 		cancel()
 		if err != nil {
 			t.Fatalf("run %d: %v", i+1, err)

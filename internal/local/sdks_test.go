@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
-	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // TestSDKActions runs the conformance kit on each SDK's echo example and on its test action
@@ -36,7 +36,7 @@ func TestSDKActions(t *testing.T) {
 			t.Run(s.lang+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
 				needRuntimes(t, s.lang)
-				a, err := local.Load("sdk-" + s.lang + "-" + c.name + " --in in=sdk-in.v1 --out out=sdk-out.v1 " + c.line)
+				a, err := actiondir.Load("sdk-" + s.lang + "-" + c.name + " --in in=sdk-in.v1 --out out=sdk-out.v1 " + c.line)
 				if err != nil {
 					t.Fatalf("Load = %v", err)
 				}

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // running is one streamlet's bridge and sidecar.
 type running struct {
-	s       *Streamlet
+	s       *actiondir.Streamlet
 	sc      *sidecar.Sidecar
 	metrics *bridge.Metrics
 	srv     *bridge.Server
@@ -59,7 +60,7 @@ func (t *task) ended() (bool, error) {
 }
 
 // startStreamlet starts a streamlet's bridge on a free loopback port and its sidecar.
-func (r *runner) startStreamlet(ctx context.Context, s *Streamlet, brokers []string) (*running, error) {
+func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, brokers []string) (*running, error) {
 	name := s.Action.Name
 	st := &running{s: s, metrics: bridge.NewMetrics(0), errs: &lastError{}, group: r.p.Name + "." + name, faults: newFaults(name, s.Action.DeadLetter != "")}
 	blog := slog.New(&teeHandler{h: faultHandler{r.log.Handler(), st.faults}, last: st.errs}).With("part", "bridge") // the bridge names the streamlet

@@ -1,4 +1,4 @@
-package local
+package actiondir
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 )
 
 // Streamlet is one streamlet of a pipeline: an action with its ports bound to topics and its
@@ -75,7 +75,7 @@ func LoadPipeline(path string) (*Pipeline, error) {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%s:%d: "+format, append([]any{path, n + 1}, args...)...)
 		}
-		words, err := bridge.Split(line)
+		words, err := actionconf.Split(line)
 		if err != nil {
 			return nil, bad("%w", err)
 		}
@@ -162,7 +162,7 @@ func IsPipelineFile(path string) bool {
 		return false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		words, err := bridge.Split(line)
+		words, err := actionconf.Split(line)
 		if err != nil || len(words) == 0 {
 			continue
 		}

@@ -1,4 +1,4 @@
-package bridge
+package actionconf
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func TestTimeoutZeroIsNone(t *testing.T) {
 
 // TestREADMEDefaults: the README's table of the config line shows the defaults of the one table.
 func TestREADMEDefaults(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,10 @@
-package local
+// Package actiondir is what an action author points the tools at, for this binary only: it
+// reads an action directory (its action.conf), a config file or a config line, with the config
+// hello carries by default, and pipeline files of several streamlets; and it writes new action
+// directories from templates (`millrace init`). `millrace describe`, `test` and `init` need
+// nothing more, so they link neither the bridge's server nor the sidecar; `millrace run`
+// (package local) runs what this package loads.
+package actiondir
 
 import (
 	"encoding/json"
@@ -9,7 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/protocol"
 )
@@ -27,7 +33,7 @@ var (
 // Action is an action as the tools see it: its parsed config line, where it came from, and
 // the config its hello carries by default.
 type Action struct {
-	*bridge.Action
+	*actionconf.Action
 	// Source is the action directory, the config file, or "the config line".
 	Source string
 	// Config is hello's config: every declared --param resolved with its default. When a
@@ -39,10 +45,10 @@ type Action struct {
 
 // Load reads arg as an action directory (its action.conf), a config file, or else a config
 // line (then the program runs in the current directory). Mistakes in the line are errors
-// matching bridge.ErrConfig that name the word.
+// matching actionconf.ErrConfig that name the word.
 func Load(arg string) (*Action, error) {
 	var (
-		a      *bridge.Action
+		a      *actionconf.Action
 		err    error
 		source string
 	)
@@ -50,18 +56,18 @@ func Load(arg string) (*Action, error) {
 	switch {
 	case statErr == nil && st.IsDir():
 		source = arg
-		a, err = bridge.ParseFile(filepath.Join(arg, ConfigFile))
+		a, err = actionconf.ParseFile(filepath.Join(arg, ConfigFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s has no %s: write the streamlet's config line there (or run millrace init action NAME)", ErrNoAction, arg, ConfigFile)
 		}
 	case statErr == nil:
 		source = arg
-		a, err = bridge.ParseFile(arg)
+		a, err = actionconf.ParseFile(arg)
 	case !strings.ContainsAny(strings.TrimSpace(arg), " \t\n"):
 		return nil, fmt.Errorf("%w: %q is not an action directory (%w), nor a config line (a line has a name, ports and -- COMMAND)", ErrNoAction, arg, statErr)
 	default:
 		source = "the config line"
-		a, err = bridge.ParseString(arg)
+		a, err = actionconf.ParseString(arg)
 	}
 	if err != nil {
 		return nil, err
@@ -100,8 +106,8 @@ func (a *Action) SetConfig(values map[string]string) error {
 // without ./, a missing #! line or executable bit), or returns nil when it can be, as far as
 // can be told without running it.
 func (a *Action) CheckCommand() error {
-	if msg := commandFault(a.Dir, a.Command); msg != "" {
-		return &repeatError{streamlet: a.Name, msg: msg}
+	if msg := CommandFault(a.Dir, a.Command); msg != "" {
+		return errors.New("streamlet " + a.Name + ": " + msg) // as `millrace run` says it
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package local_test
+package actiondir_test
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/actiondir"
 )
 
 // TestTimeoutZeroSameEverywhere: `millrace run` (which serves a.Action through the bridge) and
 // `millrace test` (a.Conformance) get the same parsed --timeout 0s: no timeout in both.
 func TestTimeoutZeroSameEverywhere(t *testing.T) {
-	a, err := local.Load("s --in in=x.v1 --timeout 0s -- prog")
+	a, err := actiondir.Load("s --in in=x.v1 --timeout 0s -- prog")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,10 +28,10 @@ func TestTimeoutZeroSameEverywhere(t *testing.T) {
 // stat's error in the chain; a directory without action.conf is ErrNoAction too.
 func TestLoadNoAction(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nothing-here")
-	if _, err := local.Load(missing); !errors.Is(err, local.ErrNoAction) || !errors.Is(err, fs.ErrNotExist) {
+	if _, err := actiondir.Load(missing); !errors.Is(err, actiondir.ErrNoAction) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Load(%s) = %v; want an error wrapping ErrNoAction and fs.ErrNotExist", missing, err)
 	}
-	if _, err := local.Load(t.TempDir()); !errors.Is(err, local.ErrNoAction) {
+	if _, err := actiondir.Load(t.TempDir()); !errors.Is(err, actiondir.ErrNoAction) {
 		t.Errorf("Load(an empty directory) = %v; want an error wrapping ErrNoAction", err)
 	}
 }

@@ -1,6 +1,17 @@
-package bridge
+// Package actionconf is the action config line of millrace: the one line an author writes (in
+// action.conf, as `millrace bridge` arguments or in MILLRACE_ACTION) that names a streamlet, its
+// ports and parameters, how its program runs, and the program itself. It holds the line's parser
+// and shell-word quoting, its one table of defaults, the streamlet descriptor the line declares,
+// and the derivation of idempotencyKey.
+//
+// It is public because the bridge's Options take an [Action]: a Go program that embeds the
+// bridge (package github.com/ankka-flow/millrace/bridge) builds one here. It links no gRPC
+// server, OpenTelemetry or Prometheus package, so the tools that only read a line (the
+// conformance kit, `millrace describe`, `test`, `init`) stay close to the engine's size.
+package actionconf
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +22,14 @@ import (
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
+)
+
+var (
+	// ErrConfig matches every mistake in an action config line (a *lineError) from ParseLine,
+	// ParseString, ParseFile and FromEnv.
+	ErrConfig = errors.New("bridge: action config")
+	// ErrNoConfig is returned by FromEnv when MILLRACE_ACTION is unset or blank.
+	ErrNoConfig = errors.New("bridge: no action config: give the line as arguments, --config FILE, or in " + EnvAction)
 )
 
 // EnvAction is the environment variable that holds an action config line when neither

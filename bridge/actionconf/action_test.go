@@ -1,4 +1,4 @@
-package bridge_test
+package actionconf_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -37,7 +37,7 @@ func TestSplit(t *testing.T) {
 		{"'line\none'", []string{"line\none"}},
 	}
 	for _, tt := range tests {
-		got, err := bridge.Split(tt.in)
+		got, err := actionconf.Split(tt.in)
 		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("Split(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
@@ -51,8 +51,8 @@ func TestSplitErrors(t *testing.T) {
 		{`a \`, "line 1 ends in a lone backslash"},
 	}
 	for _, tt := range tests {
-		_, err := bridge.Split(tt.in)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, bridge.ErrConfig) {
+		_, err := actionconf.Split(tt.in)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, actionconf.ErrConfig) {
 			t.Errorf("Split(%q) = %v; want an ErrConfig containing %q", tt.in, err, tt.want)
 		}
 	}
@@ -60,8 +60,8 @@ func TestSplitErrors(t *testing.T) {
 
 func TestJoinRoundTrip(t *testing.T) {
 	words := []string{"", "plain", "a b", "it's", `back\slash`, `"dq"`, "#hash", "new\nline", "$x", "tab\t"}
-	line := bridge.Join(words)
-	got, err := bridge.Split(line)
+	line := actionconf.Join(words)
+	got, err := actionconf.Split(line)
 	if err != nil || !reflect.DeepEqual(got, words) {
 		t.Errorf("Split(Join(%q)) = %q, %v; want the same words (line %s)", words, got, err, line)
 	}
@@ -71,19 +71,19 @@ const example = `score-listing --in listings=listing.v1 --out scores=score.v1 --
   --param min-rooms:integer=2 --param city:string --dead-letter rejects -- python3 score.py`
 
 func TestParseStringExample(t *testing.T) {
-	a, err := bridge.ParseString(example)
+	a, err := actionconf.ParseString(example)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &bridge.Action{
+	want := &actionconf.Action{
 		Name:         "score-listing",
-		Inlets:       []bridge.Port{{Name: "listings", Schema: "listing.v1"}},
-		Outlets:      []bridge.Port{{Name: "scores", Schema: "score.v1"}, {Name: "rejects", Schema: "listing.v1"}},
-		Params:       []bridge.Param{{Key: "min-rooms", Type: flowv1.ConfigType_INTEGER, Default: "2"}, {Key: "city", Type: flowv1.ConfigType_STRING}},
+		Inlets:       []actionconf.Port{{Name: "listings", Schema: "listing.v1"}},
+		Outlets:      []actionconf.Port{{Name: "scores", Schema: "score.v1"}, {Name: "rejects", Schema: "listing.v1"}},
+		Params:       []actionconf.Param{{Key: "min-rooms", Type: flowv1.ConfigType_INTEGER, Default: "2"}, {Key: "city", Type: flowv1.ConfigType_STRING}},
 		Concurrency:  1,
-		Timeout:      bridge.DefaultTimeout,
-		ReadyTimeout: bridge.DefaultReadyTimeout,
-		Retries:      bridge.DefaultRetries,
+		Timeout:      actionconf.DefaultTimeout,
+		ReadyTimeout: actionconf.DefaultReadyTimeout,
+		Retries:      actionconf.DefaultRetries,
 		DeadLetter:   "rejects",
 		Command:      []string{"python3", "score.py"},
 	}
@@ -102,7 +102,7 @@ func TestParseStringExample(t *testing.T) {
 		t.Errorf("Spec = %v; want protocol %s, sdk millrace 1.2.3", spec, protocol.Version)
 	}
 	// The canonical line reads back into the same action.
-	b, err := bridge.ParseString(a.Line())
+	b, err := actionconf.ParseString(a.Line())
 	if err != nil || !reflect.DeepEqual(a, b) {
 		t.Errorf("ParseString(Line()) = %+v, %v; want %+v (line %s)", b, err, a, a.Line())
 	}
@@ -112,7 +112,7 @@ func TestParseLineFlags(t *testing.T) {
 	line := []string{"x", "--in=a=s.v1", "--out", "b=t.v1", "--out", "c=t.v1", "--concurrency", "4", "--timeout=5s",
 		"--ready-timeout", "2s", "--window", "8", "--retries=0", "--fallback", "c", "--effects", "external",
 		"--description", "does x = y", "--metrics", ":9090", "--", "./x", "--in", "--"}
-	a, err := bridge.ParseLine(line)
+	a, err := actionconf.ParseLine(line)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +121,11 @@ func TestParseLineFlags(t *testing.T) {
 		!reflect.DeepEqual(a.Command, []string{"./x", "--in", "--"}) {
 		t.Errorf("ParseLine(%q) = %+v", line, a)
 	}
-	b, err := bridge.ParseString(a.Line())
+	b, err := actionconf.ParseString(a.Line())
 	if err != nil || !reflect.DeepEqual(a, b) {
 		t.Errorf("ParseString(Line()) = %+v, %v; want %+v", b, err, a)
 	}
-	p, err := bridge.ParseLine([]string{"y", "--in", "a=s", "--per-item", "--", "cat"})
+	p, err := actionconf.ParseLine([]string{"y", "--in", "a=s", "--per-item", "--", "cat"})
 	if err != nil || !p.PerItem {
 		t.Errorf("ParseLine(--per-item) = %+v, %v; want PerItem", p, err)
 	}
@@ -170,9 +170,9 @@ func TestParseLineErrors(t *testing.T) {
 		{"# only a comment\n", 0, "no streamlet line"},
 	}
 	for _, tt := range tests {
-		_, err := bridge.ParseString(tt.line)
-		var le *bridge.LineError
-		if !errors.As(err, &le) || !errors.Is(err, bridge.ErrConfig) {
+		_, err := actionconf.ParseString(tt.line)
+		var le *actionconf.LineError
+		if !errors.As(err, &le) || !errors.Is(err, actionconf.ErrConfig) {
 			t.Errorf("ParseString(%q) = %v; want a *LineError", tt.line, err)
 			continue
 		}
@@ -189,7 +189,7 @@ func TestParseFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, err := bridge.ParseFile(path)
+	a, err := actionconf.ParseFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,10 +199,10 @@ func TestParseFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("s --in a=b --colour -- x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bridge.ParseFile(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `word 4 "--colour"`) {
+	if _, err := actionconf.ParseFile(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `word 4 "--colour"`) {
 		t.Errorf("ParseFile(bad) = %v; want the path and the word", err)
 	}
-	if _, err := bridge.ParseFile(filepath.Join(dir, "missing.conf")); err == nil {
+	if _, err := actionconf.ParseFile(filepath.Join(dir, "missing.conf")); err == nil {
 		t.Errorf("ParseFile(missing) = nil; want an error")
 	}
 }
@@ -210,12 +210,12 @@ func TestParseFile(t *testing.T) {
 // TestExampleActions: every action directory of the repository has a config line the bridge
 // accepts.
 func TestExampleActions(t *testing.T) {
-	confs, err := filepath.Glob("../actions/*/action.conf")
+	confs, err := filepath.Glob("../../actions/*/action.conf")
 	if err != nil || len(confs) == 0 {
-		t.Fatalf("Glob(../actions/*/action.conf) = %v, %v; want the example actions", confs, err)
+		t.Fatalf("Glob(../../actions/*/action.conf) = %v, %v; want the example actions", confs, err)
 	}
 	for _, c := range confs {
-		if _, err := bridge.ParseFile(c); err != nil {
+		if _, err := actionconf.ParseFile(c); err != nil {
 			t.Errorf("ParseFile(%s) = %v", c, err)
 		}
 	}
@@ -224,17 +224,17 @@ func TestExampleActions(t *testing.T) {
 func TestFromEnv(t *testing.T) {
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
-	if _, err := bridge.FromEnv(getenv); !errors.Is(err, bridge.ErrNoConfig) {
+	if _, err := actionconf.FromEnv(getenv); !errors.Is(err, actionconf.ErrNoConfig) {
 		t.Errorf("FromEnv(unset) = %v; want ErrNoConfig", err)
 	}
-	env[bridge.EnvAction] = `echo --in in=x.v1 --out out=x.v1 -- 'my prog' arg`
-	a, err := bridge.FromEnv(getenv)
+	env[actionconf.EnvAction] = `echo --in in=x.v1 --out out=x.v1 -- 'my prog' arg`
+	a, err := actionconf.FromEnv(getenv)
 	if err != nil || !reflect.DeepEqual(a.Command, []string{"my prog", "arg"}) {
 		t.Errorf("FromEnv = %+v, %v; want command [my prog arg]", a, err)
 	}
-	env[bridge.EnvAction] = `echo --in`
-	if _, err := bridge.FromEnv(getenv); err == nil || !strings.Contains(err.Error(), bridge.EnvAction) {
-		t.Errorf("FromEnv(bad) = %v; want an error naming %s", err, bridge.EnvAction)
+	env[actionconf.EnvAction] = `echo --in`
+	if _, err := actionconf.FromEnv(getenv); err == nil || !strings.Contains(err.Error(), actionconf.EnvAction) {
+		t.Errorf("FromEnv(bad) = %v; want an error naming %s", err, actionconf.EnvAction)
 	}
 }
 
@@ -245,20 +245,20 @@ func FuzzSplit(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		words, err := bridge.Split(s)
+		words, err := actionconf.Split(s)
 		if err != nil {
-			if !errors.Is(err, bridge.ErrConfig) {
+			if !errors.Is(err, actionconf.ErrConfig) {
 				t.Fatalf("Split(%q) = %v; want an ErrConfig", s, err)
 			}
 			return
 		}
-		again, err := bridge.Split(bridge.Join(words))
+		again, err := actionconf.Split(actionconf.Join(words))
 		if err != nil || !reflect.DeepEqual(again, words) && len(words)+len(again) > 0 {
 			t.Fatalf("Split(Join(%q)) = %q, %v; want the same words", words, again, err)
 		}
-		a, err := bridge.ParseLine(words)
+		a, err := actionconf.ParseLine(words)
 		if err != nil {
-			var le *bridge.LineError
+			var le *actionconf.LineError
 			if !errors.As(err, &le) || le.Index >= len(words) || (le.Index >= 0 && le.Word != words[le.Index]) {
 				t.Fatalf("ParseLine(%q) = %v; want a LineError naming one of the words", words, err)
 			}
@@ -267,7 +267,7 @@ func FuzzSplit(f *testing.F) {
 		if probs := protocol.Validate(a.Spec("v")); len(probs) > 0 {
 			t.Fatalf("Validate(ParseLine(%q)) = %v; want none", words, probs)
 		}
-		b, err := bridge.ParseString(a.Line())
+		b, err := actionconf.ParseString(a.Line())
 		if err != nil || !reflect.DeepEqual(a, b) {
 			t.Fatalf("ParseString(Line()) = %+v, %v; want %+v", b, err, a)
 		}
