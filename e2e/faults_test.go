@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // Faults run the Python example (actions/score-listing) over records produced while the fault
@@ -68,7 +70,7 @@ func TestFaultActionKilled(t *testing.T) {
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
 		killed := 0
 		stop := every(seed(t), 150*time.Millisecond, 700*time.Millisecond, func() {
-			for _, pid := range children(r.bridge.pid()) {
+			for _, pid := range testkit.Children(r.bridge.Pid()) {
 				if syscall.Kill(pid, syscall.SIGKILL) == nil {
 					killed++
 				}
@@ -80,7 +82,7 @@ func TestFaultActionKilled(t *testing.T) {
 		pl.waitDone(idleFault)
 		tl := pl.tally()
 		pl.report("action SIGKILLed at random intervals", tl, fmt.Sprintf("%d kill rounds, %d processes killed; bridge action-attempt-failed log lines: %d",
-			rounds, killed, len(r.bridge.logLines("action attempt failed", 100000))))
+			rounds, killed, len(r.bridge.LogLines("action attempt failed", 100000))))
 		tl.check(t)
 		tl.checkDup(t, rounds*4*100)
 		if killed == 0 {
@@ -101,24 +103,24 @@ func TestFaultBridgeKilled(t *testing.T) {
 		var orphans []int
 		for range 3 {
 			time.Sleep(2 * time.Second)
-			orphans = append(orphans, r.bridge.kill()...)
+			orphans = append(orphans, r.bridge.Kill()...)
 			pl.startBridge(r)
 		}
 		wait()
 		pl.waitDone(idleFault)
 		tl := pl.tally()
 		left := 0
-		waitUntil(10*time.Second, func() bool {
+		testkit.Eventually(10*time.Second, func() bool {
 			left = 0
 			for _, pid := range orphans {
-				if alive(pid) {
+				if testkit.Alive(pid) {
 					left++
 				}
 			}
 			return left == 0
 		})
 		pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %s",
-			len(orphans), left, cut(logMessage(firstLine(r.sidecar.logLines("stream failed", 1))), 300)))
+			len(orphans), left, cut(logMessage(firstLine(r.sidecar.LogLines("stream failed", 1))), 300)))
 		tl.check(t)
 		tl.checkDup(t, 3*4*100)
 		if left != 0 {
@@ -138,13 +140,13 @@ func TestFaultSidecarKilled(t *testing.T) {
 		r := pl.start(0)
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
 		time.Sleep(2 * time.Second)
-		r.sidecar.kill()
+		r.sidecar.Kill()
 		pl.startSidecar(r)
-		if !waitUntil(idleFault, func() bool { return r.sidecar.logHas("partition assigned") }) {
+		if !testkit.Eventually(idleFault, func() bool { return r.sidecar.LogHas("partition assigned") }) {
 			t.Fatalf("the restarted sidecar was assigned no partition within %s\n%s", idleFault, pl.logTails(20))
 		}
 		time.Sleep(time.Second)
-		r.sidecar.stop(t, 30*time.Second)
+		stop(t, r.sidecar, 30*time.Second)
 		pl.startSidecar(r)
 		wait()
 		pl.waitDone(idleFault)
@@ -168,24 +170,24 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 	r := pl.start(0)
 	pl.produce(pl.records(0, 400)...)
 	pl.waitDone(60 * time.Second)
-	r.sidecar.kill()
+	r.sidecar.Kill()
 	pl.startSidecar(r)
-	if !waitUntil(30*time.Second, func() bool { return r.sidecar.logHas("conversation started") }) {
+	if !testkit.Eventually(30*time.Second, func() bool { return r.sidecar.LogHas("conversation started") }) {
 		t.Fatalf("the restarted sidecar started no conversation within 30 s\n%s", pl.logTails(20))
 	}
 	time.Sleep(time.Second)
 	start := time.Now()
-	r.sidecar.signal(syscall.SIGTERM)
+	r.sidecar.Signal(syscall.SIGTERM)
 	exited := ""
 	select {
-	case <-r.sidecar.done:
+	case <-r.sidecar.Done():
 		exited = fmt.Sprintf("exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 	case <-time.After(25 * time.Second):
-		r.sidecar.signal(syscall.SIGQUIT) // the Go runtime writes every goroutine's stack to the log
-		<-r.sidecar.done
+		r.sidecar.Signal(syscall.SIGQUIT) // the Go runtime writes every goroutine's stack to the log
+		<-r.sidecar.Done()
 		exited = "did NOT exit within 25 s of SIGTERM"
 		t.Errorf("the sidecar did not exit within 25 s of SIGTERM (FLOW_SHUTDOWN_TIMEOUT is 20 s) while joining its group; its goroutines at SIGQUIT are in %s\n%s",
-			r.sidecar.log, stacksOf(r.sidecar.logText(), "sidecar"))
+			r.sidecar.Log, stacksOf(r.sidecar.LogText(), "sidecar"))
 	}
 	t.Log("the sidecar", exited)
 	if !b.Real() {
@@ -201,7 +203,7 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 	pl.waitDone(idleFault)
 	tl := pl.tally()
 	pl.report("sidecar SIGKILLed, its successor SIGTERMed while joining, a third started", tl,
-		fmt.Sprintf("the second sidecar %s; the third was assigned %d partitions", exited, len(r.sidecar.logLines("partition assigned", 100))))
+		fmt.Sprintf("the second sidecar %s; the third was assigned %d partitions", exited, len(r.sidecar.LogLines("partition assigned", 100))))
 	tl.check(t)
 }
 
@@ -216,17 +218,17 @@ func TestFaultRebalance(t *testing.T) {
 		wait := pl.produceSpread(0, ciN(4000), 10*time.Second)
 		time.Sleep(2 * time.Second)
 		r1 := pl.start(1)
-		if !waitUntil(60*time.Second, func() bool { return r1.sidecar.logHas("partition assigned") }) {
+		if !testkit.Eventually(60*time.Second, func() bool { return r1.sidecar.LogHas("partition assigned") }) {
 			t.Fatalf("the second replica was assigned no partition within 60 s\n%s", pl.logTails(20))
 		}
 		time.Sleep(3 * time.Second)
-		r1.sidecar.stop(t, 30*time.Second)
-		r1.bridge.stop(t, 30*time.Second)
+		stop(t, r1.sidecar, 30*time.Second)
+		stop(t, r1.bridge, 30*time.Second)
 		wait()
 		pl.waitDone(idleFault)
 		tl := pl.tally()
 		pl.report("second replica joins, then leaves (rebalance)", tl, fmt.Sprintf("replica 0 revocations logged: %d, replica 1 assignments: %d",
-			len(r0.sidecar.logLines("partition revoked", 100)), len(r1.sidecar.logLines("partition assigned", 100))))
+			len(r0.sidecar.LogLines("partition revoked", 100)), len(r1.sidecar.LogLines("partition assigned", 100))))
 		tl.check(t)
 		tl.checkDup(t, 2*4*100)
 	})
@@ -251,15 +253,15 @@ func TestFaultProduceRefused(t *testing.T) {
 
 		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "90")
 		pl.produce(pl.records(200, ciN(1000))...)
-		if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+		if !testkit.Eventually(60*time.Second, func() bool { return r.sidecar.LogHas(`"partition stalled"`) }) {
 			t.Fatalf("no stall warning within 60 s of the outlet refusing writes\n%s", pl.logTails(20))
 		}
 		n, _ := pl.committedCount()
 		if n != 200 {
 			t.Errorf("committed %d records while the outlet refused writes; want 200 (nothing more)", n)
 		}
-		failure := firstLine(r.sidecar.logLines("stream failed", 1))
-		stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+		failure := firstLine(r.sidecar.LogLines("stream failed", 1))
+		stall := firstLine(r.sidecar.LogLines("partition stalled", 1))
 
 		deleteTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes")
 		pl.waitDone(idleFault)
@@ -291,22 +293,22 @@ func TestFaultOutletDeleted(t *testing.T) {
 	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
 	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
-	if !waitUntil(120*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+	if !testkit.Eventually(120*time.Second, func() bool { return r.sidecar.LogHas(`"partition stalled"`) }) {
 		t.Errorf("no stall warning within 120 s of the outlet topic being deleted (FLOW_STALL_WARNING_AFTER=3s); %d stream failures logged",
-			len(r.sidecar.logLines("stream failed", 1000)))
+			len(r.sidecar.LogLines("stream failed", 1000)))
 	}
 	n, _ := pl.committedCount()
 	if n != 200 {
 		t.Errorf("committed %d records while the outlet topic was gone; want 200 (nothing more)", n)
 	}
-	failure := firstLine(r.sidecar.logLines("stream failed", 1))
-	stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+	failure := firstLine(r.sidecar.LogLines("stream failed", 1))
+	stall := firstLine(r.sidecar.LogLines("partition stalled", 1))
 
 	// Keep it gone a while, as an operator slow to notice would: the sidecar's Kafka client
 	// refreshes its metadata meanwhile. A real broker deletes a topic in the background:
 	// create it again until it takes.
 	time.Sleep(outletAbsence)
-	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
+	if !testkit.Eventually(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
 	// Healed: the next conversation (at most the 30 s maximum backoff away) must produce.
@@ -315,9 +317,9 @@ func TestFaultOutletDeleted(t *testing.T) {
 	if !healed {
 		n, c := pl.committedCount()
 		t.Errorf("no progress within 90 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s; kafka client: %s",
-			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.logLines("new ID for a topic", 1)), 400))
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.LogLines("new ID for a topic", 1)), 400))
 		// Does a new sidecar (a new Kafka client) heal it? Then nothing is lost either.
-		r.sidecar.stop(t, 30*time.Second)
+		stop(t, r.sidecar, 30*time.Second)
 		pl.startSidecar(r)
 		if pl.waitCommitted(len(pl.produced), 90*time.Second) {
 			restarted = "; a sidecar restart healed it"
@@ -328,7 +330,7 @@ func TestFaultOutletDeleted(t *testing.T) {
 	tl := pl.tally()
 	after := "progress resumed"
 	if !healed {
-		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300) + restarted
+		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 300) + restarted
 	}
 	pl.report("outlet topic deleted, then created again", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s; %s", n, tl.in, cut(logMessage(failure), 300), cut(stall, 250), after))
 	tl.check(t)
@@ -354,16 +356,16 @@ func TestFaultOutletRecreated(t *testing.T) {
 	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
 	time.Sleep(time.Second)
-	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
+	if !testkit.Eventually(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
 	healed := pl.waitCommitted(len(pl.produced), 120*time.Second)
 	after := "progress resumed"
 	if !healed {
 		n, c := pl.committedCount()
-		after = "NO progress within 120 s of the topic being created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300)
+		after = "NO progress within 120 s of the topic being created again: " + cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 300)
 		t.Errorf("no progress within 120 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s; kafka client: %s",
-			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.logLines("new ID for a topic", 1)), 400))
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.LogLines("new ID for a topic", 1)), 400))
 	}
 	tl := pl.tally()
 	pl.report("outlet topic deleted and created again a second later", tl, after)
@@ -396,7 +398,7 @@ func TestFaultBrokerRestart(t *testing.T) {
 	for _, ru := range runs {
 		ru.pl.waitDone(idleFault)
 		tl := ru.pl.tally()
-		ru.pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(ru.r.sidecar.logLines(`"level":"ERROR"`, 1))), 400))
+		ru.pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(ru.r.sidecar.LogLines(`"level":"ERROR"`, 1))), 400))
 		tl.check(t)
 		tl.checkDup(t, 4*100)
 	}
