@@ -7,10 +7,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -69,15 +71,21 @@ func TestFaultActionKilled(t *testing.T) {
 		r := pl.start(0)
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
 		killed := 0
+		var ran atomic.Int64
 		stop := every(seed(t), 150*time.Millisecond, 700*time.Millisecond, func() {
 			for _, pid := range testkit.Children(r.bridge.Pid()) {
 				if syscall.Kill(pid, syscall.SIGKILL) == nil {
 					killed++
 				}
 			}
+			ran.Add(1)
 		})
 		wait()
-		time.Sleep(2 * time.Second) // keep killing a while after the last record
+		// Keep killing a while after the last record: four more rounds (about 2 s).
+		after := ran.Load() + 4
+		if !testkit.Eventually(time.Minute, func() bool { return ran.Load() >= after }) {
+			t.Fatalf("the kill rounds stopped at %d; want %d", ran.Load(), after)
+		}
 		rounds := stop()
 		pl.waitDone(idleFault)
 		tl := pl.tally()
@@ -102,7 +110,7 @@ func TestFaultBridgeKilled(t *testing.T) {
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
 		var orphans []int
 		for range 3 {
-			time.Sleep(2 * time.Second)
+			pl.waitAtWork(t, r.bridge, ciN(3000))
 			orphans = append(orphans, r.bridge.Kill()...)
 			pl.startBridge(r)
 		}
@@ -139,13 +147,14 @@ func TestFaultSidecarKilled(t *testing.T) {
 		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
 		r := pl.start(0)
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
-		time.Sleep(2 * time.Second)
+		pl.waitProgress(t, 0, ciN(3000)) // mid-run
 		r.sidecar.Kill()
+		killedAt, _ := pl.committedCount()
 		pl.startSidecar(r)
 		if !testkit.Eventually(idleFault, func() bool { return r.sidecar.LogHas("partition assigned") }) {
 			t.Fatalf("the restarted sidecar was assigned no partition within %s\n%s", idleFault, pl.logTails(20))
 		}
-		time.Sleep(time.Second)
+		pl.waitProgress(t, killedAt, ciN(3000)) // the new sidecar at work
 		stop(t, r.sidecar, 30*time.Second)
 		pl.startSidecar(r)
 		wait()
@@ -175,7 +184,10 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 	if !testkit.Eventually(30*time.Second, func() bool { return r.sidecar.LogHas("conversation started") }) {
 		t.Fatalf("the restarted sidecar started no conversation within 30 s\n%s", pl.logTails(20))
 	}
-	time.Sleep(time.Second)
+	// Its JoinGroup has reached the broker: the group waits for the dead member to rejoin.
+	if !testkit.Eventually(30*time.Second, func() bool { return b.groupState(pl.group) == "PreparingRebalance" }) {
+		t.Fatalf("the group %s is %q, not PreparingRebalance, 30 s after the restarted sidecar started its conversation\n%s", pl.group, b.groupState(pl.group), pl.logTails(20))
+	}
 	start := time.Now()
 	r.sidecar.Signal(syscall.SIGTERM)
 	exited := ""
@@ -216,12 +228,18 @@ func TestFaultRebalance(t *testing.T) {
 		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
 		r0 := pl.start(0)
 		wait := pl.produceSpread(0, ciN(4000), 10*time.Second)
-		time.Sleep(2 * time.Second)
+		pl.waitProgress(t, 0, ciN(4000)) // mid-run
 		r1 := pl.start(1)
 		if !testkit.Eventually(60*time.Second, func() bool { return r1.sidecar.LogHas("partition assigned") }) {
 			t.Fatalf("the second replica was assigned no partition within 60 s\n%s", pl.logTails(20))
 		}
-		time.Sleep(3 * time.Second)
+		// Both replicas at work: every partition committed past where it stood at the
+		// assignment (or caught up with what was produced).
+		_, assigned := pl.committedCount()
+		if !testkit.Eventually(idleFault, func() bool { return pl.eachPartitionPast(assigned) }) {
+			_, c := pl.committedCount()
+			t.Fatalf("not every partition progressed within %s of the rebalance: commits %v at it, %v now, ends %v\n%s", idleFault, assigned, c, pl.ends(), pl.logTails(20))
+		}
 		stop(t, r1.sidecar, 30*time.Second)
 		stop(t, r1.bridge, 30*time.Second)
 		wait()
@@ -305,8 +323,8 @@ func TestFaultOutletDeleted(t *testing.T) {
 	stall := firstLine(r.sidecar.LogLines("partition stalled", 1))
 
 	// Keep it gone a while, as an operator slow to notice would: the sidecar's Kafka client
-	// refreshes its metadata meanwhile. A real broker deletes a topic in the background:
-	// create it again until it takes.
+	// refreshes its metadata meanwhile. This sleep is the fault's length, not a wait for a
+	// state. A real broker deletes a topic in the background: create it again until it takes.
 	time.Sleep(outletAbsence)
 	if !testkit.Eventually(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
@@ -355,7 +373,7 @@ func TestFaultOutletRecreated(t *testing.T) {
 	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
 	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the fault's length: the outlet is gone a second, as the case says
 	if !testkit.Eventually(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
@@ -390,8 +408,10 @@ func TestFaultBrokerRestart(t *testing.T) {
 		r := pl.start(0)
 		runs = append(runs, run{pl, r, pl.produceSpread(0, ciN(3000), 8*time.Second)})
 	}
-	time.Sleep(3 * time.Second)
-	b.restart(t, 2*time.Second)
+	for _, ru := range runs {
+		ru.pl.waitProgress(t, 0, ciN(3000)) // mid-run
+	}
+	b.restart(t, 2*time.Second) // down 2 s: the fault's length
 	for _, ru := range runs {
 		ru.wait()
 	}
@@ -402,6 +422,59 @@ func TestFaultBrokerRestart(t *testing.T) {
 		tl.check(t)
 		tl.checkDup(t, 4*100)
 	}
+}
+
+// waitProgress waits until the group has committed more than n records (or all of total, the
+// records the case produces: then no more can be), and fails the test after idleFault. A
+// fault struck after it strikes a pipeline at work.
+func (pl *pipeline) waitProgress(t testing.TB, n, total int) {
+	t.Helper()
+	progressed := func() bool {
+		c, _ := pl.committedCount()
+		return c > n || c >= total
+	}
+	if !testkit.Eventually(idleFault, progressed) {
+		c, commits := pl.committedCount()
+		t.Fatalf("no progress past %d committed records within %s: %d (commits %v, ends %v)\n%s", n, idleFault, c, commits, pl.ends(), pl.logTails(20))
+	}
+}
+
+// waitAtWork waits until the bridge has its action processes up and the group commits again
+// since they were: the bridge is at work (see waitProgress for total).
+func (pl *pipeline) waitAtWork(t testing.TB, bridge *testkit.Proc, total int) {
+	t.Helper()
+	if !testkit.Eventually(idleFault, func() bool { return len(testkit.Children(bridge.Pid())) > 0 }) {
+		t.Fatalf("the bridge %s started no action process within %s\n%s", bridge.Name, idleFault, bridge.Tail(20))
+	}
+	n, _ := pl.committedCount()
+	pl.waitProgress(t, n, total)
+}
+
+// eachPartitionPast reports whether the group's commit of every inlet partition written to is
+// past its commit in before, or at the end of what was produced to it.
+func (pl *pipeline) eachPartitionPast(before map[int32]int64) bool {
+	c, err := pl.b.Committed(context.Background(), pl.group, pl.inTopic)
+	if err != nil {
+		return false
+	}
+	for p, end := range pl.ends() {
+		if c[p] <= before[p] && c[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// groupState is the state of the consumer group as the broker describes it
+// (PreparingRebalance, Stable, …), or "" when it cannot say.
+func (b *broker) groupState(group string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	described, err := kadm.NewClient(b.Admin).DescribeGroups(ctx, group)
+	if err != nil {
+		return ""
+	}
+	return described[group].State
 }
 
 func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
