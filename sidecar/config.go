@@ -15,6 +15,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 	"github.com/ankka-flow/millrace/sidecar/kube"
 )
 
@@ -315,8 +316,8 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		}
 	}
 
-	c.TLS = parseTLS(getenv, readFile, bad)
-	c.SASL = parseSASL(getenv, bad)
+	conn := kafkaconn.FromEnv(getenv, readFile, bad)
+	c.TLS, c.SASL = conn.TLS, conn.SASL
 
 	events, err := kube.InCluster(getenv, readFile)
 	if err != nil {

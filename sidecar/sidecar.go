@@ -66,6 +66,9 @@ var (
 	// transactional producer: another sidecar now writes with its transactional id. Nothing
 	// of the open transaction was committed; the sidecar must exit non-zero.
 	ErrFenced = errors.New("sidecar: fenced by a newer sidecar with the same transactional id")
+	// ErrPermission is wrapped by Run when the broker does not allow the sidecar's principal
+	// an operation it needs (a missing ACL); the error is a *PermissionError naming it.
+	ErrPermission = errors.New("sidecar: Kafka does not allow an operation the sidecar needs")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -284,6 +287,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 	}()
 
+	if err := s.checkKafka(ctx); err != nil {
+		return err
+	}
 	failures := s.newBackoff(s.cfg.FailureBackoff)
 	for {
 		start, err := s.discover(ctx)

@@ -117,7 +117,7 @@ func TestReadmeRunSynopsis(t *testing.T) {
 func TestReadmeNamesWhatSetupInstalls(t *testing.T) {
 	word := map[string]string{
 		"protobuf-compiler": "protoc", "jq": "jq", "python3": "Python", "nodejs": "Node.js", "ruby": "Ruby",
-		"default-jdk-headless": "Java", "maven": "Maven", "prometheus": "Prometheus",
+		"default-jdk-headless": "Java", "maven": "Maven", "openssl": "OpenSSL", "prometheus": "Prometheus",
 	}
 	setup, err := os.ReadFile(filepath.Join("..", "..", "scripts", "setup"))
 	if err != nil {

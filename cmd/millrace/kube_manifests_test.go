@@ -39,6 +39,8 @@ type (
 		Metadata   objectMeta        `json:"metadata"`
 		Spec       *deploymentSpec   `json:"spec,omitempty"`                         // Deployment
 		Data       map[string]string `json:"data,omitempty"`                         // ConfigMap
+		Type       string            `json:"type,omitempty"`                         // Secret
+		StringData map[string]string `json:"stringData,omitempty"`                   // Secret
 		Rules      []policyRule      `json:"rules,omitempty"`                        // Role
 		RoleRef    *roleRef          `json:"roleRef,omitempty"`                      // RoleBinding
 		Subjects   []subject         `json:"subjects,omitempty"`                     // RoleBinding
@@ -74,6 +76,7 @@ type (
 		RunAsNonRoot             *bool  `json:"runAsNonRoot,omitempty"`
 		RunAsUser                *int64 `json:"runAsUser,omitempty"`
 		RunAsGroup               *int64 `json:"runAsGroup,omitempty"`
+		FSGroup                  *int64 `json:"fsGroup,omitempty"`
 		AllowPrivilegeEscalation *bool  `json:"allowPrivilegeEscalation,omitempty"`
 		ReadOnlyRootFilesystem   *bool  `json:"readOnlyRootFilesystem,omitempty"`
 		Capabilities             *struct {
@@ -138,6 +141,10 @@ type (
 			Medium    string `json:"medium,omitempty"`
 			SizeLimit string `json:"sizeLimit,omitempty"`
 		} `json:"emptyDir,omitempty"`
+		Secret *struct {
+			SecretName  string `json:"secretName"`
+			DefaultMode *int32 `json:"defaultMode,omitempty"`
+		} `json:"secret,omitempty"`
 	}
 	policyRule struct {
 		APIGroups     []string `json:"apiGroups"`
@@ -190,7 +197,7 @@ func readManifests(t *testing.T, dir string) manifests {
 			m[o.Kind] = o
 		}
 	}
-	for _, kind := range []string{"Deployment", "ConfigMap", "ServiceAccount", "Role", "RoleBinding"} {
+	for _, kind := range []string{"Deployment", "ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding"} {
 		if m[kind] == nil {
 			t.Fatalf("%s holds no %s", dir, kind)
 		}
@@ -326,6 +333,12 @@ func (m manifests) containerFiles(t *testing.T, c *container) func(string) ([]by
 			t.Errorf("container %s mounts volume %q, which the pod does not declare", c.Name, vm.Name)
 			continue
 		}
+		if v.Secret != nil {
+			for key, value := range m.secretFiles(t, v) {
+				files[path.Join(vm.MountPath, key)] = value
+			}
+			continue
+		}
 		if v.ConfigMap == nil {
 			continue
 		}
@@ -437,4 +450,24 @@ data:
     %s
 `, version, cm.Metadata.Name, cm.Metadata.Namespace, descriptorKey, descriptor)
 	return b.Bytes()
+}
+
+// secretFiles are the files of a Secret volume: the example Secret's keys, a certificate's
+// placeholder (a .crt key) replaced by a PEM certificate the test makes, as a deployer puts
+// in the CA.
+func (m manifests) secretFiles(t *testing.T, v *volume) map[string][]byte {
+	t.Helper()
+	sec := m["Secret"]
+	if v.Secret.SecretName != sec.Metadata.Name {
+		t.Errorf("volume %s is Secret %q; the example's Secret is %q", v.Name, v.Secret.SecretName, sec.Metadata.Name)
+		return nil
+	}
+	files := map[string][]byte{}
+	for key, value := range sec.StringData {
+		files[key] = []byte(value)
+		if strings.HasSuffix(key, ".crt") {
+			files[key] = selfSignedPEM(t)
+		}
+	}
+	return files
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/ankka-flow/millrace/internal/replay"
+	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // int32List is a repeatable flag of partition numbers.
@@ -51,6 +53,37 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 	return newFlagSet(e, "replay", usage).usageErr(fmt.Sprintf("unknown replay %q: want rewind or dead-letters", args[0]))
 }
 
+// replayKafkaHelp ends the help of both replays: the connection is the sidecar's.
+var replayKafkaHelp = func() string {
+	var b strings.Builder
+	b.WriteString("\n\nThe connection's TLS and SASL come from the sidecar's variables:\n")
+	for _, v := range kafkaconn.Vars {
+		fmt.Fprintf(&b, "  %s (%s)\n    \t%s\n", v.Name, v.Default, v.Help)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}()
+
+// replayKafka is the cluster the replay talks to: --brokers, and the FLOW_KAFKA_* settings
+// read as the sidecar reads them.
+func replayKafka(fs *flagSet, e *env, brokers string) (replay.Kafka, error) {
+	var problems []string
+	conn := kafkaconn.FromEnv(e.getenv, os.ReadFile, func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	})
+	if len(problems) > 0 {
+		return replay.Kafka{}, fs.usageErr("bad Kafka connection settings (fix these environment variables):\n  " + strings.Join(problems, "\n  "))
+	}
+	return replay.Kafka{Brokers: splitBrokers(brokers), Conn: conn}, nil
+}
+
+// replayErr makes a refused connection a plain exit 1 with its message.
+func replayErr(err error) error {
+	if errors.Is(err, replay.ErrActiveGroup) || errors.Is(err, kafkaconn.ErrRefused) {
+		return &exitError{code: 1, msg: err.Error()}
+	}
+	return err
+}
+
 func brokersFlag(fs *flagSet, e *env) *string {
 	return fs.String("brokers", e.getenv("FLOW_BROKERS"), "Kafka bootstrap `BROKERS`, host:port separated by commas (default $FLOW_BROKERS)")
 }
@@ -70,7 +103,7 @@ func runRewind(ctx context.Context, e *env, args []string) error {
 		"Sets the streamlet's consumer group back, on every partition of its topics (or those named),\n"+
 		"to the first record at or after a time, to an offset, or to the earliest one. The streamlet\n"+
 		"must be stopped: a group with members is refused. Bump FLOW_REPLAY_GENERATION on its bridge\n"+
-		"so that the replayed records get new idempotency keys.")
+		"so that the replayed records get new idempotency keys."+replayKafkaHelp)
 	brokers := brokersFlag(fs, e)
 	group := fs.String("group", "", "the consumer `GROUP` (default <pipeline>.<streamlet>, as the sidecar's FLOW_CONSUMER_GROUP)")
 	pipeline := fs.String("pipeline", "", "the streamlet's `PIPELINE`, for its default group")
@@ -101,21 +134,21 @@ func runRewind(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fs.usageErr(strings.TrimPrefix(err.Error(), replay.ErrUsage.Error()+": "))
 	}
-	_, err = replay.Rewind(ctx, replay.RewindOptions{
-		Kafka: replay.Kafka{Brokers: splitBrokers(*brokers)}, Group: g, Topics: topics, Partitions: parts,
-		To: to, DryRun: *dryRun, Out: e.stdout,
-	})
-	if errors.Is(err, replay.ErrActiveGroup) {
-		return &exitError{code: 1, msg: err.Error()}
+	k, err := replayKafka(fs, e, *brokers)
+	if err != nil {
+		return err
 	}
-	return err
+	_, err = replay.Rewind(ctx, replay.RewindOptions{
+		Kafka: k, Group: g, Topics: topics, Partitions: parts, To: to, DryRun: *dryRun, Out: e.stdout,
+	})
+	return replayErr(err)
 }
 
 func runRedrive(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "replay dead-letters", "--from TOPIC [--source-topic T] [--min-offset N] [--max-offset N] [--error-contains TEXT] [--dry-run]\n\n"+
 		"Reads the dead-letter topic up to its end and produces each dead letter that passes the\n"+
 		"filters back to the topic and partition its millrace-source-* headers name, with its key,\n"+
-		"value and own headers (the millrace-* headers stripped). The dead-letter topic is left as it is.")
+		"value and own headers (the millrace-* headers stripped). The dead-letter topic is left as it is."+replayKafkaHelp)
 	brokers := brokersFlag(fs, e)
 	from := fs.String("from", "", "the dead-letter `TOPIC` to read")
 	source := fs.String("source-topic", "", "only dead letters read from `TOPIC`")
@@ -132,9 +165,13 @@ func runRedrive(ctx context.Context, e *env, args []string) error {
 	if *from == "" {
 		return fs.usageErr("name the dead-letter topic with --from TOPIC")
 	}
-	_, err := replay.Redrive(ctx, replay.RedriveOptions{
-		Kafka: replay.Kafka{Brokers: splitBrokers(*brokers)}, From: *from, SourceTopic: *source,
+	k, err := replayKafka(fs, e, *brokers)
+	if err != nil {
+		return err
+	}
+	_, err = replay.Redrive(ctx, replay.RedriveOptions{
+		Kafka: k, From: *from, SourceTopic: *source,
 		MinOffset: *minOff, MaxOffset: *maxOff, ErrorContains: *errText, DryRun: *dryRun, Out: e.stdout,
 	})
-	return err
+	return replayErr(err)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ankka-flow/millrace/sidecar"
+	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // runSidecar runs the standard Ankka Flow sidecar, configured by FLOW_* environment variables
@@ -51,7 +52,7 @@ func runSidecar(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if err := sc.Run(ctx); err != nil {
-		if errors.Is(err, sidecar.ErrRefused) {
+		if errors.Is(err, sidecar.ErrRefused) || errors.Is(err, kafkaconn.ErrRefused) {
 			return &exitError{code: 1, msg: err.Error()}
 		}
 		return err
@@ -60,8 +61,34 @@ func runSidecar(ctx context.Context, e *env, args []string) error {
 }
 
 // sidecarEnv is every variable `millrace sidecar` reads, with its default and meaning: the
-// source of `sidecar -h` (TestSidecarEnvTable compares it with what ConfigFromEnv reads).
-var sidecarEnv = []struct{ name, def, help string }{
+// source of `sidecar -h` (TestSidecarEnvTable compares it with what ConfigFromEnv reads). The
+// Kafka connection's variables are kafkaconn's, shared with `millrace replay`.
+var sidecarEnv = withKafkaEnv(sidecarOwnEnv)
+
+// withKafkaEnv inserts kafkaconn's variables before the FLOW_POD_* ones.
+func withKafkaEnv(own []sidecarVar) []sidecarVar {
+	var out []sidecarVar
+	for _, v := range own {
+		if v.name == "FLOW_POD_NAME" {
+			out = append(out, kafkaEnv()...)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// kafkaEnv are the Kafka connection's variables (kafkaconn.Vars).
+func kafkaEnv() []sidecarVar {
+	var out []sidecarVar
+	for _, v := range kafkaconn.Vars {
+		out = append(out, sidecarVar{v.Name, v.Default, v.Help})
+	}
+	return out
+}
+
+type sidecarVar struct{ name, def, help string }
+
+var sidecarOwnEnv = []sidecarVar{
 	{"FLOW_BROKERS", "required", "Kafka bootstrap brokers, host:port separated by commas"},
 	{"FLOW_PIPELINE", "required", "the pipeline's name, sent in Start"},
 	{"FLOW_STREAMLET", "required", "the streamlet's name in the pipeline, sent in Start"},
@@ -86,13 +113,6 @@ var sidecarEnv = []struct{ name, def, help string }{
 	{"FLOW_PRODUCE_COMPRESSION", "none", "the emits' record batch compression: none, gzip, snappy, lz4 or zstd"},
 	{"FLOW_SESSION_TIMEOUT", "45s", "the consumer group session timeout"},
 	{"FLOW_LEAVE_GROUP_ON_SHUTDOWN", "true", "with FLOW_POD_NAME (static membership): leave the group on SIGTERM"},
-	{"FLOW_KAFKA_TLS", "false", "true for TLS to the brokers"},
-	{"FLOW_KAFKA_TLS_CA_FILE", "system roots", "PEM CA bundle for the brokers' certificates"},
-	{"FLOW_KAFKA_TLS_CERT_FILE", "none", "client certificate (with FLOW_KAFKA_TLS_KEY_FILE)"},
-	{"FLOW_KAFKA_TLS_KEY_FILE", "none", "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
-	{"FLOW_KAFKA_SASL_MECHANISM", "none", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
-	{"FLOW_KAFKA_SASL_USERNAME", "none", "SASL user"},
-	{"FLOW_KAFKA_SASL_PASSWORD", "none", "SASL password"},
 	{"FLOW_POD_NAME", "required in Kubernetes", "the pod stall Events are about (downward API); the static group member id"},
 	{"FLOW_POD_NAMESPACE", "required in Kubernetes", "its namespace"},
 	{"FLOW_POD_UID", "required in Kubernetes", "its uid"},

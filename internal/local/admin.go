@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,10 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
-
-// topicMaxMessageBytes is the max.message.bytes of the topics Run creates: room for a record
-// of the protocol's largest message, 4 MiB, with its batch's framing.
-const topicMaxMessageBytes = 8 << 20
 
 // createTopics creates every bound topic; one that exists is left as it is.
 func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
@@ -32,9 +27,9 @@ func (r *runner) createTopics(ctx context.Context, partitionsGiven bool) error {
 		}
 	}
 	sort.Strings(topics)
-	// Records as large as the protocol allows (4 MiB emits), above Kafka's 1 MiB default.
-	configs := map[string]*string{"max.message.bytes": kadm.StringPtr(strconv.Itoa(topicMaxMessageBytes))}
-	resps, err := r.adm.CreateTopics(ctx, int32(r.opts.Partitions), -1, configs, topics...)
+	// At the broker's defaults, as a user's cluster has them: an emit too large for a default
+	// topic is refused here as it would be there (the sidecar reads the limit at each start).
+	resps, err := r.adm.CreateTopics(ctx, int32(r.opts.Partitions), -1, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("creating the topics %s: %w (is the broker reachable?)", strings.Join(topics, ", "), err)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ankka-flow/millrace/sidecar"
@@ -129,7 +130,11 @@ func (r *runner) produceInput(ctx context.Context, done chan<- struct{}) {
 		r.admin.Produce(ctx, rec, func(rec *kgo.Record, err error) {
 			if err != nil {
 				failMu.Lock()
-				if failure == nil {
+				switch {
+				case failure != nil:
+				case errors.Is(err, kerr.MessageTooLarge):
+					failure = fmt.Errorf("%w %d: its record is %d bytes, more than topic %s accepts (Kafka's default max.message.bytes is 1 MiB, and a cluster at its defaults refuses it too): keep large data elsewhere and send a reference", errInput, n, len(rec.Value), rec.Topic)
+				default:
 					failure = fmt.Errorf("producing input line %d to %s: %w", n, rec.Topic, err)
 				}
 				failMu.Unlock()

@@ -134,7 +134,7 @@ func Run(ctx context.Context, p *Pipeline, opts Options) (*Summary, error) {
 			opts.BrokerStarted(brokers)
 		}
 	}
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(topicMaxMessageBytes), kafkaLogger(r.log, "local"))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kafkaLogger(r.log, "local"))
 	if err != nil {
 		return nil, fmt.Errorf("Kafka client for %s: %w", strings.Join(brokers, ","), err)
 	}

@@ -280,6 +280,9 @@ func TestRunFaults(t *testing.T) {
 	}{
 		{name: "bad-input", in: "{\"name\": \"Ada\"}\n", wantErr: local.ErrInput, want: `line 1: json: unknown field "name"`},
 		{name: "bare-not-json", in: "{}\nnot json\n", opts: local.Options{Bare: true}, wantErr: local.ErrInput, want: "line 2: not JSON"},
+		// The topics keep the broker's defaults, as a user's cluster has them: a record over
+		// Kafka's default max.message.bytes is refused, naming the line and the limit.
+		{name: "over-topic-limit", in: "{}\n\"" + strings.Repeat("x", 1100<<10) + "\"\n", opts: local.Options{Bare: true}, wantErr: local.ErrInput, want: "line 2: its record is 1126402 bytes, more than topic"},
 		{name: "stall", in: "{\"payload\": {\"id\": 4}}\n", opts: local.Options{StallAfter: time.Second}, wantErr: local.ErrStalled, want: "payload has no name"},
 		{name: "refused", in: "", p: func() *local.Pipeline {
 			p := local.Single(a)

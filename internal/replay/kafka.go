@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // Sentinel errors. A person reads them after "millrace replay:", so only ErrUsage, which the
@@ -35,27 +37,36 @@ const ReachTimeout = 5 * time.Second
 
 // Kafka says how to reach the cluster.
 type Kafka struct {
-	Brokers []string  // host:port seeds (required)
-	Opts    []kgo.Opt // more client options (TLS, SASL, a logger)
+	Brokers []string // host:port seeds (required)
+	// Conn is the connection's TLS and SASL, read from the sidecar's FLOW_KAFKA_* variables
+	// (kafkaconn.FromEnv).
+	Conn kafkaconn.Settings
+	Opts []kgo.Opt // more client options (a logger)
 }
 
-// client returns a client of the cluster once a broker has answered it, within ReachTimeout.
+var errNoBrokers = errors.New("no brokers: give --brokers host:port (or set FLOW_BROKERS)")
+
+// client connects once, so that a setting the broker refuses is named, and an address where
+// no Kafka answers is said within ReachTimeout, before anything is read or changed; then it
+// returns a client of the cluster.
 func (k Kafka) client(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error) {
 	if len(k.Brokers) == 0 {
-		return nil, errors.New("no brokers: give --brokers host:port (or set FLOW_BROKERS)")
+		return nil, errNoBrokers
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, k.Opts...), more...)...)
+	err := kafkaconn.Check(ctx, k.Brokers, k.Conn, ReachTimeout, k.Opts...)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, kafkaconn.ErrUnreachable):
+		return nil, fmt.Errorf("%w at %s within %s (%w): check --brokers, host:port of a Kafka listener (millrace run prints its in-process broker's with --data or --follow)", ErrUnreachable, strings.Join(k.Brokers, ","), ReachTimeout, err)
+	default:
+		return nil, fmt.Errorf("cannot connect to Kafka: %w", err)
+	}
+	opts := append(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, k.Conn.Opts()...), k.Opts...)
+	cl, err := kgo.NewClient(append(opts, more...)...)
 	if err != nil {
 		return nil, fmt.Errorf("a client of %v: %w", k.Brokers, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, ReachTimeout)
-	defer cancel()
-	if err := cl.Ping(pctx); err != nil {
-		cl.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w at %s within %s (%w): check --brokers, host:port of a Kafka listener (millrace run prints its in-process broker's with --data or --follow)", ErrUnreachable, strings.Join(k.Brokers, ","), ReachTimeout, err)
 	}
 	return cl, nil
 }

@@ -34,9 +34,12 @@ func RealBrokers() []string {
 // BrokerOptions shape a test's broker. The zero value is one kfake broker (or the real
 // cluster) with a plain admin client.
 type BrokerOptions struct {
-	Kfake     []kfake.Opt // kfake's options after NumBrokers(1)
-	Client    []kgo.Opt   // the admin client's options after its seed brokers
-	KfakeOnly bool        // kfake whatever EnvBrokers says: the test injects kfake's faults
+	Kfake  []kfake.Opt // kfake's options after NumBrokers(1)
+	Client []kgo.Opt   // the admin client's options after its seed brokers
+	// Conn are the connection options (TLS, SASL) of every client the broker opens, the
+	// admin and the readers, for a broker that demands them.
+	Conn      []kgo.Opt
+	KfakeOnly bool // kfake whatever EnvBrokers says: the test injects kfake's faults
 	// Restartable gives kfake a fixed free port and a data directory, so Restart can bring it
 	// back with its data.
 	Restartable bool
@@ -49,14 +52,19 @@ type Broker struct {
 	Cluster *kfake.Cluster // nil on a real cluster
 	Admin   *kgo.Client
 
+	// Principal is the user the secured broker's FLOW_KAFKA_* variables name ("User:…"),
+	// whose ACLs a test grants; empty on a plain broker.
+	Principal string
+
 	kfakeOpts []kfake.Opt
+	conn      []kgo.Opt
 }
 
 // NewBroker returns the test's broker: the real cluster EnvBrokers names, else kfake on
 // 127.0.0.1.
 func NewBroker(t testing.TB, o BrokerOptions) *Broker {
 	t.Helper()
-	b := &Broker{}
+	b := &Broker{conn: o.Conn}
 	if real := RealBrokers(); real != nil && !o.KfakeOnly {
 		b.Addrs = real
 	} else {
@@ -71,7 +79,7 @@ func NewBroker(t testing.TB, o BrokerOptions) *Broker {
 			}
 		})
 	}
-	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Addrs...)}, o.Client...)...)
+	admin, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(b.Addrs...)}, o.Conn...), o.Client...)...)
 	if err != nil {
 		t.Fatalf("testkit: the admin client of %s: %v", strings.Join(b.Addrs, ","), err)
 	}
@@ -377,7 +385,7 @@ func (b *Broker) reader(t testing.TB, topic string, committed bool) *kgo.Client 
 	if committed {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(opts, b.conn...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
