@@ -78,7 +78,7 @@ func TestChildrenOf(t *testing.T) {
 	self := os.Getpid()
 	before := childrenOf(self)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(cleanEnv(), testkit.RoleEnv("spin"))
+	cmd.Env = append(testkit.CleanEnv(), testkit.RoleEnv("spin"))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // BenchmarkGap measures the batch boundary: how long the child sits idle between the
@@ -26,8 +28,8 @@ func BenchmarkGap(b *testing.B) {
 			tag := fmt.Sprintf("gap-c1-window64-p%d", parts)
 			pp, records := runDeployed(b, tag, actionLine([]string{bins.gapEcho, stats}, 1, 64), parts, deployment{})
 			// The child writes its idle periods when the bridge shuts it down.
-			for _, p := range []*proc{pp.sidecar, pp.bridge} {
-				if err := p.stop(30 * time.Second); err != nil {
+			for _, p := range []*testkit.Proc{pp.sidecar, pp.bridge} {
+				if err := p.Stop(30 * time.Second); err != nil {
 					b.Fatal(err)
 				}
 			}

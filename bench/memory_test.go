@@ -53,7 +53,7 @@ func benchMemory(b *testing.B, line string, parts, n, size int, drain bool, side
 		pp.alive(b)
 		b.Fatalf("warm-up: %v", err)
 	}
-	idleS, idleB := pp.sidecar.status("VmRSS"), pp.bridge.status("VmRSS")
+	idleS, idleB := pp.sidecar.Status("VmRSS"), pp.bridge.Status("VmRSS")
 	first := warm
 	var backlog int
 	for b.Loop() {
@@ -84,8 +84,8 @@ func benchMemory(b *testing.B, line string, parts, n, size int, drain bool, side
 		}
 		pp.alive(b)
 	}
-	b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
-	b.ReportMetric(mib(pp.bridge.status("VmHWM")), "bridge-peak-MiB")
+	b.ReportMetric(mib(pp.sidecar.Status("VmHWM")), "sidecar-peak-MiB")
+	b.ReportMetric(mib(pp.bridge.Status("VmHWM")), "bridge-peak-MiB")
 	b.ReportMetric(mib(idleS), "sidecar-idle-MiB")
 	b.ReportMetric(mib(idleB), "bridge-idle-MiB")
 	b.ReportMetric(float64(backlog), "backlog-records")

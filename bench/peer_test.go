@@ -38,19 +38,17 @@ func BenchmarkPeer(b *testing.B) {
 			in, out := br.topic(b, "in", parts), br.topic(b, "out", parts)
 			p := startProc(b, "loop", []string{python, loop, strings.Join(br.Addrs, ","), in, out, br.name("group")}, nil)
 			alive := func() error {
-				select {
-				case <-p.done:
-					return fmt.Errorf("the loop exited early: %v\n%s", p.err, p.tail(20))
-				default:
-					return nil
+				if p.Exited() {
+					return fmt.Errorf("the loop exited early: %v\n%s", p.Err(), p.Tail(20))
 				}
+				return nil
 			}
-			pid := p.cmd.Process.Pid
+			pid := p.Pid()
 			benchFlow(b, br, in, out, parts, alive, meter{[]string{"peer-cpu-µs/rec"}, func() []float64 { return []float64{micros(procCPU(pid))} }})
 			if err := alive(); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(mib(p.status("VmHWM")), "peer-peak-MiB")
+			b.ReportMetric(mib(p.Status("VmHWM")), "peer-peak-MiB")
 		})
 	}
 }

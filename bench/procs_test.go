@@ -8,118 +8,29 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
-// proc is a process a benchmark started: in its own process group, its output in a log file,
-// ended by PID when the benchmark ends (SIGTERM, then SIGKILL to its group).
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error // the exit, once done is closed
-}
-
-// startProc starts argv with the extra environment env.
-func startProc(b testing.TB, name string, argv, env []string) *proc {
+// startProc starts argv with the extra environment env, its output in a log named for the
+// benchmark and name (kept in BENCH_LOG_DIR when set, else removed at the end). When the
+// benchmark ends it is stopped (SIGTERM, then SIGKILL to its group after 30 s), and a kill or
+// an exit with an error fails the benchmark.
+func startProc(b testing.TB, name string, argv, env []string) *testkit.Proc {
 	b.Helper()
-	dir := os.Getenv("BENCH_LOG_DIR") // keep the processes' logs there (default: removed at the end)
+	dir := os.Getenv("BENCH_LOG_DIR")
 	if dir == "" {
 		dir = b.TempDir()
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
 	logName := strings.NewReplacer("/", "_", " ", "_").Replace(b.Name()) + "." + name + ".log"
-	p := &proc{name: name, log: filepath.Join(dir, logName), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		b.Fatalf("starting %s: %v", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	b.Cleanup(func() {
-		if err := p.stop(30 * time.Second); err != nil {
-			b.Errorf("%v\n%s", err, p.tail(20))
-		}
+	return testkit.StartProc(b, testkit.ProcSpec{
+		Name: name, Argv: argv, Env: env, Log: filepath.Join(dir, logName),
+		Grace: 30 * time.Second, Strict: true,
 	})
-	return p
-}
-
-// cleanEnv is this process's environment without what would change the processes' behaviour.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "KUBERNETES_") || strings.HasPrefix(kv, "FLOW_") || strings.HasPrefix(kv, "MILLRACE_ACTION=") || strings.HasPrefix(kv, testkit.EnvRole+"=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// stop sends SIGTERM and waits up to grace for the exit, then kills the process group. It
-// returns an error when the process had to be killed or exited with an error. It may be
-// called twice.
-func (p *proc) stop(grace time.Duration) error {
-	select {
-	case <-p.done:
-		return p.exitErr()
-	default:
-	}
-	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.exitErr()
-	case <-time.After(grace):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("%s did not exit within %s of SIGTERM; killed", p.name, grace)
-	}
-}
-
-func (p *proc) exitErr() error {
-	if p.err != nil {
-		return fmt.Errorf("%s exited: %w", p.name, p.err)
-	}
-	return nil
-}
-
-// tail returns the last n lines of the process's log.
-func (p *proc) tail(n int) string {
-	data, _ := os.ReadFile(p.log)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// status returns a field of /proc/PID/status in bytes (VmRSS, VmHWM), or 0.
-func (p *proc) status(field string) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // mib is n bytes in MiB.
@@ -129,9 +40,9 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // of its own, meeting over gRPC on loopback, the sidecar reading the broker of this process.
 type procPipeline struct {
 	in, out string
-	sidecar *proc
-	bridge  *proc  // or the native streamlet in its place
-	ready   string // the sidecar's readiness file
+	sidecar *testkit.Proc
+	bridge  *testkit.Proc // or the native streamlet in its place
+	ready   string        // the sidecar's readiness file
 }
 
 // procs names how to start the two processes: argv of the bridge and of the sidecar, extra
@@ -202,11 +113,9 @@ func (p *procPipeline) alive(b testing.TB) {
 
 // check returns an error naming the process that has exited, if one has.
 func (p *procPipeline) check() error {
-	for _, pr := range []*proc{p.sidecar, p.bridge} {
-		select {
-		case <-pr.done:
-			return fmt.Errorf("%s exited early: %v\n%s", pr.name, pr.err, pr.tail(20))
-		default:
+	for _, pr := range []*testkit.Proc{p.sidecar, p.bridge} {
+		if pr.Exited() {
+			return fmt.Errorf("%s exited early: %v\n%s", pr.Name, pr.Err(), pr.Tail(20))
 		}
 	}
 	return nil
@@ -216,15 +125,12 @@ func (p *procPipeline) check() error {
 // readiness file exists): both processes are up.
 func (p *procPipeline) waitReady(b testing.TB) {
 	b.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := os.Stat(p.ready); err == nil {
-			return
-		}
+	ready := func() bool {
 		p.alive(b)
-		if time.Now().After(deadline) {
-			b.Fatalf("the sidecar did not become ready within a minute\n%s", p.sidecar.tail(20))
-		}
-		time.Sleep(10 * time.Millisecond) // a file another process writes
+		_, err := os.Stat(p.ready) // a file another process writes
+		return err == nil
+	}
+	if !testkit.Eventually(time.Minute, ready) {
+		b.Fatalf("the sidecar did not become ready within a minute\n%s", p.sidecar.Tail(20))
 	}
 }

@@ -245,13 +245,13 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	statsDir := b.TempDir()
 	pp := startProcs(b, br, roleProcs(dir, statsDir, tag, side), line, parts, dep.sidecarEnv...)
 	pp.waitReady(b)
-	sc, st := pp.sidecar.cmd.Process.Pid, pp.bridge.cmd.Process.Pid
+	sc, st := pp.sidecar.Pid(), pp.bridge.Pid()
 	seq := map[string]int{}
 	meters := []meter{}
 	for _, x := range []struct {
 		side string
 		pid  int
-		p    *proc
+		p    *testkit.Proc
 	}{{"sidecar", sc, pp.sidecar}, {side, st, pp.bridge}} {
 		stats := filepath.Join(statsDir, tag+"."+x.side+".memstats")
 		meters = append(meters,
@@ -271,8 +271,8 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	}
 	records := benchFlow(b, br, pp.in, pp.out, parts, pp.check, meters...)
 	pp.alive(b)
-	b.ReportMetric(mib(pp.sidecar.status("VmHWM")), "sidecar-peak-MiB")
-	b.ReportMetric(mib(pp.bridge.status("VmHWM")), side+"-peak-MiB")
+	b.ReportMetric(mib(pp.sidecar.Status("VmHWM")), "sidecar-peak-MiB")
+	b.ReportMetric(mib(pp.bridge.Status("VmHWM")), side+"-peak-MiB")
 	return pp, records
 }
 
@@ -356,22 +356,22 @@ func procIO(pid int) [3]int64 {
 
 // memStats signals p (SIGUSR1) and returns the allocation count and bytes it writes to path
 // as its answer number seq.
-func memStats(b testing.TB, p *proc, path string, seq int) (mallocs, bytes uint64) {
+func memStats(b testing.TB, p *testkit.Proc, path string, seq int) (mallocs, bytes uint64) {
 	b.Helper()
-	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGUSR1); err != nil {
+	if err := syscall.Kill(p.Pid(), syscall.SIGUSR1); err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	answered := func() bool { // a file, not a channel: the process is another one
 		var got int
-		if data, err := os.ReadFile(path); err == nil {
-			if _, err := fmt.Sscan(string(data), &got, &mallocs, &bytes); err == nil && got >= seq {
-				return mallocs, bytes
-			}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s wrote no memory statistics %d to %s within 10 s of SIGUSR1", p.name, seq, path)
-		}
-		time.Sleep(5 * time.Millisecond) // a file, not a channel: the process is another one
+		_, err = fmt.Sscan(string(data), &got, &mallocs, &bytes)
+		return err == nil && got >= seq
 	}
+	if !testkit.Eventually(10*time.Second, answered) {
+		b.Fatalf("%s wrote no memory statistics %d to %s within 10 s of SIGUSR1", p.Name, seq, path)
+	}
+	return mallocs, bytes
 }

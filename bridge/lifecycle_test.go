@@ -4,12 +4,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -87,12 +87,9 @@ func TestNewRunMidBatch(t *testing.T) {
 
 func waitLog(t *testing.T, r *running, want string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !strings.Contains(r.logs.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log never showed %s:\n%s", want, r.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond) // polling the log: the bridge offers no signal for it
+	// polling the log: the bridge offers no signal for it
+	if !testkit.Eventually(waitLimit, func() bool { return strings.Contains(r.logs.String(), want) }) {
+		t.Fatalf("the log never showed %s:\n%s", want, r.logs.String())
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/internal/testkit"
@@ -144,18 +143,16 @@ func TestPoolMetrics(t *testing.T) {
 	// The last record, of no key, is done on the other process; its 5,000-byte output waits for
 	// the hanging record, before it in the batch.
 	s.batch(2, 0, rec(1, []byte("k"), `{"op":"hang","n":9}`), rec(2, []byte("k"), `{}`), rec(3, []byte("k"), `{}`), rec(4, nil, `{"op":"big","n":5000}`))
-	got = waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]float64{
+	waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]float64{
 		"millrace_pool_processes": 2, "millrace_pool_processes_busy": 1, "millrace_pool_items_queued": 2,
 		"millrace_pool_deliveries_in_flight": 1, "millrace_pool_window": 1, "millrace_pool_window_occupancy_ratio": 0.5})
-	for deadline := time.Now().Add(waitLimit); ; time.Sleep(10 * time.Millisecond) {
-		held, _ := got.Value("millrace_output_held_bytes")
-		if held >= 5000 && held < 5200 { // the emit line: the value and its few fields
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with a record's output held millrace_output_held_bytes = %v; want its emit line's size, 5000 to 5200", held)
-		}
-		got = testkit.Scrape(t, addr)
+	var held float64
+	heldEmit := func() bool {
+		held, _ = testkit.Scrape(t, addr).Value("millrace_output_held_bytes")
+		return held >= 5000 && held < 5200 // the emit line: the value and its few fields
+	}
+	if !testkit.Eventually(waitLimit, heldEmit) {
+		t.Fatalf("with a record's output held millrace_output_held_bytes = %v; want its emit line's size, 5000 to 5200", held)
 	}
 	s.sendStart(r, "c2", 0, `{}`) // voids the hanging conversation; a fresh pool, idle
 	got = waitSamples(t, addr, "after a new Start", map[string]float64{
@@ -171,20 +168,18 @@ func TestPoolMetrics(t *testing.T) {
 // scrape.
 func waitSamples(t *testing.T, addr, when string, want map[string]float64) testkit.Exposition {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		got := testkit.Scrape(t, addr)
-		differs := false
+	var got testkit.Exposition
+	matches := func() bool { // polling the endpoint, as Prometheus would
+		got = testkit.Scrape(t, addr)
 		for k, v := range want {
-			g, ok := got.Value(k)
-			differs = differs || !ok || g != v
+			if g, ok := got.Value(k); !ok || g != v {
+				return false
+			}
 		}
-		if !differs {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s the metrics are %v; want %v", when, got, want)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the endpoint, as Prometheus would
+		return true
 	}
+	if !testkit.Eventually(waitLimit, matches) {
+		t.Fatalf("%s the metrics are %v; want %v", when, got, want)
+	}
+	return got
 }

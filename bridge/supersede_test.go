@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,15 +58,16 @@ func TestNewerStartWinsWhileStarting(t *testing.T) {
 	// The older conversation's process finishes starting first.
 	release(t, filepath.Join(gateDir, "older.go"))
 	var olderErr error
-	deadline := time.Now().Add(waitLimit)
-	for olderErr == nil && !strings.Contains(r.logs.String(), `"conversation":"older","streamlet_name"`) {
+	startedOrEnded := func() bool { // polling the log: the bridge offers no signal for it
 		select {
 		case olderErr = <-olderEnd:
-		case <-time.After(5 * time.Millisecond): // polling the log: the bridge offers no signal for it
+			return true
+		default:
+			return strings.Contains(r.logs.String(), `"conversation":"older","streamlet_name"`)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the older conversation neither started nor ended:\n%s", r.logs.String())
-		}
+	}
+	if !testkit.Eventually(waitLimit, startedOrEnded) {
+		t.Fatalf("the older conversation neither started nor ended:\n%s", r.logs.String())
 	}
 	release(t, filepath.Join(gateDir, "newer.go"))
 
@@ -118,14 +118,11 @@ func release(t *testing.T, path string) {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(2 * time.Millisecond) // polling a file the child writes
+	appeared := func() bool { // polling a file the child writes
+		_, err := os.Stat(path)
+		return err == nil
+	}
+	if !testkit.Eventually(waitLimit, appeared) {
+		t.Fatalf("%s never appeared", path)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // Bad input end to end. Each case runs with and without --dead-letter on a one-partition inlet:
@@ -192,7 +194,7 @@ func runBad(t *testing.T, b *broker, c badCase, dead bool) {
 		if len(badRecs) == 0 {
 			firstBad = 0 // the action itself is bad: nothing can pass
 		}
-		if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+		if !testkit.Eventually(60*time.Second, func() bool { return r.sidecar.LogHas(`"partition stalled"`) }) {
 			t.Errorf("no PartitionStalled warning in the sidecar's log within 60 s (FLOW_STALL_WARNING_AFTER=3s; the sidecar checks stalls when a stream fails, so the warning comes with the first failure after 3 s)")
 		} else {
 			stallSeen = "; stall warning logged"
@@ -226,9 +228,9 @@ func runBad(t *testing.T, b *broker, c badCase, dead bool) {
 			t.Errorf("dead-lettered %d records; want %d (the bad ones)", tl.dead, len(badRecs))
 		}
 	case want != "":
-		line := firstLine(r.sidecar.logLines(want, 1))
+		line := firstLine(r.sidecar.LogLines(want, 1))
 		if line == "" {
-			line = firstLine(r.bridge.logLines(want, 1))
+			line = firstLine(r.bridge.LogLines(want, 1))
 		}
 		if line == "" {
 			t.Errorf("neither the sidecar's nor the bridge's log holds %q\n%s", want, pl.logTails(15))

@@ -92,7 +92,7 @@ func (b *broker) deleteTopicGone(t testing.TB, name string) {
 		resp, err := md.RequestWith(ctx, b.Admin)
 		return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
 	}
-	if !waitUntil(60*time.Second, gone) {
+	if !testkit.Eventually(60*time.Second, gone) {
 		t.Fatalf("topic %s still in the broker's metadata 60 s after its deletion", name)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // The heavy fan-out action: every record emits fanOutEmits outputs of fanOutBytes (30 MiB a
@@ -64,13 +66,13 @@ func TestFanOutMemoryBounded(t *testing.T) {
 	r := pl.start(0)
 	pl.waitDone(150 * time.Second)
 	took := time.Since(began)
-	rss := map[string]int64{"sidecar": peakRSS(r.sidecar.pid()), "bridge": peakRSS(r.bridge.pid())}
-	for _, c := range children(r.bridge.pid()) {
-		rss["action"] = max(rss["action"], peakRSS(c))
+	rss := map[string]int64{"sidecar": testkit.ProcStatus(r.sidecar.Pid(), "VmHWM") >> 10, "bridge": testkit.ProcStatus(r.bridge.Pid(), "VmHWM") >> 10}
+	for _, c := range testkit.Children(r.bridge.Pid()) {
+		rss["action"] = max(rss["action"], testkit.ProcStatus(c, "VmHWM")>>10)
 	}
 
 	got, missing, complete := countFanOut(t, pl)
-	bisects := len(r.sidecar.logLines("per-batch emit budget", 100000))
+	bisects := len(r.sidecar.LogLines("per-batch emit budget", 100000))
 	seen := fmt.Sprintf("%d records × %d outputs of %d KiB in %.1f s; outputs %d of %d, missing %d; peak RSS sidecar %d MiB, bridge %d MiB, action %d MiB; %d over-budget stream failures",
 		n, fanOutEmits, fanOutBytes>>10, took.Seconds(), got, n*fanOutEmits, missing, rss["sidecar"]>>10, rss["bridge"]>>10, rss["action"]>>10, bisects)
 	// The tally of whole records, counted without reading the outlet's values back (pl.tally

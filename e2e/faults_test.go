@@ -7,13 +7,17 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // Faults run the Python example (actions/score-listing) over records produced while the fault
@@ -67,20 +71,26 @@ func TestFaultActionKilled(t *testing.T) {
 		r := pl.start(0)
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
 		killed := 0
+		var ran atomic.Int64
 		stop := every(seed(t), 150*time.Millisecond, 700*time.Millisecond, func() {
-			for _, pid := range children(r.bridge.pid()) {
+			for _, pid := range testkit.Children(r.bridge.Pid()) {
 				if syscall.Kill(pid, syscall.SIGKILL) == nil {
 					killed++
 				}
 			}
+			ran.Add(1)
 		})
 		wait()
-		time.Sleep(2 * time.Second) // keep killing a while after the last record
+		// Keep killing a while after the last record: four more rounds (about 2 s).
+		after := ran.Load() + 4
+		if !testkit.Eventually(time.Minute, func() bool { return ran.Load() >= after }) {
+			t.Fatalf("the kill rounds stopped at %d; want %d", ran.Load(), after)
+		}
 		rounds := stop()
 		pl.waitDone(idleFault)
 		tl := pl.tally()
 		pl.report("action SIGKILLed at random intervals", tl, fmt.Sprintf("%d kill rounds, %d processes killed; bridge action-attempt-failed log lines: %d",
-			rounds, killed, len(r.bridge.logLines("action attempt failed", 100000))))
+			rounds, killed, len(r.bridge.LogLines("action attempt failed", 100000))))
 		tl.check(t)
 		tl.checkDup(t, rounds*4*100)
 		if killed == 0 {
@@ -100,25 +110,25 @@ func TestFaultBridgeKilled(t *testing.T) {
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
 		var orphans []int
 		for range 3 {
-			time.Sleep(2 * time.Second)
-			orphans = append(orphans, r.bridge.kill()...)
+			pl.waitAtWork(t, r.bridge, ciN(3000))
+			orphans = append(orphans, r.bridge.Kill()...)
 			pl.startBridge(r)
 		}
 		wait()
 		pl.waitDone(idleFault)
 		tl := pl.tally()
 		left := 0
-		waitUntil(10*time.Second, func() bool {
+		testkit.Eventually(10*time.Second, func() bool {
 			left = 0
 			for _, pid := range orphans {
-				if alive(pid) {
+				if testkit.Alive(pid) {
 					left++
 				}
 			}
 			return left == 0
 		})
 		pl.report("bridge SIGKILLed and restarted (3 times)", tl, fmt.Sprintf("%d orphaned action processes, %d still alive 10 s later; sidecar: %s",
-			len(orphans), left, cut(logMessage(firstLine(r.sidecar.logLines("stream failed", 1))), 300)))
+			len(orphans), left, cut(logMessage(firstLine(r.sidecar.LogLines("stream failed", 1))), 300)))
 		tl.check(t)
 		tl.checkDup(t, 3*4*100)
 		if left != 0 {
@@ -137,14 +147,15 @@ func TestFaultSidecarKilled(t *testing.T) {
 		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
 		r := pl.start(0)
 		wait := pl.produceSpread(0, ciN(3000), 8*time.Second)
-		time.Sleep(2 * time.Second)
-		r.sidecar.kill()
+		pl.waitProgress(t, 0, ciN(3000)) // mid-run
+		r.sidecar.Kill()
+		killedAt, _ := pl.committedCount()
 		pl.startSidecar(r)
-		if !waitUntil(idleFault, func() bool { return r.sidecar.logHas("partition assigned") }) {
+		if !testkit.Eventually(idleFault, func() bool { return r.sidecar.LogHas("partition assigned") }) {
 			t.Fatalf("the restarted sidecar was assigned no partition within %s\n%s", idleFault, pl.logTails(20))
 		}
-		time.Sleep(time.Second)
-		r.sidecar.stop(t, 30*time.Second)
+		pl.waitProgress(t, killedAt, ciN(3000)) // the new sidecar at work
+		stop(t, r.sidecar, 30*time.Second)
 		pl.startSidecar(r)
 		wait()
 		pl.waitDone(idleFault)
@@ -168,24 +179,27 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 	r := pl.start(0)
 	pl.produce(pl.records(0, 400)...)
 	pl.waitDone(60 * time.Second)
-	r.sidecar.kill()
+	r.sidecar.Kill()
 	pl.startSidecar(r)
-	if !waitUntil(30*time.Second, func() bool { return r.sidecar.logHas("conversation started") }) {
+	if !testkit.Eventually(30*time.Second, func() bool { return r.sidecar.LogHas("conversation started") }) {
 		t.Fatalf("the restarted sidecar started no conversation within 30 s\n%s", pl.logTails(20))
 	}
-	time.Sleep(time.Second)
+	// Its JoinGroup has reached the broker: the group waits for the dead member to rejoin.
+	if !testkit.Eventually(30*time.Second, func() bool { return b.groupState(pl.group) == "PreparingRebalance" }) {
+		t.Fatalf("the group %s is %q, not PreparingRebalance, 30 s after the restarted sidecar started its conversation\n%s", pl.group, b.groupState(pl.group), pl.logTails(20))
+	}
 	start := time.Now()
-	r.sidecar.signal(syscall.SIGTERM)
+	r.sidecar.Signal(syscall.SIGTERM)
 	exited := ""
 	select {
-	case <-r.sidecar.done:
+	case <-r.sidecar.Done():
 		exited = fmt.Sprintf("exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 	case <-time.After(25 * time.Second):
-		r.sidecar.signal(syscall.SIGQUIT) // the Go runtime writes every goroutine's stack to the log
-		<-r.sidecar.done
+		r.sidecar.Signal(syscall.SIGQUIT) // the Go runtime writes every goroutine's stack to the log
+		<-r.sidecar.Done()
 		exited = "did NOT exit within 25 s of SIGTERM"
 		t.Errorf("the sidecar did not exit within 25 s of SIGTERM (FLOW_SHUTDOWN_TIMEOUT is 20 s) while joining its group; its goroutines at SIGQUIT are in %s\n%s",
-			r.sidecar.log, stacksOf(r.sidecar.logText(), "sidecar"))
+			r.sidecar.Log, stacksOf(r.sidecar.LogText(), "sidecar"))
 	}
 	t.Log("the sidecar", exited)
 	if !b.Real() {
@@ -201,7 +215,7 @@ func TestSidecarStopsWhileJoining(t *testing.T) {
 	pl.waitDone(idleFault)
 	tl := pl.tally()
 	pl.report("sidecar SIGKILLed, its successor SIGTERMed while joining, a third started", tl,
-		fmt.Sprintf("the second sidecar %s; the third was assigned %d partitions", exited, len(r.sidecar.logLines("partition assigned", 100))))
+		fmt.Sprintf("the second sidecar %s; the third was assigned %d partitions", exited, len(r.sidecar.LogLines("partition assigned", 100))))
 	tl.check(t)
 }
 
@@ -214,19 +228,25 @@ func TestFaultRebalance(t *testing.T) {
 		pl := newPipeline(t, b, scoreListing(), 4, deliveryEnv(d))
 		r0 := pl.start(0)
 		wait := pl.produceSpread(0, ciN(4000), 10*time.Second)
-		time.Sleep(2 * time.Second)
+		pl.waitProgress(t, 0, ciN(4000)) // mid-run
 		r1 := pl.start(1)
-		if !waitUntil(60*time.Second, func() bool { return r1.sidecar.logHas("partition assigned") }) {
+		if !testkit.Eventually(60*time.Second, func() bool { return r1.sidecar.LogHas("partition assigned") }) {
 			t.Fatalf("the second replica was assigned no partition within 60 s\n%s", pl.logTails(20))
 		}
-		time.Sleep(3 * time.Second)
-		r1.sidecar.stop(t, 30*time.Second)
-		r1.bridge.stop(t, 30*time.Second)
+		// Both replicas at work: every partition committed past where it stood at the
+		// assignment (or caught up with what was produced).
+		_, assigned := pl.committedCount()
+		if !testkit.Eventually(idleFault, func() bool { return pl.eachPartitionPast(assigned) }) {
+			_, c := pl.committedCount()
+			t.Fatalf("not every partition progressed within %s of the rebalance: commits %v at it, %v now, ends %v\n%s", idleFault, assigned, c, pl.ends(), pl.logTails(20))
+		}
+		stop(t, r1.sidecar, 30*time.Second)
+		stop(t, r1.bridge, 30*time.Second)
 		wait()
 		pl.waitDone(idleFault)
 		tl := pl.tally()
 		pl.report("second replica joins, then leaves (rebalance)", tl, fmt.Sprintf("replica 0 revocations logged: %d, replica 1 assignments: %d",
-			len(r0.sidecar.logLines("partition revoked", 100)), len(r1.sidecar.logLines("partition assigned", 100))))
+			len(r0.sidecar.LogLines("partition revoked", 100)), len(r1.sidecar.LogLines("partition assigned", 100))))
 		tl.check(t)
 		tl.checkDup(t, 2*4*100)
 	})
@@ -251,15 +271,15 @@ func TestFaultProduceRefused(t *testing.T) {
 
 		setTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes", "90")
 		pl.produce(pl.records(200, ciN(1000))...)
-		if !waitUntil(60*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+		if !testkit.Eventually(60*time.Second, func() bool { return r.sidecar.LogHas(`"partition stalled"`) }) {
 			t.Fatalf("no stall warning within 60 s of the outlet refusing writes\n%s", pl.logTails(20))
 		}
 		n, _ := pl.committedCount()
 		if n != 200 {
 			t.Errorf("committed %d records while the outlet refused writes; want 200 (nothing more)", n)
 		}
-		failure := firstLine(r.sidecar.logLines("stream failed", 1))
-		stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+		failure := firstLine(r.sidecar.LogLines("stream failed", 1))
+		stall := firstLine(r.sidecar.LogLines("partition stalled", 1))
 
 		deleteTopicConfig(t, b, pl.outTopics["scores"], "max.message.bytes")
 		pl.waitDone(idleFault)
@@ -291,22 +311,22 @@ func TestFaultOutletDeleted(t *testing.T) {
 	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
 	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
-	if !waitUntil(120*time.Second, func() bool { return r.sidecar.logHas(`"partition stalled"`) }) {
+	if !testkit.Eventually(120*time.Second, func() bool { return r.sidecar.LogHas(`"partition stalled"`) }) {
 		t.Errorf("no stall warning within 120 s of the outlet topic being deleted (FLOW_STALL_WARNING_AFTER=3s); %d stream failures logged",
-			len(r.sidecar.logLines("stream failed", 1000)))
+			len(r.sidecar.LogLines("stream failed", 1000)))
 	}
 	n, _ := pl.committedCount()
 	if n != 200 {
 		t.Errorf("committed %d records while the outlet topic was gone; want 200 (nothing more)", n)
 	}
-	failure := firstLine(r.sidecar.logLines("stream failed", 1))
-	stall := firstLine(r.sidecar.logLines("partition stalled", 1))
+	failure := firstLine(r.sidecar.LogLines("stream failed", 1))
+	stall := firstLine(r.sidecar.LogLines("partition stalled", 1))
 
 	// Keep it gone a while, as an operator slow to notice would: the sidecar's Kafka client
-	// refreshes its metadata meanwhile. A real broker deletes a topic in the background:
-	// create it again until it takes.
+	// refreshes its metadata meanwhile. This sleep is the fault's length, not a wait for a
+	// state. A real broker deletes a topic in the background: create it again until it takes.
 	time.Sleep(outletAbsence)
-	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
+	if !testkit.Eventually(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
 	// Healed: the next conversation (at most the 30 s maximum backoff away) must produce.
@@ -315,9 +335,9 @@ func TestFaultOutletDeleted(t *testing.T) {
 	if !healed {
 		n, c := pl.committedCount()
 		t.Errorf("no progress within 90 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s; kafka client: %s",
-			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.logLines("new ID for a topic", 1)), 400))
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.LogLines("new ID for a topic", 1)), 400))
 		// Does a new sidecar (a new Kafka client) heal it? Then nothing is lost either.
-		r.sidecar.stop(t, 30*time.Second)
+		stop(t, r.sidecar, 30*time.Second)
 		pl.startSidecar(r)
 		if pl.waitCommitted(len(pl.produced), 90*time.Second) {
 			restarted = "; a sidecar restart healed it"
@@ -328,7 +348,7 @@ func TestFaultOutletDeleted(t *testing.T) {
 	tl := pl.tally()
 	after := "progress resumed"
 	if !healed {
-		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300) + restarted
+		after = "NO progress after the topic was created again: " + cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 300) + restarted
 	}
 	pl.report("outlet topic deleted, then created again", tl, fmt.Sprintf("committed during the fault: %d of %d; failure: %s; warning: %s; %s", n, tl.in, cut(logMessage(failure), 300), cut(stall, 250), after))
 	tl.check(t)
@@ -353,17 +373,17 @@ func TestFaultOutletRecreated(t *testing.T) {
 	pl.earlier = map[string][]*kgo.Record{"scores": b.ReadAll(t, out)}
 	b.deleteTopicGone(t, out)
 	pl.produce(pl.records(200, ciN(1000))...)
-	time.Sleep(time.Second)
-	if !waitUntil(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
+	time.Sleep(time.Second) // the fault's length: the outlet is gone a second, as the case says
+	if !testkit.Eventually(60*time.Second, func() bool { return b.createTopic(out, 2) == nil }) {
 		t.Fatalf("could not create the outlet topic %s again within 60 s: %v", out, b.createTopic(out, 2))
 	}
 	healed := pl.waitCommitted(len(pl.produced), 120*time.Second)
 	after := "progress resumed"
 	if !healed {
 		n, c := pl.committedCount()
-		after = "NO progress within 120 s of the topic being created again: " + cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 300)
+		after = "NO progress within 120 s of the topic being created again: " + cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 300)
 		t.Errorf("no progress within 120 s of the outlet topic being created again: %d of %d records committed (commits %v); sidecar: %s; kafka client: %s",
-			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.logLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.logLines("new ID for a topic", 1)), 400))
+			n, len(pl.produced), c, cut(logMessage(lastLine(r.sidecar.LogLines("stream failed", 1000))), 500), cut(firstLine(r.sidecar.LogLines("new ID for a topic", 1)), 400))
 	}
 	tl := pl.tally()
 	pl.report("outlet topic deleted and created again a second later", tl, after)
@@ -388,18 +408,73 @@ func TestFaultBrokerRestart(t *testing.T) {
 		r := pl.start(0)
 		runs = append(runs, run{pl, r, pl.produceSpread(0, ciN(3000), 8*time.Second)})
 	}
-	time.Sleep(3 * time.Second)
-	b.restart(t, 2*time.Second)
+	for _, ru := range runs {
+		ru.pl.waitProgress(t, 0, ciN(3000)) // mid-run
+	}
+	b.restart(t, 2*time.Second) // down 2 s: the fault's length
 	for _, ru := range runs {
 		ru.wait()
 	}
 	for _, ru := range runs {
 		ru.pl.waitDone(idleFault)
 		tl := ru.pl.tally()
-		ru.pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(ru.r.sidecar.logLines(`"level":"ERROR"`, 1))), 400))
+		ru.pl.report("broker restarted mid-run (down 2 s)", tl, "sidecar: "+cut(logMessage(firstLine(ru.r.sidecar.LogLines(`"level":"ERROR"`, 1))), 400))
 		tl.check(t)
 		tl.checkDup(t, 4*100)
 	}
+}
+
+// waitProgress waits until the group has committed more than n records (or all of total, the
+// records the case produces: then no more can be), and fails the test after idleFault. A
+// fault struck after it strikes a pipeline at work.
+func (pl *pipeline) waitProgress(t testing.TB, n, total int) {
+	t.Helper()
+	progressed := func() bool {
+		c, _ := pl.committedCount()
+		return c > n || c >= total
+	}
+	if !testkit.Eventually(idleFault, progressed) {
+		c, commits := pl.committedCount()
+		t.Fatalf("no progress past %d committed records within %s: %d (commits %v, ends %v)\n%s", n, idleFault, c, commits, pl.ends(), pl.logTails(20))
+	}
+}
+
+// waitAtWork waits until the bridge has its action processes up and the group commits again
+// since they were: the bridge is at work (see waitProgress for total).
+func (pl *pipeline) waitAtWork(t testing.TB, bridge *testkit.Proc, total int) {
+	t.Helper()
+	if !testkit.Eventually(idleFault, func() bool { return len(testkit.Children(bridge.Pid())) > 0 }) {
+		t.Fatalf("the bridge %s started no action process within %s\n%s", bridge.Name, idleFault, bridge.Tail(20))
+	}
+	n, _ := pl.committedCount()
+	pl.waitProgress(t, n, total)
+}
+
+// eachPartitionPast reports whether the group's commit of every inlet partition written to is
+// past its commit in before, or at the end of what was produced to it.
+func (pl *pipeline) eachPartitionPast(before map[int32]int64) bool {
+	c, err := pl.b.Committed(context.Background(), pl.group, pl.inTopic)
+	if err != nil {
+		return false
+	}
+	for p, end := range pl.ends() {
+		if c[p] <= before[p] && c[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// groupState is the state of the consumer group as the broker describes it
+// (PreparingRebalance, Stable, …), or "" when it cannot say.
+func (b *broker) groupState(group string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	described, err := kadm.NewClient(b.Admin).DescribeGroups(ctx, group)
+	if err != nil {
+		return ""
+	}
+	return described[group].State
 }
 
 func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {

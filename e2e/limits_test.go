@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // Outlet limits at the broker's defaults (message.max.bytes 1048588): records of every size a
@@ -49,10 +51,10 @@ func TestRecordSizes(t *testing.T) {
 			r := pl.start(0)
 			pl.waitDone(60 * time.Second)
 			took := time.Since(began)
-			rss := map[string]int64{"sidecar": peakRSS(r.sidecar.pid()), "bridge": peakRSS(r.bridge.pid())}
+			rss := map[string]int64{"sidecar": testkit.ProcStatus(r.sidecar.Pid(), "VmHWM") >> 10, "bridge": testkit.ProcStatus(r.bridge.Pid(), "VmHWM") >> 10}
 			tl := pl.tally()
 			pl.report("records at the broker's default limits", tl, fmt.Sprintf("%d records, %s, 1 partition in and out, in %.1f s; peak RSS sidecar %d MiB, bridge %d MiB; stream failures: %d",
-				tl.in, c.what, took.Seconds(), rss["sidecar"]>>10, rss["bridge"]>>10, len(r.sidecar.logLines("stream failed", 1000))))
+				tl.in, c.what, took.Seconds(), rss["sidecar"]>>10, rss["bridge"]>>10, len(r.sidecar.LogLines("stream failed", 1000))))
 			tl.check(t)
 			if tl.out != tl.in || tl.dup != 0 {
 				t.Errorf("tally = %s; want every record out once", tl)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // BenchmarkLoad pushes MILLRACE_E2E_LOAD records (100,000 by default) through the pipeline
@@ -46,13 +48,13 @@ func loadOnce(b *testing.B, n int) {
 		mu.Lock()
 		defer mu.Unlock()
 		take := func(name string, pid int) {
-			if v := peakRSS(pid); v > rss[name] {
+			if v := testkit.ProcStatus(pid, "VmHWM") >> 10; v > rss[name] {
 				rss[name] = v
 			}
 		}
-		take("sidecar", r.sidecar.pid())
-		take("bridge", r.bridge.pid())
-		for _, c := range children(r.bridge.pid()) {
+		take("sidecar", r.sidecar.Pid())
+		take("bridge", r.bridge.Pid())
+		for _, c := range testkit.Children(r.bridge.Pid()) {
 			take("action", c)
 		}
 		take("broker", brokerPID(br))

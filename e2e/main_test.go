@@ -211,16 +211,3 @@ func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
 	send(em)
 	send(map[string]string{"type": "done", "delivery": it.Delivery})
 }
-
-// waitUntil polls cond every 50 ms until it holds or d passes; it reports whether it held.
-// It is for state only visible by asking the broker or reading a log.
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
-}

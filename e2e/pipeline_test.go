@@ -156,8 +156,8 @@ type pipeline struct {
 type replica struct {
 	idx     int
 	port    int
-	bridge  *proc
-	sidecar *proc
+	bridge  *testkit.Proc
+	sidecar *testkit.Proc
 	// starts and sidecarStarts count the processes started; each has its own log,
 	// bridge-IDX.N.log and sidecar-IDX.N.log.
 	starts        int
@@ -360,8 +360,8 @@ func (pl *pipeline) logTails(n int) string {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, r := range pl.replicas {
-		for _, p := range []*proc{r.bridge, r.sidecar} {
-			fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.name, p.log, p.tail(n))
+		for _, p := range []*testkit.Proc{r.bridge, r.sidecar} {
+			fmt.Fprintf(&b, "--- %s (%s)\n%s\n", p.Name, p.Log, p.Tail(n))
 		}
 	}
 	return b.String()
@@ -372,7 +372,7 @@ func (pl *pipeline) sidecarsHave(s string) bool {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, r := range pl.replicas {
-		if r.sidecar.logHas(s) {
+		if r.sidecar.LogHas(s) {
 			return true
 		}
 	}
@@ -384,7 +384,7 @@ func (pl *pipeline) bridgesHave(s string) bool {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, r := range pl.replicas {
-		if r.bridge.logHas(s) {
+		if r.bridge.LogHas(s) {
 			return true
 		}
 	}

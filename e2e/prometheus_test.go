@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,7 +71,7 @@ func TestPrometheus(t *testing.T) {
 	// Every metric the deployed artefacts name is one Prometheus got from the two processes.
 	names := deployedMetricNames(t)
 	var missing []string
-	waitUntil(30*time.Second, func() bool {
+	testkit.Eventually(30*time.Second, func() bool {
 		known := prom.names(t)
 		missing = missing[:0]
 		for _, name := range names {
@@ -93,12 +92,11 @@ func TestPrometheus(t *testing.T) {
 // promServer is a Prometheus server the test started.
 type promServer struct {
 	base string // http://127.0.0.1:PORT
-	proc *exec.Cmd
-	done chan struct{}
+	proc *testkit.Proc
 }
 
 // startPrometheus starts promBin in its own process group on a free port, with a temporary
-// storage folder, scraping the two targets every 200 ms; it is ended by PID at cleanup.
+// storage folder, scraping the two targets every 200 ms; it is stopped when the test ends.
 func startPrometheus(t *testing.T, promBin, dir string, targets ...string) *promServer {
 	t.Helper()
 	quoted := make([]string, len(targets))
@@ -111,34 +109,19 @@ func startPrometheus(t *testing.T, promBin, dir string, targets ...string) *prom
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(promBin, "--config.file="+cfg, "--storage.tsdb.path="+t.TempDir(), "--web.listen-address="+addr)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("start %s: %v", promBin, err)
-	}
-	p := &promServer{base: "http://" + addr, proc: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			t.Logf("prometheus (pid %d) did not exit within 15s of SIGTERM; killing it", cmd.Process.Pid)
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
+	logPath := filepath.Join(dir, "prometheus.log")
+	t.Cleanup(func() { // after the process's own cleanup has stopped it
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
+			b, _ := os.ReadFile(logPath)
 			t.Logf("prometheus log:\n%s", cut(string(b), 4000))
 		}
 	})
-	if !waitUntil(30*time.Second, func() bool {
+	p := &promServer{base: "http://" + addr, proc: testkit.StartProc(t, testkit.ProcSpec{
+		Name: "prometheus",
+		Argv: []string{promBin, "--config.file=" + cfg, "--storage.tsdb.path=" + t.TempDir(), "--web.listen-address=" + addr},
+		Log:  logPath,
+	})}
+	if !testkit.Eventually(30*time.Second, func() bool {
 		resp, err := http.Get(p.base + "/-/ready")
 		if err != nil {
 			return false
@@ -146,18 +129,9 @@ func startPrometheus(t *testing.T, promBin, dir string, targets ...string) *prom
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}) {
-		t.Fatalf("prometheus on %s was not ready within 30s (exited: %v)", addr, p.exited())
+		t.Fatalf("prometheus on %s was not ready within 30s (exited: %v)", addr, p.proc.Exited())
 	}
 	return p
-}
-
-func (p *promServer) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // get GETs an API path and decodes the answer's data into v.
@@ -211,7 +185,7 @@ func (p *promServer) value(t *testing.T, query string) (float64, bool) {
 func (p *promServer) waitValue(t *testing.T, query string, d time.Duration, cond func(float64) bool) (any, bool) {
 	t.Helper()
 	var last any = "no sample"
-	ok := waitUntil(d, func() bool {
+	ok := testkit.Eventually(d, func() bool {
 		v, ok := p.value(t, query)
 		if !ok {
 			return false

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // envStatic=0 runs TestSidecarRestartResumes with dynamic group membership (FLOW_POD_NAME
@@ -37,7 +39,7 @@ func TestSidecarRestartResumes(t *testing.T) {
 		pl.produce(pl.records(n, 400)...)
 		began := time.Now()
 		pl.startSidecar(r)
-		if !waitUntil(2*time.Minute, func() bool { c, _ := pl.committedCount(); return c > n }) {
+		if !testkit.Eventually(2*time.Minute, func() bool { c, _ := pl.committedCount(); return c > n }) {
 			t.Fatalf("after %s, the restarted sidecar committed nothing within 2 minutes\n%s", what, pl.logTails(20))
 		}
 		took := time.Since(began)
@@ -47,8 +49,8 @@ func TestSidecarRestartResumes(t *testing.T) {
 		}
 		return took
 	}
-	killed := resume("SIGKILL", func() { r.sidecar.kill() })
-	termed := resume("SIGTERM", func() { r.sidecar.stop(t, 30*time.Second) })
+	killed := resume("SIGKILL", func() { r.sidecar.Kill() })
+	termed := resume("SIGTERM", func() { stop(t, r.sidecar, 30*time.Second) })
 	tl := pl.tally()
 	membership := "static"
 	if env != nil {

@@ -33,8 +33,8 @@ func TestSecuredEcho(t *testing.T) {
 			if tl.out != tl.in || tl.dup != 0 {
 				t.Errorf("tally = %s; want every record out once", tl)
 			}
-			if r.sidecar.logHas(testkit.SecuredPassword) {
-				t.Errorf("the sidecar's log shows the password:\n%s", r.sidecar.tail(40))
+			if r.sidecar.LogHas(testkit.SecuredPassword) {
+				t.Errorf("the sidecar's log shows the password:\n%s", r.sidecar.Tail(40))
 			}
 		})
 	}

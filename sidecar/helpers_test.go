@@ -50,12 +50,8 @@ func committed(t testing.TB, b *testkit.Broker, group, topic string) map[int32]i
 // state only visible by asking the broker or the sidecar's counters.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testkit.Eventually(waitTimeout, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 

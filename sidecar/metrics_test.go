@@ -38,19 +38,18 @@ func scrape(addr string) (exposition, error) {
 func waitMetrics(t testing.TB, addr, what string, cond func(exposition) bool) exposition {
 	t.Helper()
 	var last exposition
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if m, err := scrape(addr); err == nil {
-			last = m
-			if cond(m) {
-				return m
-			}
+	holds := func() bool {
+		m, err := scrape(addr)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; the last scrape:\n%s", what, last)
-		}
-		time.Sleep(10 * time.Millisecond)
+		last = m
+		return cond(m)
 	}
+	if !testkit.Eventually(waitTimeout, holds) {
+		t.Fatalf("timed out waiting for %s; the last scrape:\n%s", what, last)
+	}
+	return last
 }
 
 // value is [testkit.Exposition.Value].

@@ -63,24 +63,20 @@ func TestRunMetrics(t *testing.T) {
 		{"millrace_item_attempt_seconds", []string{"outcome", "done", "streamlet", "greet"}, 3},
 	}
 	var got testkit.Exposition
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+	shown := func() bool {
 		got = testkit.Scrape(t, addr)
-		ok := true
 		for _, w := range want {
-			v, found := got.Value(w.name, w.labels...)
-			ok = ok && found && v == w.value
+			if v, found := got.Value(w.name, w.labels...); !found || v != w.value {
+				return false
+			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the run's metrics never showed %v:\n%v", want, got)
-		}
+		return true
 	}
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(progress.String(), "committed 3  out 3  failed 0"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the progress line never showed 3 committed: %q", progress.String())
-		}
+	if !testkit.Eventually(time.Minute, shown) {
+		t.Fatalf("the run's metrics never showed %v:\n%v", want, got)
+	}
+	if !testkit.Eventually(time.Minute, func() bool { return strings.Contains(progress.String(), "committed 3  out 3  failed 0") }) {
+		t.Fatalf("the progress line never showed 3 committed: %q", progress.String())
 	}
 	last := progress.String()
 	last = last[strings.LastIndex(last, "\r\033[K")+len("\r\033[K"):]

@@ -165,12 +165,9 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32,
 	if _, err := b.kadm().CreateTopic(ctx, partitions, 1, cfg, name); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
-	for len(b.Partitions(ctx, name)) != int(partitions) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("create topic %s: not every partition has a leader after 30 s", name)
-		case <-time.After(10 * time.Millisecond):
-		}
+	led := func() bool { return ctx.Err() != nil || len(b.Partitions(ctx, name)) == int(partitions) }
+	if !Eventually(30*time.Second, led) || ctx.Err() != nil {
+		return fmt.Errorf("create topic %s: not every partition has a leader after 30 s: %w", name, ctx.Err())
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -66,25 +67,21 @@ func TestAnswersAfterDone(t *testing.T) {
 					t.Fatalf("item %d = %v, emits %+v, err %v; want done with its one emit", i, r.Outcome, r.Emits, r.Err)
 				}
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			var first error
+			exited := func() bool {
 				mu.Lock()
-				n := len(exitErrs)
-				var first error
-				if n > 0 {
-					first = exitErrs[0]
+				defer mu.Unlock()
+				if len(exitErrs) == 0 {
+					return false
 				}
-				mu.Unlock()
-				if n > 0 {
-					if !errors.Is(first, stdio.ErrProtocol) {
-						t.Fatalf("process exit = %v; want a protocol violation", first)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("no process replaced after a violation")
-				}
-				time.Sleep(5 * time.Millisecond)
+				first = exitErrs[0]
+				return true
+			}
+			if !testkit.Eventually(30*time.Second, exited) {
+				t.Fatal("no process replaced after a violation")
+			}
+			if !errors.Is(first, stdio.ErrProtocol) {
+				t.Fatalf("process exit = %v; want a protocol violation", first)
 			}
 		})
 	}
@@ -186,10 +183,8 @@ func TestTimeoutRearms(t *testing.T) {
 	clk.Advance(200 * time.Millisecond) // b's deadline falls after the watchdog's first firing
 	began := clk.Now()
 	ch := submit(t, p, item("b", `"hang"`))
-	for deadline := time.Now().Add(30 * time.Second); !rec.hasLine("hanging"); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("b never reached the action")
-		}
+	if !testkit.Eventually(30*time.Second, func() bool { return rec.hasLine("hanging") }) {
+		t.Fatal("b never reached the action")
 	}
 	clk.Advance(200 * time.Millisecond) // the first firing: b has 200ms left, the watchdog re-arms
 	select {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -128,11 +129,12 @@ func TestStderr(t *testing.T) {
 	}
 	var plain, warn record
 	var ok1, ok2 bool
-	for deadline := time.Now().Add(30 * time.Second); !(ok1 && ok2) && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	both := func() bool {
 		plain, ok1 = rec.find("action stderr")
 		warn, ok2 = rec.find("low disk")
+		return ok1 && ok2
 	}
-	if !ok1 || !ok2 {
+	if !testkit.Eventually(30*time.Second, both) {
 		t.Fatalf("logged %v; want the plain line and the JSON line", rec.messages())
 	}
 	for _, want := range []string{"action", "pid", "delivery", "item", "attempt"} {
@@ -192,14 +194,7 @@ func TestGrandchildKilled(t *testing.T) {
 	if r := run(t, p, item("g", `1`)); r.Outcome != engine.Done {
 		t.Fatalf("result = %v %v", r.Outcome, r.Err)
 	}
-	var gc int
-	for deadline := time.Now().Add(30 * time.Second); gc == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		for _, m := range rec.messages() {
-			if l, ok := m.attrs["line"].(string); ok && strings.HasPrefix(l, "grandchild ") {
-				gc, _ = strconv.Atoi(strings.TrimPrefix(l, "grandchild "))
-			}
-		}
-	}
+	gc := grandchild(rec)
 	if gc == 0 || !running(gc) {
 		t.Fatalf("grandchild pid %d not running before Close", gc)
 	}
@@ -405,14 +400,7 @@ func TestEscapeePipes(t *testing.T) {
 	if r := run(t, p, item("e", `1`)); r.Outcome != engine.Done {
 		t.Fatalf("result = %v %v", r.Outcome, r.Err)
 	}
-	var gc int
-	for deadline := time.Now().Add(30 * time.Second); gc == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		for _, m := range rec.messages() {
-			if l, ok := m.attrs["line"].(string); ok && strings.HasPrefix(l, "grandchild ") {
-				gc, _ = strconv.Atoi(strings.TrimPrefix(l, "grandchild "))
-			}
-		}
-	}
+	gc := grandchild(rec)
 	if gc == 0 {
 		t.Fatal("no grandchild pid logged")
 	}
@@ -426,4 +414,20 @@ func TestEscapeePipes(t *testing.T) {
 	if _, ok := rec.find("action pipes still open after exit; closed them (a descendant left the process group)"); !ok {
 		t.Errorf("logged %v; want the warning about the open pipes", rec.messages())
 	}
+}
+
+// grandchild waits, at most 30 s, for the action's stderr line "grandchild PID" and returns
+// the PID (0 when none was logged).
+func grandchild(rec *recorder) int {
+	var gc int
+	logged := func() bool {
+		for _, m := range rec.messages() {
+			if l, ok := m.attrs["line"].(string); ok && strings.HasPrefix(l, "grandchild ") {
+				gc, _ = strconv.Atoi(strings.TrimPrefix(l, "grandchild "))
+			}
+		}
+		return gc != 0
+	}
+	testkit.Eventually(30*time.Second, logged)
+	return gc
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -22,12 +23,7 @@ func TestStats(t *testing.T) {
 	}
 	want := engine.Stats{Processes: 2, Busy: 1, InFlight: 1, Queued: 3, Window: 1}
 	var st engine.Stats
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if st = p.Stats(); st == want {
-			break
-		}
-	}
-	if st != want {
+	if !testkit.Eventually(30*time.Second, func() bool { st = p.Stats(); return st == want }) {
 		t.Fatalf("Stats() with a hanging delivery and 3 behind its key = %+v; want %+v", st, want)
 	}
 	if got := st.Occupancy(); got != 0.5 {

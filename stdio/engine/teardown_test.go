@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -34,11 +35,7 @@ func TestTeardown(t *testing.T) {
 	if es, _ := os.ReadDir(tmp); len(es) != 0 {
 		t.Errorf("TMPDIR holds %v after Teardown; want nothing", es)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil { // until the pool reaps it
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d alive 10 s after Teardown", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Eventually(10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) { // until the pool reaps it
+		t.Fatalf("process %d alive 10 s after Teardown", pid)
 	}
 }
