@@ -19,31 +19,8 @@ import (
 // for a partition it no longer owns, writes none of their emits, and does not fail its
 // stream; B reads those partitions again from the last commit, and no record is lost.
 func TestRebalanceRevokesMidBatch(t *testing.T) {
-	b := newBroker(t)
 	const parts, n = 4, 40
-	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
-	b.Produce(t, records(in, parts, n)...)
-
-	held := make(chan *call, 100)
-	release := make(chan struct{})
-	fa := newProcess(t, nil)
-	fa.async = true
-	fa.onBatch = func(c *call) error {
-		held <- c
-		<-release
-		return answer(c, "A")
-	}
-	ea := baseEnv(t, b, fa, in, out)
-	group := ea["FLOW_CONSUMER_GROUP"]
-	ra := start(t, ea.config(t))
-	for range parts {
-		<-held // every partition's first batch is with A's process
-	}
-
-	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
-	eb := baseEnv(t, b, fb, in, out)
-	eb["FLOW_CONSUMER_GROUP"] = group
-	rb := start(t, eb.config(t))
+	b, in, out, group, release, ra, rb := joinWhileHeld(t, parts, n)
 	var moved []int32
 	waitFor(t, "B to own partitions and commit them", func() bool {
 		moved = sidecar.Owned(rb.sc, in)
@@ -120,31 +97,8 @@ func answer(c *call, by string) error {
 // process answers while it does, A writes those batches' emits and commits them before giving
 // the partitions up, and B starts where A stopped. No record is processed twice.
 func TestRebalanceHandsOver(t *testing.T) {
-	b := newBroker(t)
 	const parts, n = 4, 40
-	in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
-	b.Produce(t, records(in, parts, n)...)
-
-	held := make(chan *call, 100)
-	release := make(chan struct{})
-	fa := newProcess(t, nil)
-	fa.async = true
-	fa.onBatch = func(c *call) error {
-		held <- c
-		<-release
-		return answer(c, "A")
-	}
-	ea := baseEnv(t, b, fa, in, out)
-	group := ea["FLOW_CONSUMER_GROUP"]
-	ra := start(t, ea.config(t))
-	for range parts {
-		<-held // every partition's first batch is with A's process
-	}
-
-	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
-	eb := baseEnv(t, b, fb, in, out)
-	eb["FLOW_CONSUMER_GROUP"] = group
-	rb := start(t, eb.config(t))
+	b, in, out, group, release, ra, rb := joinWhileHeld(t, parts, n)
 	var revoking []int32
 	waitFor(t, "A's revocation waiting for its batches", func() bool {
 		revoking = sidecar.Revoking(ra.sc, in)
@@ -216,4 +170,37 @@ func TestRebalanceWritesBeforeHandOver(t *testing.T) {
 			t.Errorf("record %d written %d times; want once", i, seen[v])
 		}
 	}
+}
+
+// joinWhileHeld starts sidecar A on a new group over n records on parts partitions, its
+// process holding every batch until release is closed, waits until every partition's first
+// batch is with A's process, then starts sidecar B in the same group (its process answers at
+// once), so that the rebalance revokes some of A's partitions while their batches are out.
+func joinWhileHeld(t *testing.T, parts int32, n int) (b *testkit.Broker, in, out, group string, release chan struct{}, ra, rb *running) {
+	t.Helper()
+	b = newBroker(t)
+	in, out = b.Topic(t, "in", parts), b.Topic(t, "out", parts)
+	b.Produce(t, records(in, parts, n)...)
+
+	held := make(chan *call, 100)
+	release = make(chan struct{})
+	fa := newProcess(t, nil)
+	fa.async = true
+	fa.onBatch = func(c *call) error {
+		held <- c
+		<-release
+		return answer(c, "A")
+	}
+	ea := baseEnv(t, b, fa, in, out)
+	group = ea["FLOW_CONSUMER_GROUP"]
+	ra = start(t, ea.config(t))
+	for range parts {
+		<-held // every partition's first batch is with A's process
+	}
+
+	fb := newProcess(t, func(c *call) error { return answer(c, "B") })
+	eb := baseEnv(t, b, fb, in, out)
+	eb["FLOW_CONSUMER_GROUP"] = group
+	rb = start(t, eb.config(t))
+	return b, in, out, group, release, ra, rb
 }
