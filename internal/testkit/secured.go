@@ -33,7 +33,8 @@ type Security struct {
 	// ACLs, when non-nil, are enforced: SecuredUser is then an ordinary user holding them
 	// (otherwise a superuser).
 	ACLs   []kfake.ACL
-	Client []kgo.Opt // the admin client's own options, as BrokerOptions.Client
+	Client []kgo.Opt   // the admin client's own options, as BrokerOptions.Client
+	Kfake  []kfake.Opt // more options of the kfake; given, the broker is a kfake whatever the environment
 }
 
 // The secured Kafka 4 broker of `MILLRACE_KAFKA_SECURED=1 scripts/kafka start`: its SASL_SSL
@@ -68,10 +69,10 @@ func SecuredKafkaMTLS() bool { return os.Getenv(EnvSecuredMTLSBrokers) != "" }
 // Broker.Principal is the user the variables name.
 func NewSecuredBroker(t testing.TB, sec Security) (*Broker, map[string]string) {
 	t.Helper()
-	if SecuredKafka() && sec.Mechanism != "" && !sec.MutualTLS {
+	if SecuredKafka() && sec.Mechanism != "" && !sec.MutualTLS && sec.Kfake == nil {
 		return securedKafka(t, sec)
 	}
-	if SecuredKafkaMTLS() && sec.MutualTLS && sec.Mechanism == "" && sec.ACLs == nil {
+	if SecuredKafkaMTLS() && sec.MutualTLS && sec.Mechanism == "" && sec.ACLs == nil && sec.Kfake == nil {
 		return securedKafkaMTLS(t, sec)
 	}
 	ca := NewCA(t, "kafka")
@@ -102,7 +103,7 @@ func NewSecuredBroker(t testing.TB, sec Security) (*Broker, map[string]string) {
 		}
 		vars["FLOW_KAFKA_SASL_MECHANISM"], vars["FLOW_KAFKA_SASL_USERNAME"], vars["FLOW_KAFKA_SASL_PASSWORD_FILE"] = sec.Mechanism, SecuredUser, pw
 	}
-	b := NewBroker(t, BrokerOptions{KfakeOnly: true, Kfake: kf, Conn: conn, Client: sec.Client})
+	b := NewBroker(t, BrokerOptions{KfakeOnly: true, Kfake: append(kf, sec.Kfake...), Conn: conn, Client: sec.Client})
 	b.Principal = "User:" + SecuredUser
 	return b, vars
 }
@@ -197,15 +198,26 @@ func (b *Broker) GrantACL(t testing.TB, acl kfake.ACL) {
 }
 
 // UnsecuredToken writes an unsecured JWT for sub (Kafka's built-in OAUTHBEARER validator for
-// tests accepts alg "none") to a file and returns its path.
+// tests accepts alg "none"), valid for an hour, to a file and returns its path.
 func UnsecuredToken(t testing.TB, sub string) string {
 	t.Helper()
-	enc := base64.RawURLEncoding.EncodeToString
-	now := time.Now().Unix()
-	tok := enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(fmt.Sprintf(`{"sub":%q,"iat":%d,"exp":%d}`, sub, now, now+3600))) + "."
 	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte(tok), 0o600); err != nil {
+	WriteUnsecuredToken(t, file, sub, time.Now().Add(time.Hour))
+	return file
+}
+
+// WriteUnsecuredToken writes to file an unsecured JWT for sub that expires at exp, replacing
+// the file's token at once (a rename), as a projected service-account token rotates.
+func WriteUnsecuredToken(t testing.TB, file, sub string, exp time.Time) {
+	t.Helper()
+	enc := base64.RawURLEncoding.EncodeToString
+	claims := fmt.Sprintf(`{"sub":%q,"iat":%d,"exp":%d}`, sub, time.Now().Unix(), exp.Unix())
+	tok := enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(claims)) + "."
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, []byte(tok), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return file
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
 }
