@@ -170,7 +170,7 @@ func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 		defer errMu.Unlock()
 		if firstErr == nil {
 			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-				errStreamFailed, errProduce, batchID, len(r.Value), r.Topic, err)
+				errStreamFailed, errProduce, batchID, len(r.Value), r.Topic, s.denied(err, r.Topic))
 		}
 	}
 	var refused refusals // emits refused as too large, written again split (limits.go)
@@ -316,13 +316,13 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 	began := s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
-			problems = append(problems, err)
+			problems = append(problems, s.denied(err, ""))
 			return
 		}
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					problems = append(problems, fmt.Errorf("topic %s partition %d: %w", t.Topic, p.Partition, err))
+					problems = append(problems, fmt.Errorf("topic %s partition %d: %w", t.Topic, p.Partition, s.denied(err, t.Topic)))
 				}
 			}
 		}

@@ -323,7 +323,7 @@ func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession
 		defer errMu.Unlock()
 		if firstErr == nil {
 			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: the transaction is aborted, nothing of its batches was committed; check the outlet topic exists, is writable and accepts records this large",
-				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, err)
+				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, s.denied(err, r.Topic))
 		}
 	}
 	for _, b := range round {
@@ -406,7 +406,16 @@ func commitOnly(round []*batch) func(*kmsg.TxnOffsetCommitRequest) error {
 // this producer (another sidecar now writes with the transactional id), else a stream
 // failure.
 func (s *Sidecar) txnFailure(what string, err error) error {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+	if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		// The ACL was removed while running: the producer cannot go on with the id, and the
+		// open transaction commits nothing; the sidecar stops, and its start-up check names
+		// the ACL again until it is granted.
+		if what == "" {
+			what = "in the transaction"
+		}
+		return fmt.Errorf("%w: %s: %w: nothing of the open transaction was committed", errTxnDenied, what, s.denied(err, ""))
+	}
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 		return fmt.Errorf("%w: transactional id %q: %w: another sidecar started with this id (a restarted pod, or two pods with one FLOW_POD_NAME); this one stops writing, and nothing of its open transaction was committed", ErrFenced, s.cfg.TransactionalID, err)
 	}
 	if what == "" {

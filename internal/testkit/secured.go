@@ -197,6 +197,27 @@ func (b *Broker) GrantACL(t testing.TB, acl kfake.ACL) {
 	}
 }
 
+// RevokeACL removes acl from the broker's Principal, as the admin: a permission taken away
+// while a client runs.
+func (b *Broker) RevokeACL(t testing.TB, acl kfake.ACL) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteACLsRequest()
+	f := kmsg.NewDeleteACLsRequestFilter()
+	f.ResourceType, f.ResourceName, f.ResourcePatternType = acl.Resource, kmsg.StringPtr(acl.Name), acl.Pattern
+	f.Principal, f.Host, f.Operation, f.PermissionType = kmsg.StringPtr(b.Principal), kmsg.StringPtr("*"), acl.Operation, kmsg.ACLPermissionTypeAllow
+	req.Filters = append(req.Filters, f)
+	resp, err := req.RequestWith(context.Background(), b.Admin)
+	if err == nil && len(resp.Results) == 1 {
+		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
+		if err == nil && len(resp.Results[0].MatchingACLs) != 1 {
+			err = fmt.Errorf("%d ACLs matched; want 1", len(resp.Results[0].MatchingACLs))
+		}
+	}
+	if err != nil {
+		t.Fatalf("testkit: revoking %v from %s: %v", acl, b.Principal, err)
+	}
+}
+
 // UnsecuredToken writes an unsecured JWT for sub (Kafka's built-in OAUTHBEARER validator for
 // tests accepts alg "none"), valid for an hour, to a file and returns its path.
 func UnsecuredToken(t testing.TB, sub string) string {
