@@ -333,6 +333,7 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
 	}
 
+	s.clearDenial()
 	resume := map[string][]int32{}
 	s.mu.Lock()
 	s.lastCommit = s.now()
@@ -374,6 +375,7 @@ func (ps commitProblems) Unwrap() []error { return ps }
 // settle records batches committed in a transaction: their records leave the queues (fetching
 // resumes below low water), their partitions' stall tracking is reset, and the counters move.
 func (s *Sidecar) settle(committed []*batch) {
+	s.clearDenial()
 	resume := map[string][]int32{}
 	s.mu.Lock()
 	s.lastCommit = s.now()

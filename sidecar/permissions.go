@@ -166,8 +166,8 @@ func (s *Sidecar) principal() string {
 
 // denied returns err with a *PermissionError in its chain when err is the broker refusing an
 // operation for a missing ACL while the sidecar runs (an ACL removed after the start-up
-// check): topic is the topic of the produce, fetch or commit that was refused. Any other
-// error is returned as it is.
+// check), and marks the sidecar not ready until a commit succeeds again: topic is the topic
+// of the produce, fetch or commit that was refused. Any other error is returned as it is.
 func (s *Sidecar) denied(err error, topic string) error {
 	var p *PermissionError
 	switch {
@@ -195,5 +195,6 @@ func (s *Sidecar) denied(err error, topic string) error {
 		return err
 	}
 	p.Principal, p.Err = s.principal(), err
+	s.deny(p)
 	return p
 }

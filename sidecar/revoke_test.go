@@ -2,6 +2,10 @@ package sidecar_test
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,9 +19,10 @@ import (
 // TestPermissionRevokedWhileRunning grants README's ACLs, runs the echo over n records, then
 // removes one ACL while the sidecar runs and produces n more: the sidecar names the missing
 // permission (user, operation, resource) as a *PermissionError in the stream failure or the
-// fetch error it logs, or, for the transactional id, in the error it stops with; nothing of
-// the new records is committed meanwhile; once the ACL is granted again, every record is
-// delivered (once, in exactly-once mode) and committed.
+// fetch error it logs, and /readyz answers not ready with it, or, for the transactional id,
+// in the error it stops with; nothing of the new records is committed meanwhile; once the ACL
+// is granted again, every record is delivered (once, in exactly-once mode) and committed, and
+// the sidecar is ready again.
 func TestPermissionRevokedWhileRunning(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -57,6 +62,16 @@ func revokeEcho(t *testing.T, eos bool, revoke string, stops bool) {
 	if eos {
 		e["FLOW_DELIVERY"], e["FLOW_POD_NAME"] = "exactly-once", pod
 	}
+	e["FLOW_METRICS_ADDR"] = fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + e["FLOW_METRICS_ADDR"] + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
 	all := records(in, 2, 2*n)
 	b.Produce(t, all[:n]...)
 	r := start(t, e.config(t))
@@ -88,12 +103,18 @@ func revokeEcho(t *testing.T, eos bool, revoke string, stops bool) {
 	if got := committed(t, b, group, in); !sameOffsets(got, ends(2, n)) {
 		t.Errorf("committed %v without %s; want the first records' %v, nothing more", got, revoke, ends(2, n))
 	}
+	if !stops {
+		if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, gone.Name) {
+			t.Errorf("/readyz without %s = %d %q; want 503 naming %s", revoke, code, body, gone.Name)
+		}
+	}
 
 	b.GrantACL(t, gone)
 	if stops {
 		r = start(t, e.config(t))
 	}
 	waitFor(t, "every record committed once granted", func() bool { return allCommitted(t, b, group, in, ends(2, 2*n)) })
+	waitFor(t, "ready again", func() bool { code, _ := readyz(); return code == http.StatusOK })
 	seen := map[string]int{}
 	for _, rec := range b.ReadAll(t, out) {
 		seen[string(rec.Value)]++

@@ -107,6 +107,9 @@ type Sidecar struct {
 	// ready is the readiness condition: a conversation is live. The readiness file and
 	// /readyz show it.
 	ready atomic.Bool
+	// denial is the permission the broker last refused while running, until a commit
+	// succeeds again; the sidecar is not ready meanwhile (readiness.go).
+	denial atomic.Pointer[PermissionError]
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
 
