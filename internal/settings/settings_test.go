@@ -19,7 +19,7 @@ func TestForms(t *testing.T) {
 		"DUR": "\t10s ", "DUR_MIX": "1m30s", "BLANK": "   ", "GEN": " 7 ", "N": "12", "B": " false ",
 	}))
 	for _, tt := range []struct {
-		name     string
+		name      string
 		got, want any
 	}{
 		{"PORT", r.Port("PORT", 1), 9010},
