@@ -66,11 +66,15 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 	blog := slog.New(&teeHandler{h: faultHandler{r.log.Handler(), st.faults}, last: st.errs}).With("part", "bridge") // the bridge names the streamlet
 	var tracer *bridge.Tracer
 	if r.opts.Getenv != nil {
-		tr, err := bridge.NewTracer(ctx, r.opts.Getenv, name, r.opts.Version, blog)
+		export, err := bridge.SpanExportFromEnv(r.opts.Getenv)
 		if err != nil {
 			return nil, fmt.Errorf("the span export of %s: %w", name, err)
 		}
-		tracer = tr
+		if export {
+			if tracer, err = bridge.NewTracer(ctx, name, r.opts.Version, blog); err != nil {
+				return nil, fmt.Errorf("the span export of %s: %w", name, err)
+			}
+		}
 	}
 	events := func(e bridge.Event) { st.faults.event(context.WithoutCancel(ctx), e) }
 	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events})
