@@ -43,8 +43,8 @@ type Config struct {
 	ConfigValues      map[string]string
 	ConsumerGroup     string
 	ProcessPort       int
-	SidecarPort       int // reserved for a later minor version; never bound
-	ReadinessFile     string
+	SidecarPort       int    // reserved for a later minor version; never bound
+	ReadinessFile     string // written once a conversation is open; empty (by hand) writes none
 	StallWarningAfter time.Duration
 	MaxMessageBytes   int
 	ShutdownTimeout   time.Duration
