@@ -354,6 +354,7 @@ func batchOf(round []*batch, r *kgo.Record) uint64 {
 // would commit everything polled, and the sidecar polls ahead of its batches. The entries
 // the session built keep their topic ids.
 func commitOnly(round []*batch) func(*kmsg.TxnOffsetCommitRequest) error {
+	// Raw TxnOffsetCommit, the transaction's own: kgo hands it to this hook; kadm has none.
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
 		want := map[string]map[int32]*batch{}
 		for _, b := range round {
