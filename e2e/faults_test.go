@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
@@ -479,32 +477,29 @@ func (b *broker) groupState(group string) string {
 
 func setTopicConfig(t testing.TB, b *broker, topic, key, value string) {
 	t.Helper()
-	alterTopicConfig(t, b, topic, key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet)
+	alterTopicConfig(t, b, topic, kadm.AlterConfig{Op: kadm.SetConfig, Name: key, Value: kadm.StringPtr(value)})
 }
 
 // deleteTopicConfig removes the topic's own setting of key: the broker's default applies again.
 func deleteTopicConfig(t testing.TB, b *broker, topic, key string) {
 	t.Helper()
-	alterTopicConfig(t, b, topic, key, nil, kmsg.IncrementalAlterConfigOpDelete)
+	alterTopicConfig(t, b, topic, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: key})
 }
 
-func alterTopicConfig(t testing.TB, b *broker, topic, key string, value *string, op kmsg.IncrementalAlterConfigOp) {
+func alterTopicConfig(t testing.TB, b *broker, topic string, c kadm.AlterConfig) {
 	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value, c.Op = key, value, op
-	rr.Configs = append(rr.Configs, c)
-	req.Resources = append(req.Resources, rr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := req.RequestWith(ctx, b.Admin)
+	resp, err := kadm.NewClient(b.Admin).AlterTopicConfigs(ctx, []kadm.AlterConfig{c}, topic)
 	if err == nil {
-		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+		_, err = resp.On(topic, func(r *kadm.AlterConfigsResponse) error { return r.Err })
 	}
 	if err != nil {
-		t.Fatalf("%s %s on topic %s: %v", op, key, topic, err)
+		value := "(deleted)"
+		if c.Value != nil {
+			value = *c.Value
+		}
+		t.Fatalf("altering %s to %s on topic %s: %v", c.Name, value, topic, err)
 	}
 }
 

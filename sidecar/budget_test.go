@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
@@ -25,20 +23,6 @@ func emitting(size int) func(*call) error {
 		}
 		return c.ack()
 	}
-}
-
-// holdProduce makes kfake hold every Produce to topic until release is closed.
-func holdProduce(b *testkit.Broker, topic string, release <-chan struct{}) {
-	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		b.Cluster.KeepControl()
-		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			if tp.Topic == topic {
-				b.Cluster.SleepControl(func() { <-release })
-				break
-			}
-		}
-		return nil, nil, false
-	})
 }
 
 // TestEmitBackpressure holds every write to the outlet while the process answers every batch
@@ -60,7 +44,7 @@ func TestEmitBackpressure(t *testing.T) {
 			in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
 			b.Produce(t, records(in, parts, parts*perPart)...)
 			release := make(chan struct{})
-			holdProduce(b, out, release)
+			holdWrites(t, b, out, release)
 			f := newProcess(t, emitting(emit))
 			e := baseEnv(t, b, f, in, out)
 			e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "1"
@@ -71,6 +55,9 @@ func TestEmitBackpressure(t *testing.T) {
 				return r.sc.Stats().EmitBudgetWaits > 0 || len(f.seen()) == parts*perPart
 			})
 			sent := len(f.seen())
+			if n := b.Count(t, out); n != 0 {
+				t.Errorf("%d outputs written while writes were held; want 0 (the hold let them through)", n)
+			}
 			close(release)
 			waitFor(t, "every record committed", func() bool {
 				return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(parts, parts*perPart))

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -101,18 +101,12 @@ const streamFailedMsg = "stream failed; redelivering from the last commit after 
 
 func setTopicConfig(t *testing.T, b *testkit.Broker, topic, name, value string) {
 	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value, c.Op = name, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
-	rr.Configs = append(rr.Configs, c)
-	req.Resources = append(req.Resources, rr)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err != nil {
-		t.Fatalf("alter %s of %s: %v", name, topic, err)
+	resp, err := kadm.NewClient(b.Admin).AlterTopicConfigs(context.Background(),
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: name, Value: kadm.StringPtr(value)}}, topic)
+	if err == nil {
+		_, err = resp.On(topic, func(r *kadm.AlterConfigsResponse) error { return r.Err })
 	}
-	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
+	if err != nil {
 		t.Fatalf("alter %s of %s: %v", name, topic, err)
 	}
 }
