@@ -12,6 +12,7 @@ import (
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // emitting is the process that emits, for each record, one record of size bytes to "out"
@@ -128,13 +129,18 @@ func TestEmitBudgetBisect(t *testing.T) {
 		// them at once: the cap may not hold them to one record each.
 		t.Errorf("batch sizes after the first 16 records committed = %v; want a batch of more than one record (whole again once committed)", tail)
 	}
+	failed := wrapping(r.failures(sidecar.CauseEmitBudget), sidecar.ErrBatchEmitBudget)
+	if len(failed) == 0 {
+		t.Fatalf("stream failures = %v; want one of cause %s, wrapping ErrBatchEmitBudget", r.failures(""), sidecar.CauseEmitBudget)
+	}
+	// The error is for a person: it names the batch, the setting and what happens next.
 	for _, msg := range []string{
 		fmt.Sprintf("topic %s partition 0 (offsets 0-15, 16 records)", in),
 		fmt.Sprintf("over the per-batch emit budget of %d bytes (FLOW_MAX_BATCH_EMIT_BYTES)", emit*3/2),
 		"delivered again in batches of at most 8 records until offset 15 is committed",
 	} {
-		if !strings.Contains(r.logs.String(), msg) {
-			t.Errorf("the sidecar's log lacks %q", msg)
+		if !strings.Contains(failed[0].Error(), msg) {
+			t.Errorf("the failure %v; want it to say %q", failed[0], msg)
 		}
 	}
 	// A failed batch writes nothing: every record came out once.
@@ -167,14 +173,17 @@ func TestEmitBudgetSingleRecordStalls(t *testing.T) {
 	waitMetrics(t, addr, "stream failures by emit_budget", func(m exposition) bool {
 		return m.v("millrace_sidecar_stream_failures_total", "cause", "emit_budget") >= 2
 	})
-	logs := r.logs.String()
+	failed := wrapping(r.failures(sidecar.CauseEmitBudget), sidecar.ErrRecordEmitBudget)
+	if len(failed) == 0 {
+		t.Fatalf("stream failures = %v; want one of cause %s, wrapping ErrRecordEmitBudget", r.failures(""), sidecar.CauseEmitBudget)
+	}
+	// The error is for a person: it names the record, the setting and the fix.
 	for _, msg := range []string{
 		fmt.Sprintf("topic %s partition 0 offset 0: the record's emits reached %d bytes, over the per-batch emit budget of 2048 bytes (FLOW_MAX_BATCH_EMIT_BYTES) on their own", in, emit),
 		"raise FLOW_MAX_BATCH_EMIT_BYTES",
-		"partition stalled",
 	} {
-		if !strings.Contains(logs, msg) {
-			t.Errorf("the sidecar's log lacks %q:\n%s", msg, logs)
+		if !strings.Contains(failed[0].Error(), msg) {
+			t.Errorf("the failure %v; want it to say %q", failed[0], msg)
 		}
 	}
 	if err := r.stop(t); err != nil {

@@ -2,8 +2,10 @@ package sidecar_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +20,28 @@ import (
 // noBroker stands for Kafka in tests that never reach it: the sidecar joins no group before
 // discovery succeeds.
 var noBroker = &testkit.Broker{Addrs: []string{"127.0.0.1:9"}}
+
+// discoveries returns millrace_sidecar_discovery_attempts_total{result} of r.
+func discoveries(t testing.TB, r *running, result string) float64 {
+	t.Helper()
+	mfs, err := r.sc.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "millrace_sidecar_discovery_attempts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
 
 func TestDiscoveryRefusals(t *testing.T) {
 	for _, tc := range []struct {
@@ -83,8 +107,13 @@ func TestDiscoveryRefusals(t *testing.T) {
 					t.Errorf("Run() = %v; want it to name %q", err, w)
 				}
 			}
-			if got := strings.Count(r.logs.String(), "discovery refused the streamlet process"); got != len(all) {
-				t.Errorf("problems logged = %d; want each of the %d logged", got, len(all))
+			// The log is where an operator reads the problems: each is a record of its own.
+			var logged []string
+			for _, a := range r.records.Attrs("discovery refused the streamlet process") {
+				logged = append(logged, fmt.Sprint(a["problem"]))
+			}
+			if !slices.Equal(logged, all) {
+				t.Errorf("problems logged = %q; want each of the %d reported, in order: %q", logged, len(all), all)
 			}
 			if f.conversations() != 0 {
 				t.Errorf("conversations = %d; want none", f.conversations())
@@ -102,7 +131,7 @@ func TestDiscoveryRetries(t *testing.T) {
 	f.stop()
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
-	waitFor(t, "a failed Discover logged", func() bool { return strings.Contains(r.logs.String(), "does not answer Discover yet") })
+	waitFor(t, "a failed Discover", func() bool { return discoveries(t, r, "unanswered") > 0 })
 	if sidecar.Ready(e["FLOW_READINESS_FILE"]) {
 		t.Errorf("ready before discovery; want not ready")
 	}

@@ -80,8 +80,10 @@ func TestExactlyOnceHappyPath(t *testing.T) {
 	if len(all) != len(committed) {
 		t.Errorf("read_uncommitted: %d records, read_committed %d; want no aborted write on the happy path", len(all), len(committed))
 	}
-	if !strings.Contains(r.logs.String(), "transactional producer ready") {
-		t.Errorf("the log does not say the transactional producer is ready:\n%s", r.logs.String())
+	for _, rec := range committed {
+		if !rec.Attrs.IsTransactional() {
+			t.Fatalf("read_committed: %q was not written in a transaction", rec.Value)
+		}
 	}
 
 	fs := newProcess(t, func(c *call) error { return c.ack() })
@@ -137,8 +139,8 @@ func TestExactlyOnceAbortOnStreamFailure(t *testing.T) {
 	if aborted != 5 {
 		t.Errorf("read_uncommitted: %d records of the failed conversation; want its first batch's 5, written and aborted", aborted)
 	}
-	if !strings.Contains(r.logs.String(), "the open transaction is aborted") {
-		t.Errorf("the log does not say the transaction was aborted:\n%s", r.logs.String())
+	if got := r.failures(sidecar.CauseFailedBatch); len(got) != 1 {
+		t.Errorf("stream failures = %v; want the one of cause %s that aborted the transaction", r.failures(""), sidecar.CauseFailedBatch)
 	}
 }
 
@@ -201,8 +203,8 @@ func TestExactlyOnceRevokeMidTransaction(t *testing.T) {
 	if len(all) <= len(committedRecs) {
 		t.Errorf("read_uncommitted: %d records, read_committed %d; want the held transaction's writes aborted", len(all), len(committedRecs))
 	}
-	if strings.Contains(ra.logs.String(), "stream failed") {
-		t.Errorf("A failed its stream over the rebalance; want the transaction aborted and retried:\n%s", ra.logs.String())
+	if got := ra.failures(""); len(got) > 0 {
+		t.Errorf("A failed its stream over the rebalance (%v); want the transaction aborted and retried", got)
 	}
 }
 
@@ -286,7 +288,7 @@ func TestExactlyOnceOutletRefuses(t *testing.T) {
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
 	b.Produce(t, records(in, 1, n)...)
 	r := start(t, e.config(t))
-	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), `msg="partition stalled"`) })
+	waitFor(t, "the stall warned", r.stallWarned)
 	if c := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); c[0] != 0 {
 		t.Errorf("committed offset %d while the outlet refused every write; want nothing", c[0])
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // TestStreamFailures makes the first conversation fail in each way the spec lists, and checks
@@ -21,7 +22,8 @@ func TestStreamFailures(t *testing.T) {
 		name   string
 		env    map[string]string
 		first  func(f *fakeProcess, c *call) error // the first conversation's answer to its batch
-		logged string
+		cause  string                              // the failure's cause, as sidecar.CauseOf names it
+		logged string                              // what its error must say to a person
 		// committedFirst: the first batch was legitimately acknowledged before the violation,
 		// so it may be committed by the first conversation.
 		committedFirst bool
@@ -29,59 +31,59 @@ func TestStreamFailures(t *testing.T) {
 		// least once), but nothing was committed.
 		partialWrites bool
 	}{
-		{name: "fail", logged: "the process failed batch 1", first: func(_ *fakeProcess, c *call) error { return c.fail("boom") }},
-		{name: "emit to an undeclared outlet", logged: "names outlet", first: func(_ *fakeProcess, c *call) error {
+		{name: "fail", cause: sidecar.CauseFailedBatch, logged: "the process failed batch 1", first: func(_ *fakeProcess, c *call) error { return c.fail("boom") }},
+		{name: "emit to an undeclared outlet", cause: sidecar.CauseProtocol, logged: "names outlet", first: func(_ *fakeProcess, c *call) error {
 			if err := c.emit("nope", rec); err != nil {
 				return err
 			}
 			return c.ack()
 		}},
-		{name: "ack for a batch never sent", logged: "an Ack for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
+		{name: "ack for a batch never sent", cause: sidecar.CauseProtocol, logged: "an Ack for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
 			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: 999}}})
 		}},
-		{name: "emit for a batch never sent", logged: "an Emit for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
+		{name: "emit for a batch never sent", cause: sidecar.CauseProtocol, logged: "an Emit for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
 			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 999, Outlet: "out", Record: rec}}})
 		}},
-		{name: "fail for a batch never sent", logged: "a Fail for batch 0, which was never sent", first: func(_ *fakeProcess, c *call) error {
+		{name: "fail for a batch never sent", cause: sidecar.CauseProtocol, logged: "a Fail for batch 0, which was never sent", first: func(_ *fakeProcess, c *call) error {
 			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{}}})
 		}},
-		{name: "emit after its ack", logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
+		{name: "emit after its ack", cause: sidecar.CauseProtocol, logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
 			if err := echo(c); err != nil {
 				return err
 			}
 			return c.emit("out", rec)
 		}},
-		{name: "second ack", logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
+		{name: "second ack", cause: sidecar.CauseProtocol, logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
 			if err := echo(c); err != nil {
 				return err
 			}
 			return c.ack()
 		}},
-		{name: "empty message", logged: "empty message", first: func(_ *fakeProcess, c *call) error {
+		{name: "empty message", cause: sidecar.CauseProtocol, logged: "empty message", first: func(_ *fakeProcess, c *call) error {
 			return c.send(&flowv1.FromProcess{})
 		}},
-		{name: "emit without a record", logged: "carries no record", first: func(_ *fakeProcess, c *call) error {
+		{name: "emit without a record", cause: sidecar.CauseProtocol, logged: "carries no record", first: func(_ *fakeProcess, c *call) error {
 			return c.emit("out", nil)
 		}},
-		{name: "process closes the stream", logged: "closed its side of the stream without being asked", first: func(_ *fakeProcess, c *call) error {
+		{name: "process closes the stream", cause: sidecar.CauseUnreachable, logged: "closed its side of the stream without being asked", first: func(_ *fakeProcess, c *call) error {
 			return errClose
 		}},
-		{name: "process ends the stream with an error", logged: "process crashed", first: func(_ *fakeProcess, c *call) error {
+		{name: "process ends the stream with an error", cause: sidecar.CauseProtocol, logged: "process crashed", first: func(_ *fakeProcess, c *call) error {
 			return status.Error(codes.Internal, "process crashed")
 		}},
-		{name: "process unreachable", logged: "closed the stream or became unreachable", first: func(f *fakeProcess, c *call) error {
+		{name: "process unreachable", cause: sidecar.CauseUnreachable, logged: "closed the stream or became unreachable", first: func(f *fakeProcess, c *call) error {
 			go func() {
 				f.stop()
 				f.restart(t)
 			}()
 			return nil
 		}},
-		{name: "emit over the message limit", logged: "over the message limit of 65536 bytes",
+		{name: "emit over the message limit", cause: sidecar.CauseMessageLarge, logged: "over the message limit of 65536 bytes",
 			env: map[string]string{"FLOW_MAX_MESSAGE_BYTES": "64Ki", "FLOW_INLET_IN_BATCH_MAX_BYTES": "32Ki"},
 			first: func(_ *fakeProcess, c *call) error {
 				return c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
 			}},
-		{name: "emit over its outlet's limit", logged: "an emit is larger than its outlet topic accepts", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
+		{name: "emit over its outlet's limit", cause: sidecar.CauseMessageLarge, logged: "an emit is larger than its outlet topic accepts", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
 			// Larger than a default topic's max.message.bytes (about 1 MiB), even compressed,
 			// and over Start.max_message_bytes: the sidecar refuses it before writing, so
 			// nothing of the batch may be committed.
@@ -128,8 +130,12 @@ func TestStreamFailures(t *testing.T) {
 			if err := r.stop(t); err != nil {
 				t.Errorf("Run() = %v; want nil", err)
 			}
-			if !strings.Contains(r.logs.String(), tc.logged) {
-				t.Errorf("the sidecar's log does not name the cause %q:\n%s", tc.logged, r.logs.String())
+			// The failure's cause decides; its error is what a person reads, so it must name
+			// the cause in words too.
+			if got := r.failures(tc.cause); len(got) == 0 {
+				t.Errorf("stream failures = %v; want one of cause %s", r.failures(""), tc.cause)
+			} else if !strings.Contains(got[0].Error(), tc.logged) {
+				t.Errorf("the failure %v; want it to name the cause %q", got[0], tc.logged)
 			}
 			f.mu.Lock()
 			starts := append([]*flowv1.Start(nil), f.starts...)

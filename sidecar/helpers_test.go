@@ -394,6 +394,43 @@ func (r *running) stop(t testing.TB) error {
 	}
 }
 
+// failures returns the stream failures the sidecar logged (each wraps ErrStreamFailed), in
+// order, those of cause only unless cause is "".
+func (r *running) failures(cause string) []error {
+	var out []error
+	for _, err := range r.records.Errors("") {
+		if errors.Is(err, sidecar.ErrStreamFailed) && (cause == "" || sidecar.CauseOf(err) == cause) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// wrapping returns the errors of errs that wrap target, in order.
+func wrapping(errs []error, target error) []error {
+	var out []error
+	for _, err := range errs {
+		if errors.Is(err, target) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// stalled reports whether the sidecar warned, in its log (where the warning goes outside a
+// cluster), that topic's partition is stalled at offset.
+func (r *running) stalled(topic string, partition int32, offset int64) bool {
+	for _, a := range r.records.Attrs("partition stalled") {
+		if a["topic"] == topic && a["partition"] == int64(partition) && a["offset"] == offset {
+			return true
+		}
+	}
+	return false
+}
+
+// stallWarned reports whether the sidecar raised a PartitionStalled warning.
+func (r *running) stallWarned() bool { return r.sc.Stats().StallWarnings > 0 }
+
 // records returns n records for topic spread over partitions, keyed k0..k9 except every
 // seventh, which has no key.
 func records(topic string, partitions int32, n int) []*kgo.Record {

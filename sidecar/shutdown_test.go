@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // TestShutdown stops the sidecar while a batch is with the process: Stop is sent, the stream
@@ -61,8 +62,8 @@ func TestShutdownBounded(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)
 	}
-	if !strings.Contains(r.logs.String(), "did not complete the stream within 100ms") {
-		t.Errorf("the log does not say the shutdown wait ran out:\n%s", r.logs.String())
+	if got := r.failures(sidecar.CauseStopTimeout); len(got) != 1 {
+		t.Errorf("stream failures = %v; want one of cause %s (the shutdown wait ran out)", r.failures(""), sidecar.CauseStopTimeout)
 	}
 	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
 		t.Errorf("committed = %v; want nothing for an unanswered batch", got)
@@ -87,10 +88,14 @@ func TestRecordTooLarge(t *testing.T) {
 		&kgo.Record{Topic: in, Value: []byte("d")},
 	)
 	r := start(t, e.config(t))
-	want := "topic " + in + " partition 0 offset 2"
-	waitFor(t, "two failed conversations", func() bool { return strings.Count(r.logs.String(), want) >= 2 })
-	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), "partition stalled") })
+	tooLarge := func() []error { return wrapping(r.failures(""), sidecar.ErrRecordTooLarge) }
+	waitFor(t, "two failed conversations", func() bool { return len(tooLarge()) >= 2 })
+	waitFor(t, "the stall warned", r.stallWarned)
 	r.stop(t)
+	// The error is for a person: it must name the record.
+	if want := "topic " + in + " partition 0 offset 2"; !strings.Contains(tooLarge()[0].Error(), want) {
+		t.Errorf("the failure %v; want it to name %q", tooLarge()[0], want)
+	}
 	for _, bt := range f.seen() {
 		for _, rec := range bt.Records {
 			if rec.Offset >= 2 {
