@@ -21,28 +21,6 @@ import (
 // discovery succeeds.
 var noBroker = &testkit.Broker{Addrs: []string{"127.0.0.1:9"}}
 
-// discoveries returns millrace_sidecar_discovery_attempts_total{result} of r.
-func discoveries(t testing.TB, r *running, result string) float64 {
-	t.Helper()
-	mfs, err := r.sc.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "millrace_sidecar_discovery_attempts_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
 func TestDiscoveryRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -131,7 +109,10 @@ func TestDiscoveryRetries(t *testing.T) {
 	f.stop()
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
-	waitFor(t, "a failed Discover", func() bool { return discoveries(t, r, "unanswered") > 0 })
+	waitFor(t, "a failed Discover", func() bool {
+		n, _ := testkit.Gather(t, r.sc.Registry()).Value("millrace_sidecar_discovery_attempts_total", "result", "unanswered")
+		return n > 0
+	})
 	if sidecar.Ready(e["FLOW_READINESS_FILE"]) {
 		t.Errorf("ready before discovery; want not ready")
 	}
