@@ -19,12 +19,12 @@ import (
 // (keyed as the input), then acks.
 func emitting(size int) func(*call) error {
 	return func(c *call) error {
-		for _, r := range c.batch.Records {
-			if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: bytes.Repeat([]byte{'e'}, size)}); err != nil {
+		for _, r := range c.Batch.Records {
+			if err := c.Emit("out", &flowv1.Record{Key: r.Record.Key, Value: bytes.Repeat([]byte{'e'}, size)}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	}
 }
 
@@ -69,9 +69,9 @@ func TestEmitBackpressure(t *testing.T) {
 			e["FLOW_MAX_HELD_EMIT_BYTES"] = fmt.Sprint(tc.held)
 			r := start(t, e.config(t))
 			waitFor(t, "the sender held back by the budget, or every batch sent", func() bool {
-				return r.sc.Stats().EmitBudgetWaits > 0 || len(f.seen()) == parts*perPart
+				return r.sc.Stats().EmitBudgetWaits > 0 || len(f.Batches()) == parts*perPart
 			})
-			sent := len(f.seen())
+			sent := len(f.Batches())
 			close(release)
 			waitFor(t, "every record committed", func() bool {
 				return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(parts, parts*perPart))
@@ -115,7 +115,7 @@ func TestEmitBudgetBisect(t *testing.T) {
 	waitFor(t, "20 records committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: 20}) })
 
 	var sizes []int
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		sizes = append(sizes, len(bt.Records))
 	}
 	want := []int{16, 8, 4, 2}
@@ -206,27 +206,27 @@ func TestEmitBudgetHalvesTheOthers(t *testing.T) {
 	in, out := b.Topic(t, "in", 2), b.Topic(t, "out", 2)
 	b.Produce(t, records(in, 2, 16)...) // 8 records on each partition
 	f := newProcess(t, nil)
-	f.async = true
+	f.Async = true
 	halfway := make(chan struct{}) // partition 1 has emitted one record, over half the budget
 	var once sync.Once
-	f.onBatch = func(c *call) error {
-		if c.conv > 1 {
+	f.OnBatch = func(c *call) error {
+		if c.Conv > 1 {
 			return emitting(emit)(c)
 		}
 		one := &flowv1.Record{Value: bytes.Repeat([]byte{'e'}, emit)}
-		if c.batch.Partition == 1 {
-			err := c.emit("out", one)
+		if c.Batch.Partition == 1 {
+			err := c.Emit("out", one)
 			once.Do(func() { close(halfway) })
-			<-c.done()
+			<-c.Done()
 			return err
 		}
 		<-halfway
-		for range c.batch.Records {
-			if err := c.emit("out", one); err != nil {
+		for range c.Batch.Records {
+			if err := c.Emit("out", one); err != nil {
 				return nil // the stream failed: over the budget
 			}
 		}
-		<-c.done()
+		<-c.Done()
 		return nil
 	}
 	e := baseEnv(t, b, f, in, out)
@@ -237,7 +237,7 @@ func TestEmitBudgetHalvesTheOthers(t *testing.T) {
 	})
 	first := map[int32]int{} // the size of each partition's first batch of the second conversation
 	n := 0
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		if n++; n <= 2 {
 			if len(bt.Records) != 8 {
 				t.Fatalf("a first conversation's batch has %d records; want 8 (the test needs whole partitions)", len(bt.Records))

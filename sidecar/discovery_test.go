@@ -53,22 +53,20 @@ func TestDiscoveryRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newProcess(t, echo)
-			tc.change(f.spec)
+			tc.change(f.Spec)
 			e := baseEnv(t, noBroker, f, "in-topic", "out-topic")
 			r := start(t, e.config(t))
 			var err error
 			select {
 			case err = <-r.done:
 				close(r.done)
-			case <-f.startCh:
+			case <-f.Started:
 				t.Fatal("the sidecar opened Run with a refused process")
 			}
 			if !errors.Is(err, sidecar.ErrRefused) {
 				t.Fatalf("Run() = %v; want an error wrapping ErrRefused", err)
 			}
-			f.mu.Lock()
-			reports := f.reports
-			f.mu.Unlock()
+			reports := f.Reports()
 			if len(reports) != 1 {
 				t.Fatalf("ReportError calls = %d; want exactly 1", len(reports))
 			}
@@ -93,8 +91,8 @@ func TestDiscoveryRefusals(t *testing.T) {
 			if !slices.Equal(logged, all) {
 				t.Errorf("problems logged = %q; want each of the %d reported, in order: %q", logged, len(all), all)
 			}
-			if f.conversations() != 0 {
-				t.Errorf("conversations = %d; want none", f.conversations())
+			if f.Conversations() != 0 {
+				t.Errorf("conversations = %d; want none", f.Conversations())
 			}
 		})
 	}
@@ -106,7 +104,7 @@ func TestDiscoveryRetries(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
-	f.stop()
+	f.Stop()
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
 	waitFor(t, "a failed Discover", func() bool {
@@ -116,8 +114,8 @@ func TestDiscoveryRetries(t *testing.T) {
 	if sidecar.Ready(e["FLOW_READINESS_FILE"]) {
 		t.Errorf("ready before discovery; want not ready")
 	}
-	f.restart(t)
-	<-f.startCh
+	f.Restart(t)
+	<-f.Started
 	waitFor(t, "the readiness file", func() bool { return sidecar.Ready(e["FLOW_READINESS_FILE"]) })
 }
 
@@ -134,12 +132,12 @@ func TestReadinessFileLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	discovered := make(chan bool, 10)
-	f.onDisc = func() { discovered <- sidecar.Ready(ready) }
+	f.OnDiscover = func() { discovered <- sidecar.Ready(ready) }
 	failNow := make(chan struct{})
-	f.onBatch = func(c *call) error {
-		if c.conv == 1 {
+	f.OnBatch = func(c *call) error {
+		if c.Conv == 1 {
 			<-failNow
-			return c.fail("first conversation fails")
+			return c.Fail("first conversation fails")
 		}
 		return echo(c)
 	}
@@ -147,14 +145,14 @@ func TestReadinessFileLife(t *testing.T) {
 	if <-discovered {
 		t.Errorf("a stale readiness file survived start-up")
 	}
-	<-f.startCh
+	<-f.Started
 	waitFor(t, "the readiness file after Start", func() bool { return sidecar.Ready(ready) })
 	b.Produce(t, records(in, 1, 1)...)
 	close(failNow)
 	if <-discovered {
 		t.Errorf("the readiness file survived a stream failure")
 	}
-	<-f.startCh
+	<-f.Started
 	waitFor(t, "the readiness file after the second Start", func() bool { return sidecar.Ready(ready) })
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)

@@ -86,7 +86,7 @@ func TestExactlyOnceHappyPath(t *testing.T) {
 		}
 	}
 
-	fs := newProcess(t, func(c *call) error { return c.ack() })
+	fs := newProcess(t, func(c *call) error { return c.Ack() })
 	es := eosEnv(t, b, fs, skip, out, "pod-1")
 	b.Produce(t, records(skip, 1, 30)...)
 	start(t, es.config(t))
@@ -107,15 +107,15 @@ func TestExactlyOnceAbortOnStreamFailure(t *testing.T) {
 	cfg := e.config(t)
 	held, release := holdTxnProduce(b, cfg.TransactionalID)
 	defer release()
-	f.onBatch = func(c *call) error {
-		if c.conv > 1 || c.batch.Records[0].Offset == 0 {
+	f.OnBatch = func(c *call) error {
+		if c.Conv > 1 || c.Batch.Records[0].Offset == 0 {
 			return echo(c) // the first batch is acknowledged; its round's produce is held
 		}
 		<-held
-		if err := c.fail("boom"); err != nil {
+		if err := c.Fail("boom"); err != nil {
 			return err
 		}
-		<-c.done() // the sidecar ended the stream with the transaction open
+		<-c.Done() // the sidecar ended the stream with the transaction open
 		release()
 		return nil
 	}
@@ -225,7 +225,7 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 		once.Do(func() { close(got) })
 		select {
 		case <-release:
-		case <-c.done():
+		case <-c.Done():
 			return nil
 		}
 		return answer(c, "A")
@@ -276,13 +276,13 @@ func TestExactlyOnceOutletRefuses(t *testing.T) {
 	const n = 6
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1, "max.message.bytes", "150")
 	f := newProcess(t, func(c *call) error {
-		for _, r := range c.batch.Records {
+		for _, r := range c.Batch.Records {
 			pad := &flowv1.Header{Key: "pad", Value: []byte(strings.Repeat("x", 200))}
-			if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: append(r.Record.Value, '!'), Headers: []*flowv1.Header{pad}}); err != nil {
+			if err := c.Emit("out", &flowv1.Record{Key: r.Record.Key, Value: append(r.Record.Value, '!'), Headers: []*flowv1.Header{pad}}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := eosEnv(t, b, f, in, out, "pod-0")
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"

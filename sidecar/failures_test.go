@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -31,39 +32,39 @@ func TestStreamFailures(t *testing.T) {
 		// least once), but nothing was committed.
 		partialWrites bool
 	}{
-		{name: "fail", cause: sidecar.CauseFailedBatch, logged: "the process failed batch 1", first: func(_ *fakeProcess, c *call) error { return c.fail("boom") }},
+		{name: "fail", cause: sidecar.CauseFailedBatch, logged: "the process failed batch 1", first: func(_ *fakeProcess, c *call) error { return c.Fail("boom") }},
 		{name: "emit to an undeclared outlet", cause: sidecar.CauseProtocol, logged: "names outlet", first: func(_ *fakeProcess, c *call) error {
-			if err := c.emit("nope", rec); err != nil {
+			if err := c.Emit("nope", rec); err != nil {
 				return err
 			}
-			return c.ack()
+			return c.Ack()
 		}},
 		{name: "ack for a batch never sent", cause: sidecar.CauseProtocol, logged: "an Ack for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
-			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: 999}}})
+			return c.Send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: 999}}})
 		}},
 		{name: "emit for a batch never sent", cause: sidecar.CauseProtocol, logged: "an Emit for batch 999, which was never sent", first: func(_ *fakeProcess, c *call) error {
-			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 999, Outlet: "out", Record: rec}}})
+			return c.Send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 999, Outlet: "out", Record: rec}}})
 		}},
 		{name: "fail for a batch never sent", cause: sidecar.CauseProtocol, logged: "a Fail for batch 0, which was never sent", first: func(_ *fakeProcess, c *call) error {
-			return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{}}})
+			return c.Send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{}}})
 		}},
 		{name: "emit after its ack", cause: sidecar.CauseProtocol, logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
 			if err := echo(c); err != nil {
 				return err
 			}
-			return c.emit("out", rec)
+			return c.Emit("out", rec)
 		}},
 		{name: "second ack", cause: sidecar.CauseProtocol, logged: "no longer in flight", committedFirst: true, first: func(_ *fakeProcess, c *call) error {
 			if err := echo(c); err != nil {
 				return err
 			}
-			return c.ack()
+			return c.Ack()
 		}},
 		{name: "empty message", cause: sidecar.CauseProtocol, logged: "empty message", first: func(_ *fakeProcess, c *call) error {
-			return c.send(&flowv1.FromProcess{})
+			return c.Send(&flowv1.FromProcess{})
 		}},
 		{name: "emit without a record", cause: sidecar.CauseProtocol, logged: "carries no record", first: func(_ *fakeProcess, c *call) error {
-			return c.emit("out", nil)
+			return c.Emit("out", nil)
 		}},
 		{name: "process closes the stream", cause: sidecar.CauseUnreachable, logged: "closed its side of the stream without being asked", first: func(_ *fakeProcess, c *call) error {
 			return errClose
@@ -73,21 +74,21 @@ func TestStreamFailures(t *testing.T) {
 		}},
 		{name: "process unreachable", cause: sidecar.CauseUnreachable, logged: "closed the stream or became unreachable", first: func(f *fakeProcess, c *call) error {
 			go func() {
-				f.stop()
-				f.restart(t)
+				f.Stop()
+				f.Restart(t)
 			}()
 			return nil
 		}},
 		{name: "emit over the message limit", cause: sidecar.CauseMessageLarge, logged: "over the message limit of 65536 bytes",
 			env: map[string]string{"FLOW_MAX_MESSAGE_BYTES": "64Ki", "FLOW_INLET_IN_BATCH_MAX_BYTES": "32Ki"},
 			first: func(_ *fakeProcess, c *call) error {
-				return c.emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
+				return c.Emit("out", &flowv1.Record{Value: bytes.Repeat([]byte("y"), 100<<10)})
 			}},
 		{name: "emit over its outlet's limit", cause: sidecar.CauseMessageLarge, logged: "an emit is larger than its outlet topic accepts", partialWrites: true, first: func(_ *fakeProcess, c *call) error {
 			// Larger than a default topic's max.message.bytes (about 1 MiB), even compressed,
 			// and over Start.max_message_bytes: the sidecar refuses it before writing, so
 			// nothing of the batch may be committed.
-			if err := c.emit("out", &flowv1.Record{Value: incompressible(2 << 20)}); err != nil {
+			if err := c.Emit("out", &flowv1.Record{Value: incompressible(2 << 20)}); err != nil {
 				return err
 			}
 			return echo(c)
@@ -99,21 +100,22 @@ func TestStreamFailures(t *testing.T) {
 			const n = 20
 			b.Produce(t, records(in, 1, n)...)
 			f := newProcess(t, nil)
+			var mu sync.Mutex
 			redelivered := int64(-1)
-			f.onBatch = func(c *call) error {
-				if c.conv == 2 {
-					f.mu.Lock()
+			f.OnBatch = func(c *call) error {
+				if c.Conv == 2 {
+					mu.Lock()
 					if redelivered < 0 {
-						redelivered = c.batch.Records[0].Offset
+						redelivered = c.Batch.Records[0].Offset
 					}
-					f.mu.Unlock()
+					mu.Unlock()
 				}
-				if c.conv == 1 {
+				if c.Conv == 1 {
 					if err := tc.first(f, c); err != nil {
 						return err
 					}
 					// Leave the stream open: the sidecar must end it.
-					<-c.done()
+					<-c.Done()
 					return nil
 				}
 				return echo(c)
@@ -124,8 +126,8 @@ func TestStreamFailures(t *testing.T) {
 			}
 			r := start(t, e.config(t))
 			group := e["FLOW_CONSUMER_GROUP"]
-			<-f.startCh
-			<-f.startCh // the stream failed and a new conversation began
+			<-f.Started
+			<-f.Started // the stream failed and a new conversation began
 			waitFor(t, "every record committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: n}) })
 			if err := r.stop(t); err != nil {
 				t.Errorf("Run() = %v; want nil", err)
@@ -137,9 +139,7 @@ func TestStreamFailures(t *testing.T) {
 			} else if !strings.Contains(got[0].Error(), tc.logged) {
 				t.Errorf("the failure %v; want it to name the cause %q", got[0], tc.logged)
 			}
-			f.mu.Lock()
-			starts := append([]*flowv1.Start(nil), f.starts...)
-			f.mu.Unlock()
+			starts := f.Starts()
 			if len(starts) < 2 {
 				t.Fatalf("conversations = %d; want a second after the failure", len(starts))
 			}
@@ -151,9 +151,9 @@ func TestStreamFailures(t *testing.T) {
 			}
 			// Redelivered from the last commit: the second conversation's first batch starts
 			// at offset 0, and every output comes from a later conversation.
-			f.mu.Lock()
+			mu.Lock()
 			first := redelivered
-			f.mu.Unlock()
+			mu.Unlock()
 			if first != 0 {
 				t.Errorf("the second conversation's first batch starts at offset %d; want 0 (the last commit)", first)
 			}

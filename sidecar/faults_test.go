@@ -61,13 +61,13 @@ func TestBrokerRefusals(t *testing.T) {
 				t.Errorf("stream failures = %v; want one of cause %s", r.failures(""), tc.cause)
 			}
 			var firsts []uint64
-			for _, bt := range f.seen() {
+			for _, bt := range f.Batches() {
 				if bt.Records[0].Offset == 0 {
 					firsts = append(firsts, bt.BatchId)
 				}
 			}
-			if len(firsts) < 2 || f.conversations() < 2 {
-				t.Errorf("offset 0 sent %d time(s) over %d conversation(s); want it redelivered by a second conversation", len(firsts), f.conversations())
+			if len(firsts) < 2 || f.Conversations() < 2 {
+				t.Errorf("offset 0 sent %d time(s) over %d conversation(s); want it redelivered by a second conversation", len(firsts), f.Conversations())
 			}
 		})
 	}

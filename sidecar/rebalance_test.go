@@ -79,15 +79,15 @@ func TestRebalanceRevokesMidBatch(t *testing.T) {
 // answer emits every record of the batch, tagged with who processed it and from which
 // partition, then acknowledges.
 func answer(c *call, by string) error {
-	for _, r := range c.batch.Records {
+	for _, r := range c.Batch.Records {
 		out := &flowv1.Record{Key: r.Record.Key, Value: append([]byte(string(r.Record.Value)), '!'), Headers: []*flowv1.Header{
-			{Key: "by", Value: []byte(by)}, {Key: "src", Value: []byte(fmt.Sprint(c.batch.Partition))},
+			{Key: "by", Value: []byte(by)}, {Key: "src", Value: []byte(fmt.Sprint(c.Batch.Partition))},
 		}}
-		if err := c.emit("out", out); err != nil {
+		if err := c.Emit("out", out); err != nil {
 			return err
 		}
 	}
-	return c.ack()
+	return c.Ack()
 }
 
 // TestRebalanceHandsOver runs two sidecars in one group at least once. A takes every
@@ -184,8 +184,8 @@ func joinWhileHeld(t *testing.T, parts int32, n int) (b *testkit.Broker, in, out
 	held := make(chan *call, 100)
 	release = make(chan struct{})
 	fa := newProcess(t, nil)
-	fa.async = true
-	fa.onBatch = func(c *call) error {
+	fa.Async = true
+	fa.OnBatch = func(c *call) error {
 		held <- c
 		<-release
 		return answer(c, "A")

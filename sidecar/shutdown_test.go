@@ -20,19 +20,15 @@ func TestShutdown(t *testing.T) {
 	held := make(chan *call, 1)
 	answered := make(chan struct{})
 	f := newProcess(t, nil)
-	f.async = true
-	f.onBatch = func(c *call) error { held <- c; <-answered; return nil }
+	f.Async = true
+	f.OnBatch = func(c *call) error { held <- c; <-answered; return nil }
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
 	b.Produce(t, records(in, 1, 5)...)
 	c := <-held
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop(t) }()
-	waitFor(t, "Stop at the process", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.stops == 1
-	})
+	waitFor(t, "Stop at the process", func() bool { return f.Stops() == 1 })
 	if err := echo(c); err != nil {
 		t.Fatalf("answering after Stop: %v", err)
 	}
@@ -40,11 +36,11 @@ func TestShutdown(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Errorf("Run() = %v; want nil after a graceful shutdown", err)
 	}
-	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[0] != int64(len(c.batch.Records)) {
-		t.Errorf("committed after shutdown = %v; want %d (the batch finished after Stop)", got, len(c.batch.Records))
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[0] != int64(len(c.Batch.Records)) {
+		t.Errorf("committed after shutdown = %v; want %d (the batch finished after Stop)", got, len(c.Batch.Records))
 	}
-	if got := b.ReadN(t, out, len(c.batch.Records), waitTimeout); len(got) != len(c.batch.Records) {
-		t.Errorf("outputs = %d; want %d", len(got), len(c.batch.Records))
+	if got := b.ReadN(t, out, len(c.Batch.Records), waitTimeout); len(got) != len(c.Batch.Records) {
+		t.Errorf("outputs = %d; want %d", len(got), len(c.Batch.Records))
 	}
 }
 
@@ -53,12 +49,12 @@ func TestShutdown(t *testing.T) {
 func TestShutdownBounded(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
-	f := newProcess(t, func(c *call) error { <-c.done(); return nil })
+	f := newProcess(t, func(c *call) error { <-c.Done(); return nil })
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_SHUTDOWN_TIMEOUT"] = "100ms"
 	r := start(t, e.config(t))
 	b.Produce(t, records(in, 1, 5)...)
-	waitFor(t, "a batch at the process", func() bool { return len(f.seen()) == 1 })
+	waitFor(t, "a batch at the process", func() bool { return len(f.Batches()) == 1 })
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)
 	}
@@ -96,7 +92,7 @@ func TestRecordTooLarge(t *testing.T) {
 	if want := "topic " + in + " partition 0 offset 2"; !strings.Contains(tooLarge()[0].Error(), want) {
 		t.Errorf("the failure %v; want it to name %q", tooLarge()[0], want)
 	}
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		for _, rec := range bt.Records {
 			if rec.Offset >= 2 {
 				t.Errorf("the process got offset %d; want nothing from the oversized record on", rec.Offset)

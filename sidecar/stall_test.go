@@ -77,7 +77,7 @@ func TestStallEvent(t *testing.T) {
 	failing.Store(true)
 	f := newProcess(t, func(c *call) error {
 		if failing.Load() {
-			return c.fail("poison")
+			return c.Fail("poison")
 		}
 		return echo(c)
 	})
@@ -90,8 +90,8 @@ func TestStallEvent(t *testing.T) {
 	r := start(t, cfg)
 
 	waitFor(t, "a PartitionStalled event", func() bool { return api.count() >= 1 })
-	convs := f.conversations()
-	waitFor(t, "five more failed conversations", func() bool { return f.conversations() >= convs+5 })
+	convs := f.Conversations()
+	waitFor(t, "five more failed conversations", func() bool { return f.Conversations() >= convs+5 })
 	if n := api.count(); n != 1 {
 		t.Fatalf("events during one stall = %d; want exactly 1", n)
 	}
@@ -127,7 +127,7 @@ func TestStallEvent(t *testing.T) {
 func TestStallLoggedOutsideCluster(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
-	f := newProcess(t, func(c *call) error { return c.fail("poison") })
+	f := newProcess(t, func(c *call) error { return c.Fail("poison") })
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
 	b.Produce(t, records(in, 1, 1)...)

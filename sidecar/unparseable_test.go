@@ -63,7 +63,7 @@ func TestUnparseableMessage(t *testing.T) {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 
-	f := &fakeProcess{addr: lis.Addr().String()}
+	f := &fakeProcess{Addr: lis.Addr().String()}
 	e := baseEnv(t, b, f, in, out)
 	b.Produce(t, records(in, 1, 3)...)
 	r := start(t, e.config(t))
