@@ -391,30 +391,6 @@ func (pl *pipeline) logTails(n int) string {
 	return b.String()
 }
 
-// sidecarsHave reports whether any sidecar log holds s.
-func (pl *pipeline) sidecarsHave(s string) bool {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	for _, r := range pl.replicas {
-		if r.sidecar.LogHas(s) {
-			return true
-		}
-	}
-	return false
-}
-
-// bridgesHave reports whether any bridge log holds s.
-func (pl *pipeline) bridgesHave(s string) bool {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	for _, r := range pl.replicas {
-		if r.bridge.LogHas(s) {
-			return true
-		}
-	}
-	return false
-}
-
 // tally is a case's count of records by id.
 type tally struct {
 	in          int // records produced to the inlet
