@@ -139,8 +139,8 @@ func TestExactlyOnceAbortOnStreamFailure(t *testing.T) {
 	if aborted != 5 {
 		t.Errorf("read_uncommitted: %d records of the failed conversation; want its first batch's 5, written and aborted", aborted)
 	}
-	if got := r.failures(sidecar.CauseFailedBatch); len(got) != 1 {
-		t.Errorf("stream failures = %v; want the one of cause %s that aborted the transaction", r.failures(""), sidecar.CauseFailedBatch)
+	if got := r.failures(sidecar.CauseFailedBatch); len(got) == 0 {
+		t.Errorf("stream failures = %v; want one of cause %s, which aborted the transaction", r.failures(""), sidecar.CauseFailedBatch)
 	}
 }
 
