@@ -169,7 +169,7 @@ func TestCommitInterval(t *testing.T) {
 // seenUpTo returns the last offset the process has been sent, -1 if none.
 func seenUpTo(f *fakeProcess) int64 {
 	last := int64(-1)
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		for _, r := range bt.Records {
 			last = max(last, r.Offset)
 		}
@@ -213,7 +213,7 @@ func TestCommitIntervalCrash(t *testing.T) {
 	waitFor(t, "the redelivered records committed", func() bool { return committed(t, b, group, in)[0] == 40 })
 	r.stop(t)
 	var got []int64
-	for _, bt := range g.seen() {
+	for _, bt := range g.Batches() {
 		for _, rec := range bt.Records {
 			got = append(got, rec.Offset)
 		}

@@ -32,12 +32,12 @@ func TestLargeEmit(t *testing.T) {
 	setTopicConfig(t, b, out, "max.message.bytes", "8388608")
 	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
-		for range c.batch.Records {
-			if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
+		for range c.Batch.Records {
+			if err := c.Emit("out", &flowv1.Record{Value: big}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := baseEnv(t, b, f, in, out)
 	b.Produce(t, records(in, 1, 1)...)
@@ -47,9 +47,7 @@ func TestLargeEmit(t *testing.T) {
 	if len(got[0].Value) != len(big) {
 		t.Errorf("outlet record of %d bytes; want %d", len(got[0].Value), len(big))
 	}
-	f.mu.Lock()
-	limit := f.starts[0].GetMaxMessageBytes()
-	f.mu.Unlock()
+	limit := f.Starts()[0].GetMaxMessageBytes()
 	if limit != 4<<20 {
 		t.Errorf("Start.max_message_bytes = %d; want 4 MiB, FLOW_MAX_MESSAGE_BYTES (the outlet accepts more)", limit)
 	}
@@ -69,10 +67,10 @@ func TestOversizedEmitKeepsTheCause(t *testing.T) {
 	out := b.Topic(t, "out", 1)
 	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
-		if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
+		if err := c.Emit("out", &flowv1.Record{Value: big}); err != nil {
 			return err
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := baseEnv(t, b, f, in, out)
 	b.Produce(t, records(in, 1, 1)...)

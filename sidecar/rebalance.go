@@ -103,6 +103,7 @@ func (s *Sidecar) handOver(ctx context.Context, cl *kgo.Client, m map[string][]i
 		s.handed.Wait()
 	}
 	if expired {
+		s.stats.HandOverTimeouts++
 		s.log.Warn("the batches of revoked partitions did not finish in time; discarded, the new owner reads them again", "timeout", handOverTimeout)
 	}
 	s.mu.Unlock()
