@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -183,14 +183,14 @@ func securedKafka(t testing.TB, sec Security) (*Broker, map[string]string) {
 // GrantACL adds acl for the broker's Principal, as the admin.
 func (b *Broker) GrantACL(t testing.TB, acl kfake.ACL) {
 	t.Helper()
-	req := kmsg.NewPtrCreateACLsRequest()
-	c := kmsg.NewCreateACLsRequestCreation()
-	c.ResourceType, c.ResourceName, c.ResourcePatternType = acl.Resource, acl.Name, acl.Pattern
-	c.Principal, c.Host, c.Operation, c.PermissionType = b.Principal, "*", acl.Operation, kmsg.ACLPermissionTypeAllow
-	req.Creations = append(req.Creations, c)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err == nil && len(resp.Results) == 1 {
-		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
+	created, err := kadm.NewClient(b.Admin).CreateACLs(context.Background(), b.aclOf(t, acl))
+	for _, c := range created {
+		if err == nil {
+			err = c.Err
+		}
+	}
+	if err == nil && len(created) != 1 {
+		err = fmt.Errorf("%d ACLs created; want 1", len(created))
 	}
 	if err != nil {
 		t.Fatalf("testkit: granting %v to %s: %v", acl, b.Principal, err)
@@ -201,21 +201,39 @@ func (b *Broker) GrantACL(t testing.TB, acl kfake.ACL) {
 // while a client runs.
 func (b *Broker) RevokeACL(t testing.TB, acl kfake.ACL) {
 	t.Helper()
-	req := kmsg.NewPtrDeleteACLsRequest()
-	f := kmsg.NewDeleteACLsRequestFilter()
-	f.ResourceType, f.ResourceName, f.ResourcePatternType = acl.Resource, kmsg.StringPtr(acl.Name), acl.Pattern
-	f.Principal, f.Host, f.Operation, f.PermissionType = kmsg.StringPtr(b.Principal), kmsg.StringPtr("*"), acl.Operation, kmsg.ACLPermissionTypeAllow
-	req.Filters = append(req.Filters, f)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err == nil && len(resp.Results) == 1 {
-		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
-		if err == nil && len(resp.Results[0].MatchingACLs) != 1 {
-			err = fmt.Errorf("%d ACLs matched; want 1", len(resp.Results[0].MatchingACLs))
+	deleted, err := kadm.NewClient(b.Admin).DeleteACLs(context.Background(), b.aclOf(t, acl))
+	n := 0
+	for _, d := range deleted {
+		if err == nil {
+			err = d.Err
 		}
+		n += len(d.Deleted)
+	}
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%d ACLs deleted; want 1", n)
 	}
 	if err != nil {
 		t.Fatalf("testkit: revoking %v from %s: %v", acl, b.Principal, err)
 	}
+}
+
+// aclOf is acl for the broker's Principal from any host, as kadm builds it.
+func (b *Broker) aclOf(t testing.TB, acl kfake.ACL) *kadm.ACLBuilder {
+	t.Helper()
+	acls := kadm.NewACLs().Allow(b.Principal).AllowHosts("*").Operations(acl.Operation).ResourcePatternType(acl.Pattern)
+	switch acl.Resource {
+	case kmsg.ACLResourceTypeTopic:
+		acls.Topics(acl.Name)
+	case kmsg.ACLResourceTypeGroup:
+		acls.Groups(acl.Name)
+	case kmsg.ACLResourceTypeTransactionalId:
+		acls.TransactionalIDs(acl.Name)
+	case kmsg.ACLResourceTypeCluster:
+		acls.Clusters()
+	default:
+		t.Fatalf("testkit: ACL %v: no resource type %v in aclOf", acl, acl.Resource)
+	}
+	return acls
 }
 
 // UnsecuredToken writes an unsecured JWT for sub (Kafka's built-in OAUTHBEARER validator for
