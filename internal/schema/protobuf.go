@@ -85,7 +85,42 @@ func asDescriptor(text string) *descriptorpb.FileDescriptorProto {
 	if proto.Unmarshal(b, fd) != nil || fd.GetName() == "" {
 		return nil
 	}
+	// Generated code's descriptors leave json_name out, where protoc's descriptor sets hold
+	// it; the compiler reads a missing one as the custom name "" (a clash between fields).
+	for _, m := range fd.MessageType {
+		fillJSONNames(m)
+	}
 	return fd
+}
+
+func fillJSONNames(m *descriptorpb.DescriptorProto) {
+	for _, f := range m.Field {
+		if f.JsonName == nil {
+			f.JsonName = proto.String(jsonName(f.GetName()))
+		}
+	}
+	for _, n := range m.NestedType {
+		fillJSONNames(n)
+	}
+}
+
+// jsonName is protoc's default JSON name of a field: lowerCamelCase, underscores dropped.
+func jsonName(name string) string {
+	b := make([]byte, 0, len(name))
+	upper := false
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '_':
+			upper = true
+		case upper && 'a' <= c && c <= 'z':
+			b = append(b, c-'a'+'A')
+			upper = false
+		default:
+			b = append(b, c)
+			upper = false
+		}
+	}
+	return string(b)
 }
 
 func (*protoCodec) format() Format { return Protobuf }

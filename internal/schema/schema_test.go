@@ -96,21 +96,7 @@ func wire(id int, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-const orderAvsc = `{"type":"record","name":"Order","namespace":"shop","fields":[
-	{"name":"id","type":"long"},
-	{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
-	{"name":"day","type":{"type":"int","logicalType":"date"}},
-	{"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
-	{"name":"ref","type":{"type":"string","logicalType":"uuid"}},
-	{"name":"blob","type":"bytes"},
-	{"name":"tag","type":{"type":"fixed","name":"Tag","size":2}},
-	{"name":"note","type":["null","string","shop.Address"],"default":null},
-	{"name":"ship","type":{"type":"record","name":"Address","fields":[{"name":"zip","type":"string"},{"name":"lines","type":{"type":"array","items":"string"}}]}},
-	{"name":"state","type":{"type":"enum","name":"State","symbols":["NEW","PAID"]}},
-	{"name":"counts","type":{"type":"map","values":"int"}}
-]}`
-
-// orderJSON is an Order in the Avro JSON encoding: the union tagged, the bytes and fixed as
+// orderJSON is a testdata/order.avsc Order in the Avro JSON encoding: the union tagged, the bytes and fixed as
 // code points 0-255, the logical types as the types under them.
 const orderJSON = `{"id":7,"at":1700000000123,"day":19000,"price":"\u0001\u00e2","ref":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
 	"blob":"\u00ff\u0000a","tag":"ab","note":{"string":"leave at door"},"ship":{"zip":"00100","lines":["Main St 1"]},
@@ -120,8 +106,8 @@ const orderJSON = `{"id":7,"at":1700000000123,"day":19000,"price":"\u0001\u00e2"
 // encodes to the same bytes.
 func TestAvro(t *testing.T) {
 	f := newFake(t, schema.Settings{})
-	id := f.register(t, "orders-value", sr.Schema{Schema: orderAvsc})
-	s := avro.MustParse(orderAvsc)
+	id := f.register(t, "orders-value", sr.Schema{Schema: readTestdata(t, "order.avsc")})
+	s := avro.MustParse(readTestdata(t, "order.avsc"))
 	var v any
 	if err := s.DecodeJSON([]byte(orderJSON), &v); err != nil {
 		t.Fatal(err)
@@ -163,7 +149,7 @@ func TestAvro(t *testing.T) {
 // TestAvroDataErrors: each fault of the record is a *DataError naming the field and why.
 func TestAvroDataErrors(t *testing.T) {
 	f := newFake(t, schema.Settings{})
-	id := f.register(t, "orders-value", sr.Schema{Schema: orderAvsc})
+	id := f.register(t, "orders-value", sr.Schema{Schema: readTestdata(t, "order.avsc")})
 	c := schema.Codec{Format: schema.Avro}
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -296,7 +282,7 @@ func TestSubjects(t *testing.T) {
 // only after the TTL.
 func TestCache(t *testing.T) {
 	f := newFake(t, schema.Settings{CacheTTL: time.Hour})
-	id := f.register(t, "orders-value", sr.Schema{Schema: orderAvsc})
+	id := f.register(t, "orders-value", sr.Schema{Schema: readTestdata(t, "order.avsc")})
 	ctx := context.Background()
 	c := schema.Codec{Format: schema.Avro}
 	data, err := f.reg.Encode(ctx, "orders", false, c, []byte(orderJSON))
@@ -304,7 +290,7 @@ func TestCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	f2 := newFake(t, schema.Settings{})
-	f2.SeedSchema("orders-value", 1, id, sr.Schema{Schema: orderAvsc})
+	f2.SeedSchema("orders-value", 1, id, sr.Schema{Schema: readTestdata(t, "order.avsc")})
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for range 16 {
