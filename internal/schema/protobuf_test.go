@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 )
 
-func readTestdata(t *testing.T, name string) string {
+func readTestdata(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile("testdata/" + name)
 	if err != nil {

@@ -28,7 +28,7 @@ type fake struct {
 	fetches map[string]int
 }
 
-func newFake(t *testing.T, s schema.Settings) *fake {
+func newFake(t testing.TB, s schema.Settings) *fake {
 	t.Helper()
 	f := &fake{Registry: srfake.New(), fetches: map[string]int{}}
 	t.Cleanup(f.Close)
@@ -53,7 +53,7 @@ func (f *fake) fetched(path string) int {
 	return f.fetches[path]
 }
 
-func (f *fake) register(t *testing.T, subject string, s sr.Schema) int {
+func (f *fake) register(t testing.TB, subject string, s sr.Schema) int {
 	t.Helper()
 	id, _, err := f.RegisterSchema(subject, s)
 	if err != nil {
@@ -393,5 +393,24 @@ func TestAuth(t *testing.T) {
 	_, err = wrong.Decode(ctx, "users", false, c, wire(id, []byte{2, 'a'}))
 	if err == nil || errors.Is(err, schema.ErrUnavailable) || !strings.Contains(err.Error(), "MILLRACE_SCHEMA_REGISTRY_USERNAME") {
 		t.Errorf("Decode with refused credentials: err = %v; want one naming the credentials' settings", err)
+	}
+}
+
+// TestAvroReferences: a schema naming a type another subject defines compiles with it.
+func TestAvroReferences(t *testing.T) {
+	f := newFake(t, schema.Settings{})
+	f.register(t, "shop.Money", sr.Schema{Schema: `{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":{"type":"long","logicalType":"timestamp-millis"}}]}`})
+	id := f.register(t, "pay-value", sr.Schema{Schema: `{"type":"record","name":"Pay","namespace":"shop","fields":[{"name":"amount","type":"shop.Money"}]}`,
+		References: []sr.SchemaReference{{Name: "shop.Money", Subject: "shop.Money", Version: 1}}})
+	ctx := context.Background()
+	c := schema.Codec{Format: schema.Avro}
+	got, err := f.reg.Decode(ctx, "pay", false, c, wire(id, []byte{0x04}))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	sameJSON(t, "Decode", got, `{"amount":{"cents":2}}`)
+	enc, err := f.reg.Encode(ctx, "pay", false, c, got)
+	if err != nil || !bytes.Equal(enc, wire(id, []byte{0x04})) {
+		t.Errorf("Encode(%s) = %x, %v; want %x", got, enc, err, wire(id, []byte{0x04}))
 	}
 }
