@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -312,6 +313,32 @@ func TestCache(t *testing.T) {
 	}
 	if n := f.fetched("/subjects/orders-value/versions/latest"); n != 1 {
 		t.Errorf("4 encodes within the TTL asked for the latest version %d times; want 1", n)
+	}
+	// An unknown id is asked once within the TTL, however many records name it.
+	for range 3 {
+		_, err := f.reg.Decode(ctx, "orders", false, c, wire(77, []byte{2}))
+		dataErr(t, "Decode of an unknown id", err, "", "knows no schema id 77")
+	}
+	if n := f.fetched("/schemas/ids/77"); n != 1 {
+		t.Errorf("3 decodes of unknown id 77 asked the registry %d times; want 1", n)
+	}
+}
+
+// TestCacheSize: past CacheSize schemas the oldest is dropped, and fetched again when asked.
+func TestCacheSize(t *testing.T) {
+	f := newFake(t, schema.Settings{CacheSize: 1})
+	a := f.register(t, "a-value", sr.Schema{Schema: `"string"`})
+	b := f.register(t, "b-value", sr.Schema{Schema: `"long"`})
+	ctx := context.Background()
+	c := schema.Codec{Format: schema.Avro}
+	payload := map[int][]byte{a: {2, 'x'}, b: {2}} // "x", 1
+	for _, id := range []int{a, a, b, a} {
+		if _, err := f.reg.Decode(ctx, "x", false, c, wire(id, payload[id])); err != nil {
+			t.Fatalf("Decode of id %d: %v", id, err)
+		}
+	}
+	if n := f.fetched(fmt.Sprintf("/schemas/ids/%d", a)); n != 2 {
+		t.Errorf("with room for 1 schema, decodes of ids a, a, b, a fetched a %d times; want 2", n)
 	}
 }
 
