@@ -103,7 +103,8 @@ const (
 // Errors of a Registry. A record's own faults are a *DataError instead.
 var (
 	// ErrUnavailable (errors.Is): the registry did not answer (refused, timeout, 5xx): retry
-	// with backoff; the record is not the cause.
+	// with backoff; the record is not the cause. A registry that refuses the credentials or
+	// the TLS handshake is reported so too, the message naming the setting to fix.
 	ErrUnavailable = errors.New("schema: the schema registry did not answer")
 	// ErrNoSubject (errors.Is) surfaces from Encode and from a Decode with a pinned version:
 	// the subject (or its pinned version) is not in the registry. It is the port's
@@ -151,6 +152,7 @@ func (e *DataError) Unwrap() error { return e.Err }
 // for concurrent use.
 type Registry struct {
 	cl    *sr.Client
+	tls   *tls.Config // for explaining a refused handshake
 	log   *slog.Logger
 	cache *cache
 }
@@ -198,7 +200,7 @@ func New(s Settings, log *slog.Logger) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{cl: cl, log: log, cache: newCache(s.CacheSize, s.CacheTTL, time.Now)}, nil
+	return &Registry{cl: cl, tls: tr.TLSClientConfig, log: log, cache: newCache(s.CacheSize, s.CacheTTL, time.Now)}, nil
 }
 
 // header is the Confluent wire format's; it keeps no state.
