@@ -62,7 +62,10 @@ func (r *Registry) byID(ctx context.Context, id int) (codec, error) {
 // compiled returns k's codec from the cache, or makes it with make once.
 func (r *Registry) compiled(ctx context.Context, k key, make func(context.Context) (codec, error)) (codec, error) {
 	e, owner := r.cache.get(k)
-	if owner {
+	if owner && ctx.Err() != nil {
+		// A caller already gone starts no fetch.
+		r.cache.fill(k, e, nil, fmt.Errorf("%w: schema id %d: %w", ErrUnavailable, k.writer, ctx.Err()), false)
+	} else if owner {
 		go func() {
 			c, err := make(context.WithoutCancel(ctx))
 			var f *fault
@@ -73,7 +76,8 @@ func (r *Registry) compiled(ctx context.Context, k key, make func(context.Contex
 	case <-e.ready:
 		return e.c, e.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("schema: waiting for schema id %d: %w", k.writer, ctx.Err())
+		// Not the record's fault either: the caller stopped waiting for the registry.
+		return nil, fmt.Errorf("%w: waiting for schema id %d: %w", ErrUnavailable, k.writer, ctx.Err())
 	}
 }
 

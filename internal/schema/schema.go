@@ -111,7 +111,9 @@ var (
 	// configuration, not the record: register the schema or fix the action line.
 	ErrNoSubject = errors.New("schema: the schema registry holds no such subject or version")
 	// ErrCodec (errors.Is) surfaces from Codec.Check and from Decode and Encode when the Codec
-	// itself is wrong (an unknown format or strategy, a record strategy without Record).
+	// itself is wrong (an unknown format or strategy, a record strategy without Record), and
+	// from Encode when the schema it selects cannot be had (a pinned id the registry lacks, a
+	// schema that does not compile, a Record the .proto lacks, another format).
 	ErrCodec = errors.New("schema: the codec is not valid")
 )
 
@@ -251,8 +253,14 @@ func (r *Registry) Encode(ctx context.Context, topic string, key bool, c Codec, 
 		return nil, err
 	}
 	w, err := r.byID(ctx, id)
+	var f *fault
+	if errors.As(err, &f) {
+		// The port's own schema is missing or does not compile: its configuration, not the
+		// record's fault.
+		return nil, fmt.Errorf("schema: %w: encoding for topic %q: %w", ErrCodec, topic, err)
+	}
 	if err != nil {
-		return nil, r.dataErr(topic, key, id, err)
+		return nil, err
 	}
 	if w.format() != c.Format {
 		return nil, fmt.Errorf("schema: %w: schema id %d for topic %q is %s, the port declares %s: fix the action line or the subject", ErrCodec, id, topic, w.format(), c.Format)

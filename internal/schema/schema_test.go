@@ -277,6 +277,16 @@ func TestSubjects(t *testing.T) {
 	if !errors.Is(err, schema.ErrNoSubject) || !strings.Contains(err.Error(), `"nothing-value"`) {
 		t.Errorf("Encode to a missing subject: err = %v; want ErrNoSubject naming nothing-value", err)
 	}
+	_, err = f.reg.Encode(ctx, "orders", false, schema.Codec{Format: schema.Avro, ID: 4242}, []byte(`{"x":1}`))
+	var de *schema.DataError
+	if !errors.Is(err, schema.ErrCodec) || errors.As(err, &de) {
+		t.Errorf("Encode with a pinned id the registry lacks: err = %v; want ErrCodec, not the record's fault", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := f.reg.Decode(cancelled, "orders", false, schema.Codec{Format: schema.Avro}, wire(4343, []byte{2})); !errors.Is(err, schema.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Decode with a cancelled context: err = %v; want ErrUnavailable and context.Canceled", err)
+	}
 	for _, c := range []schema.Codec{{Format: "xml"}, {Format: schema.Avro, Strategy: schema.RecordName}, {Format: schema.Avro, Strategy: "name"}, {Format: schema.Avro, Version: 1, ID: 2}} {
 		if _, err := f.reg.Encode(ctx, "orders", false, c, []byte(`{}`)); !errors.Is(err, schema.ErrCodec) {
 			t.Errorf("Encode(%+v): err = %v; want ErrCodec", c, err)
