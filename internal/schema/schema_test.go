@@ -196,6 +196,10 @@ func TestAvroDataErrors(t *testing.T) {
 	}
 	_, err := f.reg.Decode(ctx, "orders", false, schema.Codec{Format: schema.Protobuf}, wire(id, []byte{2}))
 	dataErr(t, "Decode as protobuf", err, "", "the schema is avro, the port declares protobuf")
+	_, err = f.reg.Decode(ctx, "orders", true, c, wire(999, []byte{2}))
+	if de := dataErr(t, "Decode of a key", err, "", "knows no schema id 999"); !de.Key || de.ID != 999 || !strings.Contains(de.Error(), `the key of a record of topic "orders" (schema id 999)`) {
+		t.Errorf("Decode of a key with an unknown id: %#v (%v); want Key true, ID 999", de, de)
+	}
 }
 
 // TestAvroEvolution: a record written with an older or newer schema reads as the pinned one;
