@@ -1,0 +1,150 @@
+package schema
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ankka-flow/millrace/internal/settings"
+	"github.com/ankka-flow/millrace/internal/tlsconf"
+)
+
+// The settings' variables, the bridge's.
+const (
+	envURL          = "MILLRACE_SCHEMA_REGISTRY_URL"
+	envUsername     = "MILLRACE_SCHEMA_REGISTRY_USERNAME"
+	envPassword     = "MILLRACE_SCHEMA_REGISTRY_PASSWORD"
+	envPasswordFile = "MILLRACE_SCHEMA_REGISTRY_PASSWORD_FILE"
+	envToken        = "MILLRACE_SCHEMA_REGISTRY_TOKEN"
+	envTokenFile    = "MILLRACE_SCHEMA_REGISTRY_TOKEN_FILE"
+	envCAFile       = "MILLRACE_SCHEMA_REGISTRY_CA_FILE"
+	envCertFile     = "MILLRACE_SCHEMA_REGISTRY_CERT_FILE"
+	envKeyFile      = "MILLRACE_SCHEMA_REGISTRY_KEY_FILE"
+	envTimeout      = "MILLRACE_SCHEMA_REGISTRY_TIMEOUT"
+	envCacheSize    = "MILLRACE_SCHEMA_REGISTRY_CACHE_SIZE"
+	envCacheTTL     = "MILLRACE_SCHEMA_REGISTRY_CACHE_TTL"
+)
+
+// Vars are the variables SettingsFromEnv reads, with their default and meaning, for the
+// bridge's settings table and help texts.
+var Vars = []struct{ Name, Default, Help string }{
+	{envURL, "none", "schema registry URLs, comma-separated (http:// or https://)"},
+	{envUsername, "none", "basic auth user (with MILLRACE_SCHEMA_REGISTRY_PASSWORD or _PASSWORD_FILE)"},
+	{envPassword, "none", "basic auth password"},
+	{envPasswordFile, "none", "file holding the basic auth password, e.g. a mounted Secret"},
+	{envToken, "none", "bearer token"},
+	{envTokenFile, "none", "file holding the bearer token, read again when it changes"},
+	{envCAFile, "system roots", "PEM CA bundle for the registry's certificate"},
+	{envCertFile, "none", "client certificate, for mutual TLS (with MILLRACE_SCHEMA_REGISTRY_KEY_FILE)"},
+	{envKeyFile, "none", "client key (with MILLRACE_SCHEMA_REGISTRY_CERT_FILE)"},
+	{envTimeout, "10s", "timeout of one request to the registry"},
+	{envCacheSize, "1000", "schemas held in memory"},
+	{envCacheTTL, "5m", "how long the latest version of a subject is trusted"},
+}
+
+// tlsVars are the registry client's TLS variables: TLS is on for an https URL.
+var tlsVars = tlsconf.Vars{CAFile: envCAFile, CertFile: envCertFile, KeyFile: envKeyFile}
+
+// SettingsFromEnv reads the MILLRACE_SCHEMA_REGISTRY_* settings through getenv, reading the
+// files they name with readFile, and reports every bad value through bad (one problem each,
+// naming its variable). Secrets never appear in a problem. No URL (and no other variable) is
+// the zero Settings: no registry. TLS, basic auth passwords and NAME_FILE secrets are read as
+// sidecar/kafkaconn reads them (package tlsconf); the token file is read again when it
+// changes, so only its first reading is checked here.
+func SettingsFromEnv(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) Settings {
+	var s Settings
+	https := false
+	for _, u := range strings.Split(getenv(envURL), ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		p, err := url.Parse(u)
+		switch {
+		case err != nil:
+			bad("%s: %q is not a URL: %v", envURL, u, err)
+			continue
+		case p.Scheme != "http" && p.Scheme != "https":
+			bad("%s: %q is not an http:// or https:// URL", envURL, u)
+			continue
+		case p.Host == "":
+			bad("%s: %q names no host", envURL, u)
+			continue
+		case p.User != nil:
+			bad("%s: %q carries credentials: give them in %s and %s", envURL, p.Redacted(), envUsername, envPassword)
+			continue
+		}
+		https = https || p.Scheme == "https"
+		s.URLs = append(s.URLs, u)
+	}
+	if len(s.URLs) == 0 {
+		for _, v := range Vars[1:] {
+			if getenv(v.Name) != "" {
+				bad("%s is set but %s is not: set the registry's URL, or remove the %s_* settings", v.Name, envURL, envURL[:len(envURL)-len("_URL")])
+				return Settings{}
+			}
+		}
+		return Settings{}
+	}
+
+	switch {
+	case https:
+		s.TLS = tlsconf.Read(tlsVars, getenv, readFile, time.Now(), bad)
+	case getenv(envCAFile) != "" || getenv(envCertFile) != "" || getenv(envKeyFile) != "":
+		bad("%s, %s or %s is set but %s has no https:// URL: use https, or remove them", envCAFile, envCertFile, envKeyFile, envURL)
+	}
+
+	s.Username = getenv(envUsername)
+	pass, _ := tlsconf.Secret(envPassword, getenv, readFile, bad)
+	s.Password = pass
+	token, tokenFile := getenv(envToken), getenv(envTokenFile)
+	switch {
+	case s.Username == "" && getenv(envPassword)+getenv(envPasswordFile) != "":
+		bad("%s(_FILE) is set without %s: set the user too", envPassword, envUsername)
+	case s.Username != "" && getenv(envPassword)+getenv(envPasswordFile) == "":
+		bad("%s is set without %s or %s", envUsername, envPassword, envPasswordFile)
+	}
+	switch {
+	case token != "" && tokenFile != "":
+		bad("%s and %s are both set: keep one", envToken, envTokenFile)
+	case (token != "" || tokenFile != "") && s.Username != "":
+		bad("basic auth (%s) and a bearer token (%s or %s) are both set: the registry takes one, keep it", envUsername, envToken, envTokenFile)
+	case tokenFile != "":
+		b, err := readFile(tokenFile)
+		if err != nil {
+			bad("%s=%s cannot be read: %v", envTokenFile, tokenFile, err)
+		} else if strings.TrimSpace(string(b)) == "" {
+			bad("%s=%s is empty", envTokenFile, tokenFile)
+		}
+		s.TokenFile = tokenFile
+	default:
+		s.BearerToken = token
+	}
+
+	s.Timeout = duration(getenv, envTimeout, DefaultTimeout, bad)
+	s.CacheTTL = duration(getenv, envCacheTTL, DefaultCacheTTL, bad)
+	s.CacheSize = DefaultCacheSize
+	if v := strings.TrimSpace(getenv(envCacheSize)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			bad("%s=%s is not a whole number of at least 1: write digits only, e.g. %d", envCacheSize, v, DefaultCacheSize)
+		} else {
+			s.CacheSize = n
+		}
+	}
+	return s
+}
+
+// duration reads a positive duration as the house's settings do ("10s", "5m").
+func duration(getenv func(string) string, name string, def time.Duration, bad func(string, ...any)) time.Duration {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def
+	}
+	d, err := settings.ParseDuration(v)
+	if err != nil || d <= 0 {
+		bad("%s=%s is not a positive duration: write a number and a unit (ms, s, m, h), e.g. %s", name, v, settings.FormatDuration(def))
+		return def
+	}
+	return d
+}
