@@ -15,8 +15,8 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar/internal/kube"
 	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
-	"github.com/ankka-flow/millrace/sidecar/kube"
 )
 
 // Defaults of the deploy configuration; the README's table of FLOW_* variables repeats them.
