@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/lifetime"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-	"github.com/ankka-flow/millrace/protocol/codec"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 

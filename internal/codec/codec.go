@@ -2,7 +2,8 @@
 // by their vtprotobuf-generated methods (SizeVT, MarshalToSizedBufferVT: no reflection) and
 // decoded by this package's own decoder (see [Codec.Unmarshal]); any other message is left to
 // the protobuf runtime, as gRPC's own codec does. The bytes on the wire are the same; it is
-// still the "proto" content subtype.
+// still the "proto" content subtype. The bridge and the sidecar both use it; it is no API,
+// since the wire is the spec's protobuf, which any gRPC codec reads and writes.
 package codec
 
 import (
