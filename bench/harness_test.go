@@ -22,10 +22,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
@@ -395,7 +398,10 @@ func serveBridge(b testing.TB, a *actionconf.Action) func(context.Context, net.L
 // serveNative returns the serve function of the native Go streamlet with a's descriptor.
 func serveNative(a *actionconf.Action) func(context.Context, net.Listener) error {
 	return func(ctx context.Context, lis net.Listener) error {
-		gs := grpc.NewServer(bridge.GRPCOptions()...)
+		// The bridge's own server options (bridge/server.go): the same codec, buffer pool and
+		// message limits, so the two streamlets differ only in what runs behind the stream.
+		limit := protocol.MaxMessageBytes + 1<<20
+		gs := grpc.NewServer(grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit), codec.ServerOption(), experimental.BufferPool(codec.Pool))
 		n := &native{spec: a.Spec(version)}
 		flowv1.RegisterDiscoveryServer(gs, n)
 		flowv1.RegisterStreamletServer(gs, n)

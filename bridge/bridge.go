@@ -19,9 +19,3 @@
 // idempotencyKey, the payload of an empty value (null), and base64 siblings for bytes that are
 // not UTF-8.
 package bridge
-
-import "github.com/ankka-flow/millrace/bridge/actionconf"
-
-// Action is the action a [Server] serves: a parsed config line. It is an alias, so a program
-// that embeds the bridge names the type as before while the parser lives in the leaf package.
-type Action = actionconf.Action
