@@ -49,7 +49,7 @@ type Options struct {
 	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
 	// full the bridge writes no item to its processes.
 	Budget *engine.Budget
-	// ReplayGeneration is part of every idempotencyKey (see [actionconf.IdempotencyKeyAt]): 0
+	// ReplayGeneration is part of every idempotencyKey (see [actionconf.AppendIdempotencyKey]): 0
 	// keeps the keys of [actionconf.IdempotencyKey]; the operator bumps it
 	// (FLOW_REPLAY_GENERATION) for a deliberate replay, so that systems deduplicating on the keys
 	// apply the replayed records.
