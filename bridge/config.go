@@ -20,7 +20,7 @@ const (
 	// EnvMaxHeldBytes set as well the bridge refuses to start rather than pick one.
 	EnvMaxHeldMiB = "MILLRACE_BRIDGE_MAX_HELD_MIB"
 	// EnvReplayGeneration is the replay generation, a whole number the operator bumps before a
-	// deliberate replay (`millrace replay`); see [actionconf.IdempotencyKeyAt].
+	// deliberate replay (`millrace replay`); see [actionconf.AppendIdempotencyKey].
 	EnvReplayGeneration = "FLOW_REPLAY_GENERATION"
 )
 
