@@ -45,7 +45,7 @@ var (
 // Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
 // action's own defaults are the config line's (actionconf.Action, one table for every tool).
 const (
-	DefaultShutdownGrace = engine.DefaultShutdownGrace // the bridge's processes get the same
+	defaultShutdownGrace = engine.DefaultShutdownGrace // the bridge's processes get the same
 	defaultBurst         = 32
 	minBurst             = 8
 	defaultPayloadSize   = 1 << 20
@@ -62,12 +62,12 @@ type Action struct {
 	Version       string          // sent in hello
 	Env           []string        // extra environment, "K=V"
 	Config        json.RawMessage // hello's config: every declared parameter resolved ({} when none)
-	ShutdownGrace time.Duration   // shutdown → exit (default DefaultShutdownGrace, 5s)
+	ShutdownGrace time.Duration   // shutdown → exit (default the engine's, 5s)
 }
 
 func (a *Action) defaults() {
 	if a.ShutdownGrace <= 0 {
-		a.ShutdownGrace = DefaultShutdownGrace
+		a.ShutdownGrace = defaultShutdownGrace
 	}
 	if len(a.Config) == 0 {
 		a.Config = json.RawMessage("{}")
