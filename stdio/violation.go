@@ -27,7 +27,6 @@ const (
 	RuleMalformedBatch   Rule = "malformed-batch"    // a batch envelope that breaks its rules
 	RuleUndeclaredBatch  Rule = "undeclared-batch"   // an envelope from an action whose ready did not declare "batch": true
 	RuleUndeclaredState  Rule = "undeclared-state"   // a state message from an action whose ready did not declare "state": true
-	RuleNoState          Rule = "no-state"           // a state message without its "state" member
 )
 
 // Fix says, in a sentence for the action's author, how to mend a line that breaks r.
@@ -59,8 +58,6 @@ func (r Rule) Fix() string {
 		return `declare "batch": true in the ready line to answer in envelopes, or write one message per line`
 	case RuleUndeclaredState:
 		return `declare "state": true in the ready line to stage state (and read item.state), or send no state messages`
-	case RuleNoState:
-		return `give a state message its "state": the new state, or null to delete it`
 	case RuleUndeclaredOutlet:
 		return "emit to a declared outlet, or declare it with --out PORT=SCHEMA on the config line"
 	}

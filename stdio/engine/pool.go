@@ -89,7 +89,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	p.lifeCtx, p.lifeCancel = context.WithCancel(context.Background())
 	p.hello = stdio.AppendMessage(nil, &stdio.Message{
 		Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: cfg.Hello.Action, Version: cfg.Hello.Version,
-		Config: cfg.Hello.Config, Vars: cfg.Hello.Vars,
+		Config: cfg.Hello.Config, Vars: cfg.Hello.Vars, State: helloState(cfg.State),
 	})
 	if len(p.hello) > stdio.MaxLineBytes {
 		p.lifeCancel()
@@ -174,7 +174,7 @@ func framePayload(it *stdio.Item) (json.RawMessage, error) {
 		}
 		payload = b.Bytes()
 	}
-	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + len(it.Tracestate) + 256
+	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + len(it.Tracestate) + len(it.State) + 256
 	if it.Trace.IsValid() {
 		size += stdio.TraceparentLen + 32
 	}
