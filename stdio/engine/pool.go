@@ -161,7 +161,7 @@ func (p *Pool) Submit(ctx context.Context, it stdio.Item, done func(Result)) err
 }
 
 // framePayload checks that it can be written as one line and returns its payload, compacted
-// if it holds raw newlines.
+// if it holds raw newlines (its State is compacted in place).
 func framePayload(it *stdio.Item) (json.RawMessage, error) {
 	payload := it.Payload
 	if len(payload) > 0 && !json.Valid(payload) {
@@ -173,6 +173,13 @@ func framePayload(it *stdio.Item) (json.RawMessage, error) {
 			return nil, fmt.Errorf("%w: item %s: compacting the payload: %w", ErrBadItem, it.ID, err)
 		}
 		payload = b.Bytes()
+	}
+	if bytes.IndexByte(it.State, '\n') >= 0 { // a state given with the item, as payloads
+		var b bytes.Buffer
+		if err := json.Compact(&b, it.State); err != nil {
+			return nil, fmt.Errorf("%w: item %s: the state is not valid JSON: %w", ErrBadItem, it.ID, err)
+		}
+		it.State = b.Bytes()
 	}
 	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + len(it.Tracestate) + len(it.State) + 256
 	if it.Trace.IsValid() {

@@ -351,3 +351,15 @@ func TestStateReadyRule(t *testing.T) {
 		t.Fatalf("a state message from an action that declared none: %v, %v; want the undeclared-state violation", res.Outcome, res.Err)
 	}
 }
+
+// TestStateGivenWithItem: a Submit caller gives the state in Item.State; one holding raw
+// newlines is compacted, as a payload is, so the item stays one line.
+func TestStateGivenWithItem(t *testing.T) {
+	p := start(t, stateConfig("state"))
+	it := stateItem("g/0/1", "k", `{}`)
+	it.State = json.RawMessage("{\"n\":\n 4}")
+	res := run(t, p, it)
+	if res.Outcome != engine.Done || string(res.Emits[0].Payload) != `{"saw":{"n":4}}` || string(res.State.Value) != `{"n":5}` {
+		t.Fatalf("%v, emits %v, state %+v, %v; want it to see {\"n\":4} and stage {\"n\":5}", res.Outcome, res.Emits, res.State, res.Err)
+	}
+}
