@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 )
 
 // runStateChild plays a stateful action: "state" declares a window of 64, envelopes and
-// "state": true; "stateundeclared" declares none of them. Each item is a running count: it
+// "state": true; "stateundeclared" declares none of them, "statebadready" a "state" that is no
+// boolean. Each item is a running count: it
 // emits {"saw": the item's state or null} and stages {"n": n+1}. Every item of a line is
 // answered in one write, the last first. A payload {"do": …} changes that on attempt 1 after
 // staging {"n":-1}: "error" answers a retryable error, "crash" exits, "hang" never answers,
@@ -27,9 +29,12 @@ func runStateChild(c *child, mode string) int {
 	if hello, ok := c.next(); !ok || hello.Type != stdio.TypeHello {
 		return 8
 	}
-	if mode == "stateundeclared" {
+	switch mode {
+	case "stateundeclared":
 		c.send(stdio.Message{Type: stdio.TypeReady})
-	} else {
+	case "statebadready":
+		c.raw(`{"type":"ready","state":"yes"}` + "\n")
+	default:
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 64, Batch: true, State: json.RawMessage(`true`)})
 	}
 	out := stdio.Packer{Single: mode == "stateundeclared"}
@@ -267,9 +272,15 @@ func TestStateFailedAttemptStagesNothing(t *testing.T) {
 	for _, do := range []string{"error", "crash", "violate", "hang"} {
 		t.Run(do, func(t *testing.T) {
 			clock := engine.NewFakeClock()
+			var failed atomic.Bool // attempt 1 is over: from then on the clock moves in small steps
 			p := start(t, stateConfig("state", func(c *engine.Config) {
 				c.Retries = 1
 				c.ItemTimeout = time.Second
+				c.Hooks.AttemptFinished = func(ai engine.AttemptInfo) {
+					if ai.Item.ID == "x1" && ai.Item.Attempt == 1 {
+						failed.Store(true)
+					}
+				}
 				engine.UseClock(c, clock)
 			}))
 			s := &store{by: map[string]json.RawMessage{"k": json.RawMessage(`{"n":7}`)}}
@@ -283,7 +294,11 @@ func TestStateFailedAttemptStagesNothing(t *testing.T) {
 				case res = <-done:
 					return true
 				default:
-					clock.Advance(time.Second) // the timeout, the retry's backoff, the restart's
+					if failed.Load() {
+						clock.Advance(10 * time.Millisecond) // the retry's backoff, the restart's, never attempt 2's timeout
+					} else {
+						clock.Advance(time.Second) // attempt 1's timeout
+					}
 					return false
 				}
 			}) {
@@ -302,7 +317,11 @@ func TestStateFailedAttemptStagesNothing(t *testing.T) {
 // TestStateRefused is each state an item cannot keep: it fails for good with ErrState, is
 // not retried, applies nothing, and the process serves the next item.
 func TestStateRefused(t *testing.T) {
-	p := start(t, stateConfig("state", func(c *engine.Config) { c.Retries = 3 }))
+	var started sync.Map
+	p := start(t, stateConfig("state", func(c *engine.Config) {
+		c.Retries = 3
+		c.Hooks.ProcessStarted = func(pid int) { started.Store(pid, true) }
+	}))
 	big := `{"pad":"` + strings.Repeat("x", 60) + `"}`
 	keyless := item("e/0/1", `{"do":"state","state":{"n":1}}`)
 	keyless.Inlet = "events"
@@ -334,6 +353,11 @@ func TestStateRefused(t *testing.T) {
 	if res.Outcome != engine.Done || string(res.State.Value) != `{"n":1}` {
 		t.Fatalf("a count: %v, state %+v, %v", res.Outcome, res.State, res.Err)
 	}
+	n := 0
+	started.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("%d processes started; want the first one serving throughout", n)
+	}
 }
 
 // TestStateReadyRule: a pool that keeps state refuses a process whose ready does not declare
@@ -343,6 +367,11 @@ func TestStateReadyRule(t *testing.T) {
 	_, err := engine.Start(context.Background(), stateConfig("stateundeclared"))
 	if !errors.Is(err, engine.ErrStart) || !errors.Is(err, engine.ErrStateUndeclared) || !strings.Contains(err.Error(), "--state events") {
 		t.Fatalf("Start = %v; want ErrStart and ErrStateUndeclared naming --state events", err)
+	}
+	_, err = engine.Start(context.Background(), config("statebadready"))
+	var bad *stdio.ProtocolError
+	if !errors.Is(err, engine.ErrStart) || !errors.As(err, &bad) || bad.Rule != stdio.RuleBadField {
+		t.Fatalf(`Start with "state":"yes" in ready = %v; want ErrStart and the bad-field violation`, err)
 	}
 	p := start(t, config("stateundeclared", func(c *engine.Config) { c.Retries = 0 }))
 	res := run(t, p, keyed("u/0/1", "k", `{}`))
