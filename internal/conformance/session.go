@@ -45,13 +45,14 @@ type session struct {
 	count      int // deliveries written to the current process
 	inflight   map[string]*delivery
 	answered   map[string]*delivery
-	order      []*delivery     // in answer order
-	broken     bool            // the process ended or was given up on: nothing more is sent
-	cause      string          // the check charged when it broke
-	batch      bool            // the process declared "batch": true in ready
-	hState     json.RawMessage // hello's "state": the inlets that keep state (nil: none)
-	state      bool            // the process declared "state": true in ready
+	order      []*delivery // in answer order
+	broken     bool        // the process ended or was given up on: nothing more is sent
+	cause      string      // the check charged when it broke
+	batch      bool        // the process declared "batch": true in ready
 	seq        int
+
+	hState json.RawMessage // hello's "state": the inlets that keep state (nil: none)
+	state  bool            // the process declared "state": true in ready
 }
 
 // open starts a process and says hello, with helloExtra spliced in (then items get unknown

@@ -28,15 +28,16 @@ type task struct {
 	attempts int
 	seq      uint64 // of the current attempt, for stderr attribution
 	emits    []stdio.Emit
-	emit1    [1]stdio.Emit             // room for the common single emit, saving an allocation
-	staged   int                       // bytes of emit, metric and state lines of the current attempt
-	stateOf  func(int) json.RawMessage // the batch's WithState hook, or nil
-	state    *stdio.StagedState        // the current attempt's last state message, or nil
-	stateErr error                     // a state message of the current attempt that fails the item
-	metrics  []stdio.Metric            // of every attempt
+	emit1    [1]stdio.Emit  // room for the common single emit, saving an allocation
+	staged   int            // bytes of emit, metric and state lines of the current attempt
+	metrics  []stdio.Metric // of every attempt
 	written  time.Time
 	retry    timer // pending retry
 	bo       backoff.BackOff
+
+	stateOf  func(int) json.RawMessage // the batch's WithState hook, or nil
+	state    *stdio.StagedState        // the current attempt's last state message, or nil
+	stateErr error                     // a state message of the current attempt that fails the item
 }
 
 type lastDelivery struct {
