@@ -47,7 +47,7 @@ func (r Rule) Fix() string {
 	case RuleBadField:
 		return `give each field the JSON type docs/protocol.md says ("type", "delivery", "message" strings, "retryable" a boolean)`
 	case RuleNoType, RuleUnknownType:
-		return `give every message a "type": ready, then emit, metric, done, error or abstain`
+		return `give every message a "type": ready, then emit, metric, state, done, error or abstain`
 	case RuleUnexpected:
 		return "answer hello with one ready, then send only emit, metric, state, done, error or abstain"
 	case RuleNotInFlight:
