@@ -529,7 +529,11 @@ func (s *session) handle(ev event) {
 		}
 		return
 	}
-	r.fail(CheckAnswers, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
+	check := CheckAnswers
+	if m.Type == stdio.TypeState {
+		check = CheckState // the state row: a state names a delivery in flight
+	}
+	r.fail(check, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
 }
 
 // splice inserts extra (",\"k\":v…") before the closing brace of a protocol line.

@@ -30,7 +30,8 @@ type tally struct {
 //   - state-late: writes its state message after done;
 //   - state-keyless: stages a state for keyless items too;
 //   - state-big: answers an item whose state is over 50 KiB with a state of 70 KiB;
-//   - state-selfcrash: stages "oops" and exits when an item carries it back.
+//   - state-selfcrash: stages "oops" and exits when an item carries it back;
+//   - state-stranger: stages its states for a delivery that was never given.
 func stateChild(b string) int {
 	if b == "state-count" {
 		action.Map(func(ctx action.Context[action.NoConfig], in json.RawMessage) ([]tally, error) {
@@ -82,6 +83,8 @@ func stateChild(b string) int {
 				os.Exit(3)
 			case b == "state-selfcrash" && keyed:
 				state(`"oops"`)
+			case b == "state-stranger":
+				send(stdio.Message{Type: stdio.TypeState, Delivery: "dl-never-given", State: json.RawMessage(`1`)})
 			case b == "state-nostate":
 				raw(`{"type":"state","delivery":"` + d + `"}`)
 			case b == "state-big" && len(m.State) > 50<<10:
@@ -114,6 +117,7 @@ func TestStateCheck(t *testing.T) {
 		{"state-keyless", "a state staged for keyless item"},
 		{"state-big", "over the 65536 bytes hello names"},
 		{"state-selfcrash", "exited with status 3"},
+		{"state-stranger", `a state for delivery "dl-never-given", which was never given`},
 	} {
 		t.Run(tc.b, func(t *testing.T) {
 			t.Parallel()
