@@ -58,6 +58,9 @@ type answer struct {
 	Message   string    `json:"message,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	Emits     []emitOut `json:"emits,omitempty"`
+	// State is, for an item of an inlet that keeps state, its key's state after it: what it
+	// staged when done, else what it saw; null when none. Nil (left out) for other inlets.
+	State json.RawMessage `json:"state,omitempty"`
 }
 
 type emitOut struct {
@@ -114,6 +117,7 @@ func fixtureConfig(a *Action, config json.RawMessage) engine.Config {
 	cfg.Concurrency, cfg.Retries = 1, 0
 	cfg.ReadyTimeout = 2*cmp.Or(a.ReadyTimeout, engine.DefaultReadyTimeout) + 5*time.Second
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: a.Version, Config: config, Vars: a.vars()}
+	cfg.State = a.State
 	return cfg
 }
 
@@ -142,7 +146,9 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 		_ = pool.Close(cctx, true)
 	}()
 	var got []*answer
+	states := fixtureStates{}
 	for _, in := range inputs {
+		states.read(a, &in)
 		r, err := submitOne(ctx, pool, in.Item)
 		if err != nil {
 			return res, err
@@ -152,6 +158,7 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 			res.Error = fmt.Sprintf("%s: %s", in.Source, fault)
 			return res, nil
 		}
+		ans.State = states.after(a, &in.Item, r)
 		got = append(got, ans)
 	}
 	res.Elapsed = time.Since(t0)
@@ -258,6 +265,8 @@ func toAnswer(a *Action, r engine.Result) (*answer, string) {
 		return &answer{Outcome: stdio.TypeError, Retryable: &retryable, Message: act.Message}, ""
 	case errors.As(r.Err, &pe):
 		return nil, "no answer: the action broke the protocol " + violation(pe) + stopped
+	case errors.Is(r.Err, engine.ErrState):
+		return nil, fmt.Sprintf("the action staged a state production cannot keep: %v (production fails such a record for good)", r.Err)
 	case errors.Is(r.Err, engine.ErrTimeout):
 		return nil, fmt.Sprintf("no answer: %v; answer every item, end each line with \\n, %s", r.Err, streamHint)
 	}
@@ -322,4 +331,48 @@ func (rep *FixtureReport) differs() bool {
 		}
 	}
 	return false
+}
+
+// fixtureStates is the state a fixture file keeps per key across its lines, as production
+// does: applied when an item is done, nothing of a failure.
+type fixtureStates map[string]json.RawMessage
+
+func stateKey(it *stdio.Item) (string, bool) {
+	switch {
+	case it.Key != nil:
+		return it.Inlet + "\x00" + *it.Key, true
+	case it.KeyBase64 != "":
+		return it.Inlet + "\x00\x00" + it.KeyBase64, true
+	}
+	return "", false
+}
+
+// read gives in's item the state it sees: the line's own, else what the file kept.
+func (s fixtureStates) read(a *Action, in *Input) {
+	k, keyed := stateKey(&in.Item)
+	if _, ok := a.State[in.Item.Inlet]; !ok || !keyed {
+		in.Item.State = nil
+		return
+	}
+	if in.stateSet {
+		s[k] = in.Item.State
+		return
+	}
+	in.Item.State = s[k]
+}
+
+// after records what r staged and returns the item's state after it, null when none; nil for
+// an item of an inlet that keeps no state.
+func (s fixtureStates) after(a *Action, it *stdio.Item, r engine.Result) json.RawMessage {
+	if _, ok := a.State[it.Inlet]; !ok {
+		return nil
+	}
+	k, keyed := stateKey(it)
+	if keyed && r.Outcome == engine.Done && r.State != nil {
+		s[k] = r.State.Value
+	}
+	if v := s[k]; keyed && v != nil {
+		return v
+	}
+	return json.RawMessage("null")
 }
