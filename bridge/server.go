@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ankka-flow/millrace/internal/lifetime"
+	"github.com/ankka-flow/millrace/internal/schema"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/protocol/codec"
@@ -62,6 +63,13 @@ type Options struct {
 	// sees things happen; it must return quickly and must not call the Server (a process, or a
 	// batch's answer, waits for it).
 	Events func(Event)
+	// Registry decodes and encodes the action's registry-encoded ports (--decode, --encode; see
+	// [RegistryFromEnv]); NewServer refuses such an action without one. Plain JSON ports never
+	// use it.
+	Registry *schema.Registry
+	// RegistryRetryFor is how long a registry that does not answer is retried, with backoff,
+	// before the batch is failed (default DefaultRegistryRetryFor).
+	RegistryRetryFor time.Duration
 }
 
 // Server is the streamlet process of one action: the Discovery and Streamlet services of
@@ -76,6 +84,8 @@ type Server struct {
 	log    *slog.Logger
 	budget *engine.Budget
 	spec   *flowv1.Spec
+	dec    map[string]portCodecs // inlet → its codecs; nil when no inlet is encoded
+	enc    map[string]portCodecs // outlet → its codecs; nil when no outlet is encoded
 
 	mu          sync.Mutex
 	current     *conversation
@@ -104,7 +114,23 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.Budget == nil {
 		opts.Budget = engine.NewBudget(DefaultMaxHeldBytes)
 	}
+	if opts.RegistryRetryFor <= 0 {
+		opts.RegistryRetryFor = DefaultRegistryRetryFor
+	}
+	if opts.Action.Encoded() && opts.Registry == nil {
+		return nil, ErrNoRegistry
+	}
+	dec, err := codecsOf(opts.Action.Inlets)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := codecsOf(opts.Action.Outlets)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
+		dec:    dec,
+		enc:    enc,
 		opts:   opts,
 		tracer: opts.Tracer,
 		budget: opts.Budget,
