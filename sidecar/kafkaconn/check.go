@@ -3,7 +3,6 @@ package kafkaconn
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/internal/tlsconf"
 )
 
 // CheckTimeout bounds the first connection check: long enough for a TLS handshake and a SASL
@@ -79,13 +80,10 @@ func refused(err error, brokers []string, s Settings, lastKey int16) *RefusedErr
 	if a, ok := s.SASL.(*Auth); ok {
 		user, secret = a.User, a.Secret
 	}
-	var (
-		unknownCA x509.UnknownAuthorityError
-		invalid   x509.CertificateInvalidError
-		host      x509.HostnameError
-		op        *net.OpError
-		header    tls.RecordHeaderError
-	)
+	if t, ok := tlsconf.Explain(err, tlsVars, s.TLS, "broker", "FLOW_BROKERS"); ok {
+		return r(t.Setting, "%s", t.Problem)
+	}
+	var header tls.RecordHeaderError
 	switch {
 	case closedEarly(err) && s.SASL != nil && (lastKey == saslHandshake || lastKey == saslAuthenticate) && mech == "OAUTHBEARER":
 		// A broker that closes the connection in the SASL exchange refused it without saying
@@ -101,20 +99,6 @@ func refused(err error, brokers []string, s Settings, lastKey int16) *RefusedErr
 		return r(envMechanism, "the broker does not offer %s: set the mechanism its listener enables", mech)
 	case errors.Is(err, kerr.IllegalSaslState):
 		return r(envMechanism, "the broker does not expect SASL on this listener: unset %s, or use its SASL listener", envMechanism)
-	case errors.As(err, &unknownCA):
-		return r(envTLSCAFile, "the broker's certificate is not signed by a CA the client trusts: set %s to the CA that signed it", envTLSCAFile)
-	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
-		return r(envTLSCAFile, "the broker's certificate has expired or is not yet valid (or the client's clock is wrong): renew the broker's certificate")
-	case errors.As(err, &invalid):
-		return r(envTLSCAFile, "the broker's certificate is not valid under %s", envTLSCAFile)
-	case errors.As(err, &host):
-		return r("FLOW_BROKERS", "the broker's certificate is not for the host the client dialed: name the brokers as their certificates do")
-	case s.TLS != nil && errors.As(err, &op) && op.Op == "remote error" && len(s.TLS.Certificates) == 0:
-		// A TLS alert from the broker: it failed the handshake on its side, and with no client
-		// certificate given, a demand for one is why.
-		return r(envTLSCertFile, "the broker demands a client certificate (mutual TLS): set %s and %s", envTLSCertFile, envTLSKeyFile)
-	case s.TLS != nil && errors.As(err, &op) && op.Op == "remote error":
-		return r(envTLSCertFile, "the broker refused the TLS handshake, most likely the client certificate: set %s and %s to a valid certificate its CA signed", envTLSCertFile, envTLSKeyFile)
 	case errors.As(err, &header):
 		return r(envTLS, "the broker at %s does not speak TLS on this port: set %s=false or use its TLS listener", strings.Join(brokers, ","), envTLS)
 	case s.TLS == nil && closedEarly(err):

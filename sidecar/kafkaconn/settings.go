@@ -6,11 +6,8 @@
 package kafkaconn
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ankka-flow/millrace/internal/tlsconf"
 )
 
 // The settings' variables.
@@ -83,79 +82,25 @@ func (a *Auth) String() string { return a.Mechanism.Name() + " as " + strconv.Qu
 // reports every bad value through bad (one problem each, naming its variable). Secrets never
 // appear in a problem.
 func FromEnv(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) Settings {
-	return Settings{TLS: parseTLS(getenv, readFile, time.Now(), bad), SASL: parseSASL(getenv, readFile, bad)}
+	return Settings{TLS: tlsconf.Read(tlsVars, getenv, readFile, time.Now(), bad), SASL: parseSASL(getenv, readFile, bad)}
 }
 
-// parseTLS reads the FLOW_KAFKA_TLS_* variables: nil when TLS is off.
-func parseTLS(getenv func(string) string, readFile func(string) ([]byte, error), now time.Time, bad func(string, ...any)) *tls.Config {
-	on := strings.TrimSpace(getenv(envTLS))
-	caFile, certFile, keyFile := getenv(envTLSCAFile), getenv(envTLSCertFile), getenv(envTLSKeyFile)
-	enabled := false
-	if on != "" {
-		b, err := strconv.ParseBool(on)
-		if err != nil {
-			bad("%s=%s is not a boolean (true or false)", envTLS, on)
-		}
-		enabled = b
-	}
-	if !enabled {
-		if caFile != "" || certFile != "" || keyFile != "" {
-			bad("FLOW_KAFKA_TLS_* files are set but FLOW_KAFKA_TLS is not true: set FLOW_KAFKA_TLS=true or remove them")
-		}
-		return nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := readFile(caFile)
-		if err != nil {
-			bad("%s=%s cannot be read: %v", envTLSCAFile, caFile, err)
-		} else {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				bad("%s=%s holds no PEM certificate", envTLSCAFile, caFile)
-			}
-			cfg.RootCAs = pool
-		}
-	}
-	switch {
-	case certFile == "" && keyFile == "":
-	case certFile == "" || keyFile == "":
-		bad("FLOW_KAFKA_TLS_CERT_FILE and FLOW_KAFKA_TLS_KEY_FILE go together: set both for a client certificate, or neither")
-	default:
-		certPEM, err1 := readFile(certFile)
-		keyPEM, err2 := readFile(keyFile)
-		if err := errors.Join(err1, err2); err != nil {
-			bad("the client certificate cannot be read (%s=%s, %s=%s): %v", envTLSCertFile, certFile, envTLSKeyFile, keyFile, err)
-			break
-		}
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			// X509KeyPair's errors name the PEM blocks, never the key's bytes.
-			bad("%s=%s and %s=%s are not a certificate and its key: %v", envTLSCertFile, certFile, envTLSKeyFile, keyFile, err)
-			break
-		}
-		if leaf := cert.Leaf; leaf != nil && now.After(leaf.NotAfter) {
-			bad("%s=%s: the client certificate %q expired at %s: renew it", envTLSCertFile, certFile, leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.RFC3339))
-		} else if leaf != nil && now.Before(leaf.NotBefore) {
-			bad("%s=%s: the client certificate %q is not valid before %s", envTLSCertFile, certFile, leaf.Subject.CommonName, leaf.NotBefore.UTC().Format(time.RFC3339))
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg
-}
+// tlsVars are the FLOW_KAFKA_TLS* variables.
+var tlsVars = tlsconf.Vars{Enable: envTLS, CAFile: envTLSCAFile, CertFile: envTLSCertFile, KeyFile: envTLSKeyFile}
 
 // parseSASL reads the FLOW_KAFKA_SASL_* variables: nil when SASL is off.
 func parseSASL(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) sasl.Mechanism {
 	mech := strings.ToUpper(strings.TrimSpace(getenv(envMechanism)))
-	user, pass, passFile, tokenFile := getenv(envUsername), getenv(envPassword), getenv(envPasswordFile), getenv(envTokenFile)
+	user, tokenFile := getenv(envUsername), getenv(envTokenFile)
+	passSet := getenv(envPassword) != "" || getenv(envPasswordFile) != ""
 	if mech == "" {
-		if user != "" || pass != "" || passFile != "" || tokenFile != "" {
+		if user != "" || passSet || tokenFile != "" {
 			bad("FLOW_KAFKA_SASL_* variables are set but %s is not: set it to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", envMechanism)
 		}
 		return nil
 	}
 	if mech == "OAUTHBEARER" {
-		if user != "" || pass != "" || passFile != "" {
+		if user != "" || passSet {
 			bad("%s=OAUTHBEARER takes a token, not a user and password: remove %s and %s(_FILE)", envMechanism, envUsername, envPassword)
 		}
 		if tokenFile == "" {
@@ -173,24 +118,8 @@ func parseSASL(getenv func(string) string, readFile func(string) ([]byte, error)
 	if tokenFile != "" {
 		bad("%s is only for OAUTHBEARER, not %s", envTokenFile, mech)
 	}
-	secret := envPassword
-	switch {
-	case pass != "" && passFile != "":
-		bad("%s and %s are both set: keep one", envPassword, envPasswordFile)
-	case passFile != "":
-		secret = envPasswordFile
-		b, err := readFile(passFile)
-		if err != nil {
-			bad("%s=%s cannot be read: %v", envPasswordFile, passFile, err)
-			break
-		}
-		// A Secret written with echo ends in a newline that is no part of the password.
-		pass = string(bytes.TrimRight(b, "\r\n"))
-		if pass == "" {
-			bad("%s=%s is empty", envPasswordFile, passFile)
-		}
-	}
-	if user == "" || (pass == "" && passFile == "") {
+	pass, secret := tlsconf.Secret(envPassword, getenv, readFile, bad)
+	if user == "" || secret == "" {
 		bad("%s=%s needs %s and %s (or %s)", envMechanism, mech, envUsername, envPassword, envPasswordFile)
 	}
 	var m sasl.Mechanism
