@@ -39,7 +39,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // Format is the encoding of a port's values or keys.
@@ -144,28 +148,170 @@ func (e *DataError) Unwrap() error { return e.Err }
 // Registry decodes and encodes records with the schemas of one schema registry. It is safe
 // for concurrent use.
 type Registry struct {
-	log *slog.Logger
+	cl    *sr.Client
+	log   *slog.Logger
+	cache *cache
 }
 
 // New makes a Registry of the settings; it does not contact the registry.
 func New(s Settings, log *slog.Logger) (*Registry, error) {
-	return nil, errors.New("schema: not yet")
+	if len(s.URLs) == 0 {
+		return nil, fmt.Errorf("schema: no schema registry URL: set %s", envURL)
+	}
+	for _, u := range s.URLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return nil, fmt.Errorf("schema: the schema registry URL %q is not http:// or https://", u)
+		}
+	}
+	if s.Timeout <= 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if s.CacheSize <= 0 {
+		s.CacheSize = DefaultCacheSize
+	}
+	if s.CacheTTL <= 0 {
+		s.CacheTTL = DefaultCacheTTL
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if s.TLS != nil {
+		tr.TLSClientConfig = s.TLS.Clone()
+	}
+	opts := []sr.ClientOpt{
+		sr.URLs(s.URLs...),
+		sr.HTTPClient(&http.Client{Timeout: s.Timeout, Transport: tr}),
+		sr.UserAgent("millrace"),
+	}
+	switch {
+	case s.Username != "":
+		opts = append(opts, sr.BasicAuth(s.Username, s.Password))
+	case s.BearerToken != "":
+		opts = append(opts, sr.BearerToken(s.BearerToken))
+	case s.TokenFile != "":
+		opts = append(opts, sr.PreReq((&tokenFile{path: s.TokenFile}).authorize))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("schema: the schema registry client: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{cl: cl, log: log, cache: newCache(s.CacheSize, s.CacheTTL, time.Now)}, nil
 }
+
+// header is the Confluent wire format's; it keeps no state.
+var header sr.ConfluentHeader
 
 // Decode turns the wire-format bytes of topic's value (key=false) or key into JSON: the Avro
 // JSON encoding, the proto3 JSON mapping, or the JSON itself, validated (see the package doc).
+// A record's own fault is a *DataError; a registry that does not answer is ErrUnavailable.
 func (r *Registry) Decode(ctx context.Context, topic string, key bool, c Codec, data []byte) ([]byte, error) {
-	return nil, errors.New("schema: not yet")
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	id, payload, err := header.DecodeID(data)
+	if err != nil {
+		return nil, &DataError{Topic: topic, Key: key, Reason: noMagic(data), Err: err}
+	}
+	w, err := r.byID(ctx, id)
+	if err != nil {
+		return nil, r.dataErr(topic, key, id, err)
+	}
+	if w.format() != c.Format {
+		return nil, &DataError{Topic: topic, Key: key, ID: id, Reason: fmt.Sprintf("the schema is %s, the port declares %s: the producer used another format, or the action line names the wrong one", w.format(), c.Format)}
+	}
+	d := w
+	if c.Format == Avro && (c.ID != 0 || c.Version != 0) {
+		// The reader's schema is pinned: resolve the writer's to it.
+		if d, err = r.resolved(ctx, topic, key, c, id, w); err != nil {
+			return nil, r.dataErr(topic, key, id, err)
+		}
+	}
+	out, err := d.decode(payload)
+	if err != nil {
+		return nil, r.dataErr(topic, key, id, err)
+	}
+	return out, nil
 }
 
 // Encode turns JSON into wire-format bytes with the schema c selects for topic (its ID, its
-// Version of the subject, or the subject's latest).
+// Version of the subject, or the subject's latest). A payload that does not fit the schema is
+// a *DataError; a registry that does not answer is ErrUnavailable; a subject or version the
+// registry lacks is ErrNoSubject.
 func (r *Registry) Encode(ctx context.Context, topic string, key bool, c Codec, json []byte) ([]byte, error) {
-	return nil, errors.New("schema: not yet")
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	id, err := r.selectID(ctx, topic, key, c)
+	if err != nil {
+		return nil, err
+	}
+	w, err := r.byID(ctx, id)
+	if err != nil {
+		return nil, r.dataErr(topic, key, id, err)
+	}
+	if w.format() != c.Format {
+		return nil, fmt.Errorf("schema: %w: schema id %d for topic %q is %s, the port declares %s: fix the action line or the subject", ErrCodec, id, topic, w.format(), c.Format)
+	}
+	out, err := w.encode(nil, id, c.Record, json)
+	if err != nil {
+		return nil, r.dataErr(topic, key, id, err)
+	}
+	return out, nil
+}
+
+// Subject is the subject c names for topic's values or keys: c.Subject, else by the strategy.
+func (c Codec) subject(topic string, key bool) string {
+	if c.Subject != "" {
+		return c.Subject
+	}
+	suffix := "-value"
+	if key {
+		suffix = "-key"
+	}
+	switch c.Strategy {
+	case RecordName:
+		return c.Record
+	case TopicRecordName:
+		return topic + "-" + c.Record
+	}
+	return topic + suffix
 }
 
 // Check reports what is wrong with the codec as an action line declares it, wrapping
-// ErrCodec: an unknown format or strategy, a record strategy without Record.
+// ErrCodec: an unknown format or strategy, a record strategy without Record, a negative
+// version or id.
 func (c Codec) Check() error {
+	switch c.Format {
+	case Avro, Protobuf, JSONSchema:
+	default:
+		return fmt.Errorf("%w: the format %q is not avro, protobuf or jsonschema", ErrCodec, c.Format)
+	}
+	switch c.Strategy {
+	case "", TopicName:
+	case RecordName, TopicRecordName:
+		if c.Record == "" && c.Subject == "" {
+			return fmt.Errorf("%w: the %s strategy needs the record's full name (e.g. com.example.Order)", ErrCodec, c.Strategy)
+		}
+	default:
+		return fmt.Errorf("%w: the strategy %q is not topic, record or topic-record", ErrCodec, c.Strategy)
+	}
+	if c.Version < 0 || c.ID < 0 {
+		return fmt.Errorf("%w: version %d / id %d: give a positive number, or 0 for the latest", ErrCodec, c.Version, c.ID)
+	}
+	if c.Version != 0 && c.ID != 0 {
+		return fmt.Errorf("%w: both version %d and id %d are pinned: keep one", ErrCodec, c.Version, c.ID)
+	}
 	return nil
+}
+
+// noMagic says why data is not in the wire format.
+func noMagic(data []byte) string {
+	switch {
+	case len(data) == 0:
+		return "it is empty, not in the schema registry wire format (magic byte 0, 4-byte schema id, then the value): the producer did not use a registry serializer"
+	case data[0] != 0:
+		return fmt.Sprintf("it starts with byte 0x%02x, not the magic byte 0 of the schema registry wire format: the producer did not use a registry serializer", data[0])
+	}
+	return fmt.Sprintf("it is %d bytes, shorter than the 5 of the wire format's header (magic byte 0, 4-byte schema id)", len(data))
 }

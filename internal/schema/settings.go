@@ -1,6 +1,13 @@
 package schema
 
-import "errors"
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ankka-flow/millrace/internal/tlsconf"
+)
 
 // The settings' variables, the bridge's.
 const (
@@ -35,11 +42,108 @@ var Vars = []struct{ Name, Default, Help string }{
 	{envCacheTTL, "5m", "how long the latest version of a subject is trusted"},
 }
 
+// tlsVars are the registry client's TLS variables: TLS is on for an https URL.
+var tlsVars = tlsconf.Vars{CAFile: envCAFile, CertFile: envCertFile, KeyFile: envKeyFile}
+
 // SettingsFromEnv reads the MILLRACE_SCHEMA_REGISTRY_* settings through getenv, reading the
 // files they name with readFile, and reports every bad value through bad (one problem each,
-// naming its variable). Secrets never appear in a problem. No URL is the zero Settings: no
-// registry.
+// naming its variable). Secrets never appear in a problem. No URL (and no other variable) is
+// the zero Settings: no registry. TLS, basic auth passwords and NAME_FILE secrets are read as
+// sidecar/kafkaconn reads them (package tlsconf); the token file is read again when it
+// changes, so only its first reading is checked here.
 func SettingsFromEnv(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) Settings {
-	bad("%v", errors.New("schema: SettingsFromEnv: not yet"))
-	return Settings{}
+	var s Settings
+	https := false
+	for _, u := range strings.Split(getenv(envURL), ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		p, err := url.Parse(u)
+		switch {
+		case err != nil:
+			bad("%s: %q is not a URL: %v", envURL, u, err)
+			continue
+		case p.Scheme != "http" && p.Scheme != "https":
+			bad("%s: %q is not an http:// or https:// URL", envURL, u)
+			continue
+		case p.Host == "":
+			bad("%s: %q names no host", envURL, u)
+			continue
+		case p.User != nil:
+			bad("%s: %q carries credentials: give them in %s and %s", envURL, p.Redacted(), envUsername, envPassword)
+			continue
+		}
+		https = https || p.Scheme == "https"
+		s.URLs = append(s.URLs, u)
+	}
+	if len(s.URLs) == 0 {
+		for _, v := range Vars[1:] {
+			if getenv(v.Name) != "" {
+				bad("%s is set but %s is not: set the registry's URL, or remove the %s_* settings", v.Name, envURL, envURL[:len(envURL)-len("_URL")])
+				return Settings{}
+			}
+		}
+		return Settings{}
+	}
+
+	switch {
+	case https:
+		s.TLS = tlsconf.Read(tlsVars, getenv, readFile, time.Now(), bad)
+	case getenv(envCAFile) != "" || getenv(envCertFile) != "" || getenv(envKeyFile) != "":
+		bad("%s, %s or %s is set but %s has no https:// URL: use https, or remove them", envCAFile, envCertFile, envKeyFile, envURL)
+	}
+
+	s.Username = getenv(envUsername)
+	pass, _ := tlsconf.Secret(envPassword, getenv, readFile, bad)
+	s.Password = pass
+	token, tokenFile := getenv(envToken), getenv(envTokenFile)
+	switch {
+	case s.Username == "" && getenv(envPassword)+getenv(envPasswordFile) != "":
+		bad("%s(_FILE) is set without %s: set the user too", envPassword, envUsername)
+	case s.Username != "" && getenv(envPassword)+getenv(envPasswordFile) == "":
+		bad("%s is set without %s or %s", envUsername, envPassword, envPasswordFile)
+	}
+	switch {
+	case token != "" && tokenFile != "":
+		bad("%s and %s are both set: keep one", envToken, envTokenFile)
+	case (token != "" || tokenFile != "") && s.Username != "":
+		bad("basic auth (%s) and a bearer token (%s or %s) are both set: the registry takes one, keep it", envUsername, envToken, envTokenFile)
+	case tokenFile != "":
+		b, err := readFile(tokenFile)
+		if err != nil {
+			bad("%s=%s cannot be read: %v", envTokenFile, tokenFile, err)
+		} else if strings.TrimSpace(string(b)) == "" {
+			bad("%s=%s is empty", envTokenFile, tokenFile)
+		}
+		s.TokenFile = tokenFile
+	default:
+		s.BearerToken = token
+	}
+
+	s.Timeout = duration(getenv, envTimeout, DefaultTimeout, bad)
+	s.CacheTTL = duration(getenv, envCacheTTL, DefaultCacheTTL, bad)
+	s.CacheSize = DefaultCacheSize
+	if v := strings.TrimSpace(getenv(envCacheSize)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			bad("%s=%s is not a positive number of schemas (e.g. 1000)", envCacheSize, v)
+		} else {
+			s.CacheSize = n
+		}
+	}
+	return s
+}
+
+// duration reads a positive Go duration ("10s", "5m").
+func duration(getenv func(string) string, name string, def time.Duration, bad func(string, ...any)) time.Duration {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		bad("%s=%s is not a positive duration (e.g. %s)", name, v, def)
+		return def
+	}
+	return d
 }
