@@ -251,23 +251,32 @@ func (lr *localRegistry) encodeInput(ctx context.Context, rec *kgo.Record, n int
 	return nil
 }
 
-// decodeOutput decodes an output record of an encoded outlet's topic for printing, in place;
-// what does not decode is printed as it is (valueBase64).
+// decodeOutput decodes an output record of an encoded outlet's topic for printing, in place,
+// and a dead letter or fallback record of an encoded inlet (its millrace-source-topic header),
+// which is the input record unchanged; what does not decode is printed as it is (valueBase64).
 func (lr *localRegistry) decodeOutput(ctx context.Context, rec *kgo.Record) {
 	if lr == nil {
 		return
 	}
-	tc, ok := lr.prints[rec.Topic]
+	topic := rec.Topic
+	tc, ok := lr.prints[topic]
 	if !ok {
-		return
+		for _, h := range rec.Headers {
+			if h.Key == "millrace-source-topic" {
+				topic = string(h.Value)
+			}
+		}
+		if tc, ok = lr.inputs[topic]; !ok {
+			return
+		}
 	}
 	if tc.value != nil && len(rec.Value) > 0 {
-		if v, err := lr.reg.Decode(ctx, rec.Topic, false, *tc.value, rec.Value); err == nil {
+		if v, err := lr.reg.Decode(ctx, topic, false, *tc.value, rec.Value); err == nil {
 			rec.Value = v
 		}
 	}
 	if tc.key != nil && len(rec.Key) > 0 {
-		if k, err := lr.reg.Decode(ctx, rec.Topic, true, *tc.key, rec.Key); err == nil {
+		if k, err := lr.reg.Decode(ctx, topic, true, *tc.key, rec.Key); err == nil {
 			rec.Key = k
 		}
 	}

@@ -1,0 +1,125 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ankka-flow/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/internal/local"
+)
+
+// TestRunEncoded: an action from an Avro topic to a Protobuf one (actions/price-band, in bash)
+// runs on the embedded broker and schema registry: its JSON input lines are encoded with
+// schemas/listings.avsc, its outputs printed decoded, the dead letter (the input record, still
+// Avro) too.
+func TestRunEncoded(t *testing.T) {
+	for _, prog := range []string{"bash", "jq"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Fatalf("actions/price-band needs %s on PATH (scripts/setup installs it): %v", prog, err)
+		}
+	}
+	a, err := actiondir.Load("../../actions/price-band")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.ReadFile("../../actions/price-band/sample.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := actiondir.Single(a)
+	opts := local.Options{Input: bytes.NewReader(in), Out: &out, Logger: testLogger(t), Version: "test"}
+	prepare(t, p, &opts)
+	sum, err := local.Run(ctx, p, opts)
+	if err != nil {
+		t.Fatalf("Run = %v (summary %v)", err, sum)
+	}
+	got := maskTrace(out.String())
+	for _, want := range []string{
+		`{"outlet":"bands","key":"l-1","payload":{"listingId":"l-1","city":"Oslo","rooms":3,"pricePerRoom":120000,"band":"MID"},"headers":[{"key":"traceparent","value":"00-…"}]}`,
+		`{"outlet":"bands","key":"l-2","payload":{"listingId":"l-2","rooms":2,"pricePerRoom":75000,"band":"LOW"},"headers":[{"key":"traceparent","value":"00-…"}]}`,
+		`{"outlet":"bands","key":"l-3","payload":{"listingId":"l-3","city":"Bergen","rooms":4,"pricePerRoom":247500,"band":"HIGH"},"headers":[{"key":"traceparent","value":"00-…"}]}`,
+		`{"outlet":"rejects","key":"l-4","payload":{"id":"l-4","price":80000,"rooms":0,"city":{"string":"Tromsø"}},"headers":[{"key":"millrace-error","value":"action answered non-retryable error: listing l-4 has no rooms: no price per room"}`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Run printed\n%s\nwant a line with\n%s", got, want)
+		}
+	}
+	if !sum.Complete || sum.In != 4 || sum.Out["bands"] != 3 || sum.Out["rejects"] != 1 {
+		t.Errorf("summary = %+v; want complete, 4 in, 3 bands, 1 reject", sum)
+	}
+}
+
+// TestRunEncodedMistakes: each mistake of an encoded run is one error naming the fix, before
+// anything runs (a schema missing, a --schema for no encoded port) or at the input line that
+// does not fit its schema.
+func TestRunEncodedMistakes(t *testing.T) {
+	avsc, err := filepath.Abs("../../actions/price-band/schemas/listings.avsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(t *testing.T, s string) *actiondir.Pipeline {
+		a, err := actiondir.Load(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return actiondir.Single(a)
+	}
+	tests := []struct {
+		name, line, input string
+		schemas           map[string]string
+		want              string
+	}{
+		{"no schema", `x --in in=l.v1 --out out=l.v1 --decode in=avro -- cat`, "", nil, "give its schema with --schema in=FILE.avsc"},
+		{"wrong extension", `x --in in=l.v1 --out out=l.v1 --decode in=avro -- cat`, "", map[string]string{"in": "l.proto"}, "whose schemas are .avsc files"},
+		{"unused", `x --in in=l.v1 --out out=l.v1 --decode in=avro -- cat`, "", map[string]string{"in": avsc, "out": avsc}, "no action declares port out encoded"},
+		{"plain", `x --in in=l.v1 --out out=l.v1 -- cat`, "", map[string]string{"in": avsc}, "no action declares an encoded port"},
+		{"misfit", "../../actions/price-band", `{"payload": {"id": "l-1"}}` + "\n", nil, "input line 1: its payload does not fit the avro schema"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := line(t, tt.line)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			opts := local.Options{Input: strings.NewReader(tt.input), Logger: testLogger(t), Version: "test", Schemas: tt.schemas}
+			prepare(t, p, &opts)
+			_, err := local.Run(ctx, p, opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Run = %v; want an error with %q", err, tt.want)
+			}
+			if tt.name == "misfit" && !errors.Is(err, local.ErrInput) {
+				t.Errorf("Run = %v; want it to match ErrInput", err)
+			}
+		})
+	}
+}
+
+func TestParseSchemaFlag(t *testing.T) {
+	files := map[string]string{}
+	for _, v := range []string{"listings=a.avsc", "listings.key=k.avsc"} {
+		if err := local.ParseSchemaFlag(files, v); err != nil {
+			t.Fatalf("ParseSchemaFlag(%q) = %v", v, err)
+		}
+	}
+	if files["listings"] != "a.avsc" || files["listings.key"] != "k.avsc" {
+		t.Errorf("files = %v", files)
+	}
+	for v, want := range map[string]string{
+		"listings":            "expected PORT=FILE",
+		"listings.value=a":    "after the port comes .key",
+		"listings=again.avsc": "given twice",
+	} {
+		if err := local.ParseSchemaFlag(files, v); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSchemaFlag(%q) = %v; want %q", v, err, want)
+		}
+	}
+}
