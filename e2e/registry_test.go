@@ -96,7 +96,7 @@ func TestRegistryAvroToProtobuf(t *testing.T) {
 	}
 
 	// The listings, every tenth without rooms; cities, and none, in turn.
-	n := ciN(200)
+	n := ciN(100)
 	type listing struct {
 		ID    string  `json:"id"`
 		Price int64   `json:"price"`
