@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
@@ -78,7 +80,13 @@ func runTest(ctx context.Context, e *env, args []string) (err error) {
 		}
 		return err
 	}
-	rep, err := conformance.RunFixtures(ctx, ca, conformance.FixtureOptions{Update: *update})
+	// encoded ports: the fixtures' payloads pass through their schemas, as the bridge passes them
+	roundTrip, stopRegistry, err := local.FixtureRoundTrip(a, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer stopRegistry()
+	rep, err := conformance.RunFixtures(ctx, ca, conformance.FixtureOptions{Update: *update, RoundTrip: roundTrip})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/internal/local"
 )
 
@@ -121,5 +122,61 @@ func TestParseSchemaFlag(t *testing.T) {
 		if err := local.ParseSchemaFlag(files, v); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseSchemaFlag(%q) = %v; want %q", v, err, want)
 		}
+	}
+}
+
+// TestFixtureRoundTrip: `millrace test` passes fixture payloads through the encoded ports'
+// schemas, as the bridge does: price-band's fixtures pass after the round trip (Protobuf
+// leaves an empty city out), and an input that does not fit its inlet's schema fails its file
+// naming the line.
+func TestFixtureRoundTrip(t *testing.T) {
+	a, err := actiondir.Load("../../actions/price-band")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, stop, err := local.FixtureRoundTrip(a, nil, testLogger(t))
+	if err != nil || rt == nil {
+		t.Fatalf("FixtureRoundTrip = %v, %v; want the round trip of an encoded action", rt != nil, err)
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := conformance.RunFixtures(ctx, a.Conformance("test"), conformance.FixtureOptions{RoundTrip: rt})
+	if err != nil || !rep.Pass {
+		t.Fatalf("RunFixtures = %+v, %v; want every fixture to pass", rep, err)
+	}
+	out, err := rt(ctx, "bands", false, []byte(`{"listingId":"l-1","rooms":"three"}`))
+	if err == nil {
+		t.Errorf("round trip of an emit that does not fit = %s; want an error", out)
+	}
+
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("../../actions/price-band")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fixtures/basic.in.jsonl"), []byte(`{"key": "l-9", "payload": {"id": "l-9"}}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := actiondir.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt2, stop2, err := local.FixtureRoundTrip(b, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	rep, err = conformance.RunFixtures(ctx, b.Conformance("test"), conformance.FixtureOptions{RoundTrip: rt2})
+	if err != nil || rep.Pass || len(rep.Files) != 1 || !strings.Contains(rep.Files[0].Error, "fixtures/basic.in.jsonl:1: the payload does not fit inlet listings's schema") {
+		t.Fatalf("RunFixtures of a misfit input = %+v, %v; want its file failed naming the line", rep, err)
+	}
+	plain, err := actiondir.Load("../../actions/drop-debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt, stop, err := local.FixtureRoundTrip(plain, nil, testLogger(t)); rt != nil || err != nil {
+		t.Errorf("FixtureRoundTrip(plain) = %v, %v; want none", rt != nil, err)
+	} else {
+		stop()
 	}
 }
