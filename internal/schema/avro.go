@@ -7,10 +7,22 @@ import (
 	"github.com/twmb/avro"
 )
 
-// avroCodec is a compiled Avro schema.
+// avroCodec is a compiled Avro schema, its logical types left as the types under them: that
+// is what the Avro JSON encoding writes, and no time.Time or big.Rat is made and dropped per
+// record.
 type avroCodec struct {
 	s *avro.Schema
 }
+
+// rawLogical leaves every logical type undecoded: a custom type with no Decode.
+var rawLogical = func() []avro.SchemaOpt {
+	var opts []avro.SchemaOpt
+	for _, lt := range []string{"decimal", "uuid", "date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros",
+		"timestamp-nanos", "local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos", "duration"} {
+		opts = append(opts, avro.WithCustomType(avro.CustomType{LogicalType: lt}))
+	}
+	return opts
+}()
 
 // tagged writes unions as {"type": value}, the Avro JSON encoding that Java's JsonDecoder and
 // fastavro read.
@@ -21,11 +33,11 @@ func compileAvro(text string, refs []ref) (codec, error) {
 	// first.
 	var sc avro.SchemaCache
 	for _, rf := range refs {
-		if _, err := sc.Parse(rf.text); err != nil {
+		if _, err := sc.Parse(rf.text, rawLogical...); err != nil {
 			return nil, fmt.Errorf("the referenced Avro schema %q: %w", rf.name, err)
 		}
 	}
-	s, err := sc.Parse(text)
+	s, err := sc.Parse(text, rawLogical...)
 	if err != nil {
 		return nil, err
 	}

@@ -85,10 +85,49 @@ func asDescriptor(text string) *descriptorpb.FileDescriptorProto {
 	if proto.Unmarshal(b, fd) != nil || fd.GetName() == "" {
 		return nil
 	}
+	// Generated code's descriptors leave json_name out, where protoc's descriptor sets hold
+	// it; the compiler reads a missing one as the custom name "" (a clash between fields).
+	for _, m := range fd.MessageType {
+		fillJSONNames(m)
+	}
 	return fd
 }
 
+func fillJSONNames(m *descriptorpb.DescriptorProto) {
+	for _, f := range m.Field {
+		if f.JsonName == nil {
+			f.JsonName = proto.String(jsonName(f.GetName()))
+		}
+	}
+	for _, n := range m.NestedType {
+		fillJSONNames(n)
+	}
+}
+
+// jsonName is protoc's default JSON name of a field: lowerCamelCase, underscores dropped.
+func jsonName(name string) string {
+	b := make([]byte, 0, len(name))
+	upper := false
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '_':
+			upper = true
+		case upper && 'a' <= c && c <= 'z':
+			b = append(b, c-'a'+'A')
+			upper = false
+		default:
+			b = append(b, c)
+			upper = false
+		}
+	}
+	return string(b)
+}
+
 func (*protoCodec) format() Format { return Protobuf }
+
+// partial skips the check for proto2's required fields on decoding (two walks of every message
+// decoded, a quarter of the allocations, that proto3 has no use for); encoding keeps it.
+var partial = proto.UnmarshalOptions{AllowPartial: true}
 
 // message is the message the indexes pick: [1, 0] is the first message nested in the file's
 // second.
@@ -118,10 +157,10 @@ func (c *protoCodec) decode(payload []byte) ([]byte, error) {
 		return nil, err
 	}
 	m := dynamicpb.NewMessage(md)
-	if err := proto.Unmarshal(rest, m); err != nil {
+	if err := partial.Unmarshal(rest, m); err != nil {
 		return nil, &fault{reason: fmt.Sprintf("the bytes do not decode as %s", md.FullName()), err: err}
 	}
-	out, err := protojson.MarshalOptions{}.MarshalAppend(make([]byte, 0, 2*len(rest)+64), m)
+	out, err := protojson.MarshalOptions{AllowPartial: true}.MarshalAppend(make([]byte, 0, 2*len(rest)+64), m)
 	if err != nil {
 		return nil, &fault{reason: fmt.Sprintf("the decoded %s does not write as JSON", md.FullName()), err: err}
 	}

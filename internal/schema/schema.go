@@ -13,8 +13,8 @@
 // local-timestamp-* are the number of the unit since the epoch, date the days since the epoch,
 // time-millis/-micros the number of the unit since midnight, decimal its bytes (the two's
 // complement unscaled value, as bytes are written), uuid the string, duration its 12 fixed
-// bytes. Encoding takes the same form back (a union branch may also be given bare when only
-// one branch fits); a field left out takes the schema's default.
+// bytes. Encoding takes the same form back; a field left out takes the schema's default, and a
+// union value given bare goes to the first branch of its JSON kind.
 //
 // Protobuf values are written in the proto3 JSON mapping (protojson): fields by their JSON
 // (lowerCamelCase) name, fields at their default left out, 64-bit integers as strings, enums
@@ -22,6 +22,7 @@
 // JSON names and the proto names.
 //
 // JSON Schema values are the JSON itself, checked against the schema both ways.
+// docs/schema.md shows each mapping with examples.
 //
 // # Schemas and the cache
 //
@@ -29,8 +30,9 @@
 // an ID, an Avro record written with another schema is resolved to the pinned one (fields
 // added with a default are filled, removed ones dropped), so the script sees one shape.
 // Schemas by id are immutable and held for ever, up to CacheSize (the oldest is dropped
-// first); "the latest version of a subject" is trusted for CacheTTL. Concurrent calls for one
-// id fetch it once. A Registry is safe for concurrent use.
+// first); "the latest version of a subject" is trusted for CacheTTL, and so is the registry's
+// answer that it knows no such id (a topic of foreign records does not flood it). Concurrent
+// calls for one id fetch it once. A Registry is safe for concurrent use.
 package schema
 
 import (

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -28,7 +29,7 @@ type fake struct {
 	fetches map[string]int
 }
 
-func newFake(t *testing.T, s schema.Settings) *fake {
+func newFake(t testing.TB, s schema.Settings) *fake {
 	t.Helper()
 	f := &fake{Registry: srfake.New(), fetches: map[string]int{}}
 	t.Cleanup(f.Close)
@@ -53,7 +54,7 @@ func (f *fake) fetched(path string) int {
 	return f.fetches[path]
 }
 
-func (f *fake) register(t *testing.T, subject string, s sr.Schema) int {
+func (f *fake) register(t testing.TB, subject string, s sr.Schema) int {
 	t.Helper()
 	id, _, err := f.RegisterSchema(subject, s)
 	if err != nil {
@@ -96,21 +97,7 @@ func wire(id int, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-const orderAvsc = `{"type":"record","name":"Order","namespace":"shop","fields":[
-	{"name":"id","type":"long"},
-	{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
-	{"name":"day","type":{"type":"int","logicalType":"date"}},
-	{"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
-	{"name":"ref","type":{"type":"string","logicalType":"uuid"}},
-	{"name":"blob","type":"bytes"},
-	{"name":"tag","type":{"type":"fixed","name":"Tag","size":2}},
-	{"name":"note","type":["null","string","shop.Address"],"default":null},
-	{"name":"ship","type":{"type":"record","name":"Address","fields":[{"name":"zip","type":"string"},{"name":"lines","type":{"type":"array","items":"string"}}]}},
-	{"name":"state","type":{"type":"enum","name":"State","symbols":["NEW","PAID"]}},
-	{"name":"counts","type":{"type":"map","values":"int"}}
-]}`
-
-// orderJSON is an Order in the Avro JSON encoding: the union tagged, the bytes and fixed as
+// orderJSON is a testdata/order.avsc Order in the Avro JSON encoding: the union tagged, the bytes and fixed as
 // code points 0-255, the logical types as the types under them.
 const orderJSON = `{"id":7,"at":1700000000123,"day":19000,"price":"\u0001\u00e2","ref":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
 	"blob":"\u00ff\u0000a","tag":"ab","note":{"string":"leave at door"},"ship":{"zip":"00100","lines":["Main St 1"]},
@@ -120,8 +107,8 @@ const orderJSON = `{"id":7,"at":1700000000123,"day":19000,"price":"\u0001\u00e2"
 // encodes to the same bytes.
 func TestAvro(t *testing.T) {
 	f := newFake(t, schema.Settings{})
-	id := f.register(t, "orders-value", sr.Schema{Schema: orderAvsc})
-	s := avro.MustParse(orderAvsc)
+	id := f.register(t, "orders-value", sr.Schema{Schema: readTestdata(t, "order.avsc")})
+	s := avro.MustParse(readTestdata(t, "order.avsc"))
 	var v any
 	if err := s.DecodeJSON([]byte(orderJSON), &v); err != nil {
 		t.Fatal(err)
@@ -163,7 +150,7 @@ func TestAvro(t *testing.T) {
 // TestAvroDataErrors: each fault of the record is a *DataError naming the field and why.
 func TestAvroDataErrors(t *testing.T) {
 	f := newFake(t, schema.Settings{})
-	id := f.register(t, "orders-value", sr.Schema{Schema: orderAvsc})
+	id := f.register(t, "orders-value", sr.Schema{Schema: readTestdata(t, "order.avsc")})
 	c := schema.Codec{Format: schema.Avro}
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -296,7 +283,7 @@ func TestSubjects(t *testing.T) {
 // only after the TTL.
 func TestCache(t *testing.T) {
 	f := newFake(t, schema.Settings{CacheTTL: time.Hour})
-	id := f.register(t, "orders-value", sr.Schema{Schema: orderAvsc})
+	id := f.register(t, "orders-value", sr.Schema{Schema: readTestdata(t, "order.avsc")})
 	ctx := context.Background()
 	c := schema.Codec{Format: schema.Avro}
 	data, err := f.reg.Encode(ctx, "orders", false, c, []byte(orderJSON))
@@ -304,7 +291,7 @@ func TestCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	f2 := newFake(t, schema.Settings{})
-	f2.SeedSchema("orders-value", 1, id, sr.Schema{Schema: orderAvsc})
+	f2.SeedSchema("orders-value", 1, id, sr.Schema{Schema: readTestdata(t, "order.avsc")})
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for range 16 {
@@ -326,6 +313,32 @@ func TestCache(t *testing.T) {
 	}
 	if n := f.fetched("/subjects/orders-value/versions/latest"); n != 1 {
 		t.Errorf("4 encodes within the TTL asked for the latest version %d times; want 1", n)
+	}
+	// An unknown id is asked once within the TTL, however many records name it.
+	for range 3 {
+		_, err := f.reg.Decode(ctx, "orders", false, c, wire(77, []byte{2}))
+		dataErr(t, "Decode of an unknown id", err, "", "knows no schema id 77")
+	}
+	if n := f.fetched("/schemas/ids/77"); n != 1 {
+		t.Errorf("3 decodes of unknown id 77 asked the registry %d times; want 1", n)
+	}
+}
+
+// TestCacheSize: past CacheSize schemas the oldest is dropped, and fetched again when asked.
+func TestCacheSize(t *testing.T) {
+	f := newFake(t, schema.Settings{CacheSize: 1})
+	a := f.register(t, "a-value", sr.Schema{Schema: `"string"`})
+	b := f.register(t, "b-value", sr.Schema{Schema: `"long"`})
+	ctx := context.Background()
+	c := schema.Codec{Format: schema.Avro}
+	payload := map[int][]byte{a: {2, 'x'}, b: {2}} // "x", 1
+	for _, id := range []int{a, a, b, a} {
+		if _, err := f.reg.Decode(ctx, "x", false, c, wire(id, payload[id])); err != nil {
+			t.Fatalf("Decode of id %d: %v", id, err)
+		}
+	}
+	if n := f.fetched(fmt.Sprintf("/schemas/ids/%d", a)); n != 2 {
+		t.Errorf("with room for 1 schema, decodes of ids a, a, b, a fetched a %d times; want 2", n)
 	}
 }
 
@@ -407,5 +420,24 @@ func TestAuth(t *testing.T) {
 	_, err = wrong.Decode(ctx, "users", false, c, wire(id, []byte{2, 'a'}))
 	if err == nil || errors.Is(err, schema.ErrUnavailable) || !strings.Contains(err.Error(), "MILLRACE_SCHEMA_REGISTRY_USERNAME") {
 		t.Errorf("Decode with refused credentials: err = %v; want one naming the credentials' settings", err)
+	}
+}
+
+// TestAvroReferences: a schema naming a type another subject defines compiles with it.
+func TestAvroReferences(t *testing.T) {
+	f := newFake(t, schema.Settings{})
+	f.register(t, "shop.Money", sr.Schema{Schema: `{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":{"type":"long","logicalType":"timestamp-millis"}}]}`})
+	id := f.register(t, "pay-value", sr.Schema{Schema: `{"type":"record","name":"Pay","namespace":"shop","fields":[{"name":"amount","type":"shop.Money"}]}`,
+		References: []sr.SchemaReference{{Name: "shop.Money", Subject: "shop.Money", Version: 1}}})
+	ctx := context.Background()
+	c := schema.Codec{Format: schema.Avro}
+	got, err := f.reg.Decode(ctx, "pay", false, c, wire(id, []byte{0x04}))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	sameJSON(t, "Decode", got, `{"amount":{"cents":2}}`)
+	enc, err := f.reg.Encode(ctx, "pay", false, c, got)
+	if err != nil || !bytes.Equal(enc, wire(id, []byte{0x04})) {
+		t.Errorf("Encode(%s) = %x, %v; want %x", got, enc, err, wire(id, []byte{0x04}))
 	}
 }
