@@ -100,12 +100,15 @@ func configFault(err error) bool {
 }
 
 // withRegistry calls f, and again with exponential backoff while the registry does not
-// answer, for up to RegistryRetryFor or until the conversation ends. The first call costs
-// nothing more than f.
+// answer, for up to RegistryRetryFor or until the conversation ends (unless it gave up within
+// the last RegistryRetryFor: then at once). The first call costs nothing more than f.
 func (c *conversation) withRegistry(f func() error) error {
 	err := f()
 	if err == nil || !errors.Is(err, schema.ErrUnavailable) {
 		return err
+	}
+	if t := c.s.registryGaveUp.Load(); t != 0 && time.Since(time.Unix(0, t)) < c.s.opts.RegistryRetryFor {
+		return err // given up on moments ago: this batch fails at once, and is redelivered
 	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
@@ -122,6 +125,9 @@ func (c *conversation) withRegistry(f func() error) error {
 	}, backoff.WithContext(b, c.ctx))
 	if retryErr == nil {
 		return nil
+	}
+	if errors.Is(last, schema.ErrUnavailable) {
+		c.s.registryGaveUp.Store(time.Now().UnixNano())
 	}
 	return last
 }

@@ -32,17 +32,18 @@ const (
 
 // registry is an srfake registry on 127.0.0.1 with the subjects seeded, and the client of it.
 type registry struct {
-	fake *srfake.Registry
-	reg  *schema.Registry
-	down atomic.Bool // the registry answers 503 while set
+	fake     *srfake.Registry
+	reg      *schema.Registry
+	down     atomic.Bool // the registry answers 503 while set
+	subjects atomic.Bool // the registry answers 503 to requests about subjects while set
 }
 
 func newRegistry(t *testing.T, subjects map[string]string) *registry {
 	t.Helper()
 	r := &registry{fake: srfake.New()}
 	t.Cleanup(r.fake.Close)
-	r.fake.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
-		if r.down.Load() {
+	r.fake.Intercept(func(w http.ResponseWriter, req *http.Request) bool {
+		if r.down.Load() || r.subjects.Load() && strings.HasPrefix(req.URL.Path, "/subjects/") {
 			http.Error(w, `{"error_code":50301,"message":"down for the test"}`, http.StatusServiceUnavailable)
 			return true
 		}
@@ -250,4 +251,37 @@ func TestREADMERegistryEnv(t *testing.T) {
 			t.Errorf("README: default of %s is %s; the settings' is %s", v.Name, got, v.Default)
 		}
 	}
+}
+
+// TestRegistryDownOnEncode: when the registry answers for the input's schema id but not for
+// the outlet's subject, the emit cannot be encoded: the batch is failed after the retries,
+// the record is not dead-lettered (it is not the record's fault), and a registry-failed event
+// names it.
+func TestRegistryDownOnEncode(t *testing.T) {
+	r := newRegistry(t, map[string]string{"in-topic-value": listingAvsc, "out-topic-value": scoreAvsc})
+	good := r.encode(t, "in-topic", `{"id":"l-5","rooms":2}`)
+	reg, err := schema.New(schema.Settings{URLs: []string{r.fake.URL()}, Timeout: time.Second}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got events
+	b := startBridge(t, "t --in in=x.v1 --out out=y.v1 --out dlq=x.v1 --dead-letter dlq --decode in=avro --encode out=avro", func(o *bridge.Options) {
+		o.Registry, o.Events, o.RegistryRetryFor = reg, got.add, 300*time.Millisecond
+	})
+	s := dial(t, b.addr)
+	s.start(b, "c", 0)
+	r.subjects.Store(true)
+	s.batch(1, 0, rec(1, nil, good), rec(2, nil, good))
+	a := s.wait(1)
+	if a.fail == nil || len(a.emits) != 0 {
+		t.Fatalf("answer = %v; want Fail and no dead letter", a)
+	}
+	if ev, ok := got.record(bridge.EventRegistryFailed, "in-topic/0/1"); !ok || !errors.Is(ev.Err, schema.ErrUnavailable) {
+		t.Errorf("registry-failed of in-topic/0/1 = %+v (found %v); want it wrapping schema.ErrUnavailable", ev, ok)
+	}
+	if evs := got.of(bridge.EventRecordDeadLettered); len(evs) != 0 {
+		t.Errorf("record-dead-lettered events = %+v; want none", evs)
+	}
+	expectEOF(t, s.stop())
+	s.check()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -86,6 +87,10 @@ type Server struct {
 	spec   *flowv1.Spec
 	dec    map[string]portCodecs // inlet → its codecs; nil when no inlet is encoded
 	enc    map[string]portCodecs // outlet → its codecs; nil when no outlet is encoded
+	// registryGaveUp is when withRegistry last gave up on the registry (unix ns, 0: never):
+	// for RegistryRetryFor after it, a registry that does not answer fails at once, so that
+	// the records after the first of a batch do not each wait the whole retry again.
+	registryGaveUp atomic.Int64
 
 	mu          sync.Mutex
 	current     *conversation
