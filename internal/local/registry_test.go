@@ -170,6 +170,31 @@ func TestFixtureRoundTrip(t *testing.T) {
 	if err != nil || rep.Pass || len(rep.Files) != 1 || !strings.Contains(rep.Files[0].Error, "fixtures/basic.in.jsonl:1: the payload does not fit inlet listings's schema") {
 		t.Fatalf("RunFixtures of a misfit input = %+v, %v; want its file failed naming the line", rep, err)
 	}
+	// an outlet schema the emits do not fit: band a number, not an enum's name
+	misfit := t.TempDir()
+	if err := os.CopyFS(misfit, os.DirFS("../../actions/price-band")); err != nil {
+		t.Fatal(err)
+	}
+	proto, err := os.ReadFile(filepath.Join(misfit, "schemas/bands.proto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(misfit, "schemas/bands.proto"), []byte(strings.Replace(string(proto), "Band band = 5;", "int32 band = 5;", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := actiondir.Load(misfit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt3, stop3, err := local.FixtureRoundTrip(m, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	rep, err = conformance.RunFixtures(ctx, m.Conformance("test"), conformance.FixtureOptions{RoundTrip: rt3})
+	if err != nil || rep.Pass || len(rep.Files) != 1 || len(rep.Files[0].Failures) != 3 || !strings.Contains(string(rep.Files[0].Failures[0].Got), `"outcome":"error","retryable":false,"message":"emit 1 to outlet \"bands\" does not fit its schema`) {
+		t.Fatalf("RunFixtures with emits that do not fit = %+v, %v; want the three emitting items answered with the non-retryable error", rep, err)
+	}
 	plain, err := actiondir.Load("../../actions/drop-debug")
 	if err != nil {
 		t.Fatal(err)
