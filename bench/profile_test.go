@@ -120,10 +120,11 @@ func serveBridgeRole(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	port, err := bridge.PortFromEnv(os.Getenv)
+	bcfg, err := bridge.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
+	port := bcfg.Port
 	return bridge.ListenAndServe(ctx, port, bridge.Options{Action: a, Version: version, Logger: logger}, nil)
 }
 
@@ -135,10 +136,11 @@ func serveNativeRole(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := bridge.PortFromEnv(os.Getenv)
+	bcfg, err := bridge.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
+	port := bcfg.Port
 	lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return fmt.Errorf("the native streamlet cannot listen on port %d: %w", port, err)

@@ -365,12 +365,12 @@ func (nativeStreamlet) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flo
 
 // runNative serves the native streamlet on FLOW_PROCESS_PORT until SIGTERM.
 func runNative() int {
-	port, err := bridge.PortFromEnv(os.Getenv)
+	cfg, err := bridge.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	lis, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(cfg.Port))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -11,7 +11,8 @@
 // is answered with its records' emits in record order and then Ack, or with Fail.
 //
 // [ListenAndServe] is the process: the services on loopback, the Prometheus metrics when the
-// line asks for them, a graceful stop. The constants the sidecar shares with it (port, message
+// line asks for them, a graceful stop. [ConfigFromEnv] reads its deploy settings, every one
+// listed with its default in [Settings]. The constants the sidecar shares with it (port, message
 // limit, stop bound, FLOW_* names) are package protocol's.
 //
 // Where the specs are silent, the bridge decides as the README's "The action config line"

@@ -2,10 +2,6 @@ package bridge_test
 
 import (
 	"fmt"
-	"os"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge"
@@ -58,34 +54,6 @@ func TestHeldOutputBudget(t *testing.T) {
 	t.Logf("peak held %.1f MiB for a %d MiB budget (%d MiB of output in all)", float64(budget.Peak())/(1<<20), limit>>20, partitions*records*outputs*kib>>10)
 	expectEOF(t, s.stop())
 	s.check()
-}
-
-// TestREADMEBridgeEnv: the README's table of the bridge's environment shows the defaults.
-func TestREADMEBridgeEnv(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
-		bridge.EnvMaxHeldMiB: "`" + strconv.Itoa(bridge.DefaultMaxHeldBytes>>20) + "`",
-	}
-	for name, def := range want {
-		re := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(name) + "` \\| ([^|]+) \\|")
-		m := re.FindSubmatch(readme)
-		if m == nil || strings.TrimSpace(string(m[1])) != def {
-			t.Errorf("README: the row of %s = %q; want its default %s", name, m, def)
-		}
-	}
-	b, err := bridge.BudgetFromEnv(func(string) string { return "" })
-	if err != nil || b.Limit() != bridge.DefaultMaxHeldBytes {
-		t.Errorf("BudgetFromEnv(unset) = %v, %v; want the default", b.Limit(), err)
-	}
-	if b, err := bridge.BudgetFromEnv(func(string) string { return "3" }); err != nil || b.Limit() != 3<<20 {
-		t.Errorf("BudgetFromEnv(3) = %v, %v; want 3 MiB", b.Limit(), err)
-	}
-	if _, err := bridge.BudgetFromEnv(func(string) string { return "lots" }); err == nil || !strings.Contains(err.Error(), bridge.EnvMaxHeldMiB) {
-		t.Errorf("BudgetFromEnv(lots) = %v; want an error naming %s", err, bridge.EnvMaxHeldMiB)
-	}
 }
 
 // TestReplayGenerationKeys: the bridge's replay generation is part of each item's

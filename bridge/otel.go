@@ -21,9 +21,9 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// The standard OpenTelemetry variables the bridge reads to decide whether it exports spans;
-// the exporter reads the rest of OTEL_EXPORTER_OTLP_* (headers, timeout, TLS, compression),
-// and the SDK OTEL_TRACES_SAMPLER*, OTEL_BSP_*, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES,
+// The standard OpenTelemetry variables the bridge reads to decide whether it exports spans
+// (readSpanExport, config.go); the exporter reads the rest of OTEL_EXPORTER_OTLP_* (headers,
+// timeout, TLS, compression), and the SDK OTEL_TRACES_SAMPLER*, OTEL_BSP_*, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES,
 // from the process's environment.
 const (
 	envOTelDisabled       = "OTEL_SDK_DISABLED"
@@ -48,34 +48,12 @@ type Tracer struct {
 	action string
 }
 
-// NewTracer returns the Tracer the standard OTEL_* variables ask for, read through getenv, or
-// nil when they ask for none: no OTEL_EXPORTER_OTLP_ENDPOINT nor
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true. A
-// setting the bridge cannot honour (another exporter, the grpc protocol) is an error naming
-// it. Export errors are logged on log. The service name is the action's unless
+// NewTracer returns a Tracer exporting over OTLP/HTTP as the standard OTEL_* variables of the
+// process's environment say (the endpoint, headers, timeout, TLS, compression, sampler and
+// batching); build one only when [Config].ExportSpans (or [SpanExportFromEnv]) says they ask
+// for export. Export errors are logged on log. The service name is the action's unless
 // OTEL_SERVICE_NAME says otherwise. Shutdown flushes what is buffered.
-func NewTracer(ctx context.Context, getenv func(string) string, action, version string, log *slog.Logger) (*Tracer, error) {
-	if strings.EqualFold(strings.TrimSpace(getenv(envOTelDisabled)), "true") {
-		return nil, nil
-	}
-	if getenv(envOTelEndpoint) == "" && getenv(envOTelTracesEndpoint) == "" {
-		return nil, nil
-	}
-	switch exp := strings.TrimSpace(getenv(envOTelExporter)); exp {
-	case "", "otlp":
-	case "none":
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("bridge: %s=%s: the bridge exports spans over OTLP only; set it to otlp, or to none to export nothing", envOTelExporter, exp)
-	}
-	for _, name := range []string{envOTelTracesProtocol, envOTelProtocol} {
-		if p := strings.TrimSpace(getenv(name)); p != "" {
-			if p != "http/protobuf" {
-				return nil, fmt.Errorf("bridge: %s=%s: the bridge exports spans over OTLP/HTTP with protobuf only; set it to http/protobuf (or leave it unset) and point the endpoint at the collector's HTTP port (4318)", name, p)
-			}
-			break // the traces variable wins over the general one
-		}
-	}
+func NewTracer(ctx context.Context, action, version string, log *slog.Logger) (*Tracer, error) {
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: the OTLP/HTTP span exporter (%s): %w", envOTelEndpoint, err)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,7 +96,7 @@ func TestSpanExport(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.srv.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "3600000") // only the shutdown's flush sends them
 	t.Setenv("OTEL_SERVICE_NAME", "")
-	tr, err := bridge.NewTracer(context.Background(), os.Getenv, "t", "test", slog.New(slog.DiscardHandler))
+	tr, err := bridge.NewTracer(context.Background(), "t", "test", slog.New(slog.DiscardHandler))
 	if err != nil || tr == nil {
 		t.Fatalf("NewTracer with an endpoint = %v, %v; want a Tracer", tr, err)
 	}
@@ -175,43 +174,5 @@ func TestSpanExport(t *testing.T) {
 	if failed.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || !strings.Contains(failed.GetStatus().GetMessage(), "not yet") ||
 		done.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR || attrs(failed.GetAttributes())["millrace.retry"] != "true" {
 		t.Errorf("statuses: failed %v, done %v; want an error with the action's message, then none", failed.GetStatus(), done.GetStatus())
-	}
-}
-
-// TestNewTracerConfig: export is off unless an OTLP endpoint is set, and a setting the bridge
-// cannot honour is an error naming it.
-func TestNewTracerConfig(t *testing.T) {
-	const ep = "http://127.0.0.1:1"
-	tests := []struct {
-		name    string
-		env     map[string]string
-		on      bool
-		wantErr string
-	}{
-		{"nothing set", nil, false, ""},
-		{"endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep}, true, ""},
-		{"traces endpoint", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ep + "/v1/traces"}, true, ""},
-		{"disabled", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_SDK_DISABLED": "true"}, false, ""},
-		{"exporter none", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_TRACES_EXPORTER": "none"}, false, ""},
-		{"exporter zipkin", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_TRACES_EXPORTER": "zipkin"}, false, "OTEL_TRACES_EXPORTER=zipkin"},
-		{"grpc", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, false, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"},
-		{"traces protocol wins", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, true, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tr, err := bridge.NewTracer(context.Background(), func(k string) string { return tt.env[k] }, "t", "test", slog.New(slog.DiscardHandler))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("NewTracer(%v) = %v; want an error naming %s", tt.env, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || (tr != nil) != tt.on {
-				t.Fatalf("NewTracer(%v) = %v, %v; want on %v", tt.env, tr, err, tt.on)
-			}
-			if err := tr.Shutdown(context.Background()); err != nil {
-				t.Errorf("Shutdown = %v", err)
-			}
-		})
 	}
 }

@@ -24,7 +24,7 @@ var (
 	descOutputHeld = prometheus.NewDesc("millrace_output_held_bytes",
 		"Bytes of the action's output the bridge holds: staged by deliveries in flight, or settled and not yet sent on the stream (the held-output budget's use).", nil, nil)
 	descOutputBudget = prometheus.NewDesc("millrace_output_budget_bytes",
-		"The held-output budget (MILLRACE_BRIDGE_MAX_HELD_MIB): while the output held reaches it, no item is written to the action.", nil, nil)
+		"The held-output budget (MILLRACE_BRIDGE_MAX_HELD_BYTES): while the output held reaches it, no item is written to the action.", nil, nil)
 )
 
 // poolCollector exports the load of the live conversation's pool (engine.Pool.Stats) and the

@@ -37,19 +37,6 @@ func TestBytesOfBadBase64(t *testing.T) {
 	}
 }
 
-// TestReplayGenerationFromEnv: FLOW_REPLAY_GENERATION is a whole number, 0 when unset.
-func TestReplayGenerationFromEnv(t *testing.T) {
-	if got, err := ReplayGenerationFromEnv(func(string) string { return "" }); got != 0 || err != nil {
-		t.Errorf("ReplayGenerationFromEnv(unset) = %d, %v; want 0", got, err)
-	}
-	if got, err := ReplayGenerationFromEnv(func(string) string { return "7" }); got != 7 || err != nil {
-		t.Errorf("ReplayGenerationFromEnv(7) = %d, %v; want 7", got, err)
-	}
-	if _, err := ReplayGenerationFromEnv(func(string) string { return "-1" }); err == nil || !strings.Contains(err.Error(), EnvReplayGeneration) {
-		t.Errorf("ReplayGenerationFromEnv(-1) = %v; want an error naming %s", err, EnvReplayGeneration)
-	}
-}
-
 // FuzzSizeBound checks that the cheap bound is never below the exact size of an Emit.
 func FuzzSizeBound(f *testing.F) {
 	f.Add("out", []byte("k"), []byte(`{"a":1}`), "h", []byte("v"), uint64(1))

@@ -5,44 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/schema"
+	"github.com/ankka-flow/millrace/internal/settings"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// ErrNoRegistry is returned by NewServer (and RegistryFromEnv) for an action that declares a
+// ErrNoRegistry is returned by NewServer (and RegistryFor) for an action that declares a
 // registry-encoded port (--decode, --encode) when no schema registry is given.
 var ErrNoRegistry = errors.New("bridge: the action declares registry-encoded ports (--decode/--encode) and no schema registry is set: set " + EnvSchemaRegistryURL)
 
 // EnvSchemaRegistryURL is the variable of the schema registry's URLs; its siblings
-// (MILLRACE_SCHEMA_REGISTRY_*: credentials, TLS, timeout, cache) are package schema's.
+// (MILLRACE_SCHEMA_REGISTRY_*: credentials, TLS, timeout, cache) are package schema's, rows of
+// [Settings] all the same.
 const EnvSchemaRegistryURL = "MILLRACE_SCHEMA_REGISTRY_URL"
 
 // DefaultRegistryRetryFor is how long the bridge retries a schema registry that does not
 // answer before it fails the batch (Options.RegistryRetryFor).
 const DefaultRegistryRetryFor = 30 * time.Second
 
-// RegistryFromEnv returns the schema registry client the MILLRACE_SCHEMA_REGISTRY_* variables
-// set, read through getenv, for [Options].Registry: nil when the action declares no encoded
-// port (the variables are then not read), an error wrapping [ErrNoRegistry] when it does and
-// no URL is set, and an error naming every bad variable.
-func RegistryFromEnv(getenv func(string) string, a *Action, log *slog.Logger) (*schema.Registry, error) {
+// registrySettings are the rows of [Settings] that package schema reads (SettingsFromEnv).
+func registrySettings() []settings.Var {
+	vars := make([]settings.Var, len(schema.Vars))
+	for i, v := range schema.Vars {
+		def := v.Default
+		if def == "none" {
+			def = "—"
+		}
+		vars[i] = settings.Var{Name: v.Name, Default: def, Meaning: v.Help + "; read for the ports of --decode/--encode"}
+	}
+	return vars
+}
+
+// RegistryFor returns the schema registry client of s ([Config].SchemaRegistry) for a, for
+// [Options].Registry: nil when a declares no encoded port (nothing is contacted), an error
+// wrapping [ErrNoRegistry] when it does and s has no URL.
+func RegistryFor(s schema.Settings, a *Action, log *slog.Logger) (*schema.Registry, error) {
 	if !a.Encoded() {
 		return nil, nil
-	}
-	var probs []error
-	s := schema.SettingsFromEnv(getenv, os.ReadFile, func(format string, args ...any) {
-		probs = append(probs, fmt.Errorf(format, args...))
-	})
-	if err := errors.Join(probs...); err != nil {
-		return nil, fmt.Errorf("bridge: schema registry settings: %w", err)
 	}
 	if len(s.URLs) == 0 {
 		return nil, ErrNoRegistry

@@ -6,8 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"regexp"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,7 +95,8 @@ func errorHeader(e *flowv1.Emit) string {
 }
 
 // TestEncodedNeedsRegistry: an action with an encoded port and no registry does not start,
-// with the variable to set; a plain action reads no registry variable.
+// with the variable to set; the bridge's settings read the registry's (every bad value named);
+// a plain action gets no registry, whatever they say.
 func TestEncodedNeedsRegistry(t *testing.T) {
 	a, err := actionconf.ParseString(`t --in in=x.v1 --decode in=avro -- prog`)
 	if err != nil {
@@ -105,16 +105,31 @@ func TestEncodedNeedsRegistry(t *testing.T) {
 	if _, err := bridge.NewServer(bridge.Options{Action: a}); !errors.Is(err, bridge.ErrNoRegistry) || !strings.Contains(err.Error(), bridge.EnvSchemaRegistryURL) {
 		t.Errorf("NewServer(encoded, no registry) = %v; want ErrNoRegistry naming %s", err, bridge.EnvSchemaRegistryURL)
 	}
-	if _, err := bridge.RegistryFromEnv(func(string) string { return "" }, a, nil); !errors.Is(err, bridge.ErrNoRegistry) {
-		t.Errorf("RegistryFromEnv(encoded, no URL) = %v; want ErrNoRegistry", err)
+	cfg, err := bridge.ConfigFromEnv(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bridge.RegistryFor(cfg.SchemaRegistry, a, nil); !errors.Is(err, bridge.ErrNoRegistry) {
+		t.Errorf("RegistryFor(encoded, no URL) = %v; want ErrNoRegistry", err)
+	}
+	env := map[string]string{bridge.EnvSchemaRegistryURL: "http://127.0.0.1:8081"}
+	cfg, err = bridge.ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil || !reflect.DeepEqual(cfg.SchemaRegistry.URLs, []string{"http://127.0.0.1:8081"}) {
+		t.Fatalf("ConfigFromEnv(%v) = %+v, %v; want the registry's URL", env, cfg, err)
+	}
+	if reg, err := bridge.RegistryFor(cfg.SchemaRegistry, a, nil); reg == nil || err != nil {
+		t.Errorf("RegistryFor(encoded, a URL) = %v, %v; want a client", reg, err)
 	}
 	plain, err := actionconf.ParseString(`t --in in=x.v1 -- prog`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := false
-	if reg, err := bridge.RegistryFromEnv(func(string) string { read = true; return "" }, plain, nil); reg != nil || err != nil || read {
-		t.Errorf("RegistryFromEnv(plain) = %v, %v (read the environment: %v); want nothing read", reg, err, read)
+	if reg, err := bridge.RegistryFor(cfg.SchemaRegistry, plain, nil); reg != nil || err != nil {
+		t.Errorf("RegistryFor(plain) = %v, %v; want none", reg, err)
+	}
+	env["MILLRACE_SCHEMA_REGISTRY_TIMEOUT"] = "soon"
+	if _, err := bridge.ConfigFromEnv(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "MILLRACE_SCHEMA_REGISTRY_TIMEOUT") {
+		t.Errorf("ConfigFromEnv(a bad timeout) = %v; want an error naming MILLRACE_SCHEMA_REGISTRY_TIMEOUT", err)
 	}
 }
 
@@ -231,26 +246,6 @@ func TestRegistryDown(t *testing.T) {
 	}
 	expectEOF(t, s.stop())
 	s.check()
-}
-
-// TestREADMERegistryEnv: the README's table of the bridge's environment has a row for each
-// schema registry variable, with its default.
-func TestREADMERegistryEnv(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range schema.Vars {
-		re := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(v.Name) + "` \\| ([^|]+) \\|")
-		m := re.FindSubmatch(readme)
-		if m == nil {
-			t.Errorf("README: no row for %s in the bridge's environment", v.Name)
-			continue
-		}
-		if got := strings.Trim(strings.TrimSpace(string(m[1])), "`"); got != v.Default {
-			t.Errorf("README: default of %s is %s; the settings' is %s", v.Name, got, v.Default)
-		}
-	}
 }
 
 // TestRegistryDownOnEncode: when the registry answers for the input's schema id but not for

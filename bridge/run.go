@@ -10,22 +10,7 @@ import (
 	"sync"
 
 	"github.com/ankka-flow/millrace/protocol"
-	"github.com/ankka-flow/millrace/stdio/engine"
 )
-
-// PortFromEnv returns the port in FLOW_PROCESS_PORT, read through getenv, or protocol.ProcessPort (9010) when
-// it is unset.
-func PortFromEnv(getenv func(string) string) (int, error) {
-	s := getenv(protocol.EnvProcessPort)
-	if s == "" {
-		return protocol.ProcessPort, nil
-	}
-	port, err := strconv.Atoi(s)
-	if err != nil || port < 1 || port > 65535 {
-		return 0, fmt.Errorf("bridge: %s=%q is not a port number from 1 to 65535", protocol.EnvProcessPort, s)
-	}
-	return port, nil
-}
 
 // ListenAndServe runs the bridge of opts.Action until ctx ends: the streamlet services on
 // 127.0.0.1:port (loopback only), and, when the action's --metrics names an address, the
@@ -81,44 +66,4 @@ func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr
 	stopMetrics()
 	wg.Wait()
 	return err
-}
-
-// EnvMaxHeldMiB is the environment variable that sets the bridge's budget of held output, in
-// MiB: the emit lines its processes staged and it has not yet sent, across every
-// conversation. Unset: DefaultMaxHeldBytes.
-const EnvMaxHeldMiB = "MILLRACE_BRIDGE_MAX_HELD_MIB"
-
-// DefaultMaxHeldBytes is the bridge's budget of held output when EnvMaxHeldMiB is unset: 64 MiB.
-const DefaultMaxHeldBytes = 64 << 20
-
-// BudgetFromEnv returns the budget of held output EnvMaxHeldMiB sets, read through getenv
-// (DefaultMaxHeldBytes when it is unset), for [Options].Budget.
-func BudgetFromEnv(getenv func(string) string) (*engine.Budget, error) {
-	s := getenv(EnvMaxHeldMiB)
-	if s == "" {
-		return engine.NewBudget(DefaultMaxHeldBytes), nil
-	}
-	mib, err := strconv.Atoi(s)
-	if err != nil || mib < 1 || mib > 1<<20 {
-		return nil, fmt.Errorf("bridge: %s=%q is not a whole number of MiB from 1 to 1048576 (default %d)", EnvMaxHeldMiB, s, DefaultMaxHeldBytes>>20)
-	}
-	return engine.NewBudget(int64(mib) << 20), nil
-}
-
-// EnvReplayGeneration is the environment variable of the replay generation, a whole number
-// the operator bumps before a deliberate replay (`millrace replay`); see [IdempotencyKeyAt].
-const EnvReplayGeneration = "FLOW_REPLAY_GENERATION"
-
-// ReplayGenerationFromEnv returns the replay generation in EnvReplayGeneration, read through
-// getenv (0 when it is unset), for [Options].ReplayGeneration.
-func ReplayGenerationFromEnv(getenv func(string) string) (uint64, error) {
-	s := getenv(EnvReplayGeneration)
-	if s == "" {
-		return 0, nil
-	}
-	gen, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bridge: %s=%q is not a whole number from 0 (the default: the keys of no replay) up; bump it by one for each deliberate replay", EnvReplayGeneration, s)
-	}
-	return gen, nil
 }

@@ -46,7 +46,7 @@ type Options struct {
 	// (default: the engine's).
 	ShutdownGrace time.Duration
 	// Budget bounds the output the bridge holds, staged by the action and not yet sent, across
-	// every conversation (default: DefaultMaxHeldBytes; see [BudgetFromEnv]). While it is
+	// every conversation (default: DefaultMaxHeldBytes; see [Config].MaxHeldBytes). While it is
 	// full the bridge writes no item to its processes.
 	Budget *engine.Budget
 	// ReplayGeneration is part of every idempotencyKey (see [actionconf.IdempotencyKeyAt]): 0

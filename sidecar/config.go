@@ -13,39 +13,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 	"github.com/ankka-flow/millrace/sidecar/kube"
-)
-
-// Defaults of the deploy configuration; the README's table of FLOW_* variables repeats them.
-const (
-	defaultProcessPort       = protocol.ProcessPort
-	defaultSidecarPort       = protocol.SidecarPort
-	DefaultBatchMaxRecords   = 100
-	DefaultBatchMaxBytes     = 1 << 20
-	DefaultMaxMessageBytes   = protocol.MaxMessageBytes
-	DefaultReadinessFile     = "/tmp/flow-sidecar-ready"
-	defaultStallWarningAfter = 5 * time.Minute
-	defaultShutdownTimeout   = protocol.StopTimeout
-	// DefaultMaxBatchEmitBytes holds one record of a heavy fan-out action (60 outputs of
-	// 512 KiB, 30 MiB) and DefaultMaxHeldEmitBytes about two of them in all: with one batch per
-	// partition in flight on top, that fan-out over 4 partitions peaks at 190–400 MiB of RSS
-	// (e2e TestFanOutMemoryBounded), under a 512 MiB pod.
-	DefaultMaxBatchEmitBytes = 32 << 20
-	DefaultMaxHeldEmitBytes  = 64 << 20
-	// defaultSessionTimeout is Kafka's own default (session.timeout.ms since 3.0): with
-	// static membership it is how long a pod that is gone for good keeps its partitions.
-	defaultSessionTimeout = 45 * time.Second
-	// DefaultCommitInterval is how often confirmed offsets are committed (FLOW_COMMIT_INTERVAL),
-	// Kafka Streams' commit.interval.ms in exactly-once mode: a round is about 100 records on a
-	// busy partition, so committing each costs a request (or a transaction) per 100 records,
-	// while a crash redelivers at most this long's confirmed work.
-	DefaultCommitInterval = 100 * time.Millisecond
-	// CommitEveryRound as Config.CommitInterval commits after every round
-	// (FLOW_COMMIT_INTERVAL=0).
-	CommitEveryRound time.Duration = -1
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
@@ -53,9 +25,10 @@ const (
 const batchOverhead = 1024
 
 // Config is the sidecar's deploy configuration. ConfigFromEnv builds it from FLOW_* variables;
-// tests may build one by hand. A zero field takes the default [New] gives it (batch limits,
-// message limit, timeouts, emit budgets, the spec's backoffs, the group); a nil Events logs
-// stall warnings without posting them.
+// tests and `millrace run` may build one by hand, and then a zero field takes its default from
+// the one table in settings.go (batch limits, message limit, timeouts, emit budgets, the spec's
+// backoffs, the group) when New is given it; a nil Events logs stall warnings without posting
+// them.
 type Config struct {
 	Brokers        []string
 	Pipeline       string
@@ -70,8 +43,8 @@ type Config struct {
 	ConfigValues      map[string]string
 	ConsumerGroup     string
 	ProcessPort       int
-	SidecarPort       int // reserved for a later minor version; never bound
-	ReadinessFile     string
+	SidecarPort       int    // reserved for a later minor version; never bound
+	ReadinessFile     string // written once a conversation is open; empty (by hand) writes none
 	StallWarningAfter time.Duration
 	MaxMessageBytes   int
 	ShutdownTimeout   time.Duration
@@ -107,7 +80,8 @@ type Config struct {
 	// SidecarVersion goes to the process in SidecarInfo.
 	SidecarVersion string
 	// DiscoveryBackoff and FailureBackoff pace retries; zero fields take the spec's values
-	// (500 ms doubling to 10 s, and 500 ms doubling to 30 s).
+	// (defaultDiscoveryBackoff, 500 ms doubling to 10 s, and defaultFailureBackoff, 500 ms
+	// doubling to 30 s).
 	DiscoveryBackoff Backoff
 	FailureBackoff   Backoff
 	// Delivery is AtLeastOnce (the zero value) or ExactlyOnce (FLOW_DELIVERY).
@@ -159,9 +133,10 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	if readFile == nil {
 		readFile = os.ReadFile
 	}
-	var problems []string
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	c := &Config{}
+	r := settings.NewReader(getenv)
+	bad := r.Badf
+	d := defaultConfig()
+	c := &d
 
 	for _, b := range strings.Split(getenv("FLOW_BROKERS"), ",") {
 		if b = strings.TrimSpace(b); b == "" {
@@ -173,19 +148,19 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		}
 		c.Brokers = append(c.Brokers, b)
 	}
-	if len(c.Brokers) == 0 && strings.TrimSpace(getenv("FLOW_BROKERS")) == "" {
+	if _, ok := r.Lookup("FLOW_BROKERS"); !ok {
 		bad("FLOW_BROKERS is missing: set it to the Kafka bootstrap brokers, host:port separated by commas")
 	}
-	c.Pipeline = strings.TrimSpace(getenv("FLOW_PIPELINE"))
+	c.Pipeline, _ = r.Lookup("FLOW_PIPELINE")
 	if c.Pipeline == "" {
 		bad("FLOW_PIPELINE is missing: set it to the pipeline's name")
 	}
-	c.Streamlet = strings.TrimSpace(getenv("FLOW_STREAMLET"))
+	c.Streamlet, _ = r.Lookup("FLOW_STREAMLET")
 	if c.Streamlet == "" {
 		bad("FLOW_STREAMLET is missing: set it to the streamlet's name in the pipeline")
 	}
 
-	c.DescriptorPath = getenv("FLOW_DESCRIPTOR")
+	c.DescriptorPath, _ = r.Lookup("FLOW_DESCRIPTOR")
 	if c.DescriptorPath == "" {
 		bad("FLOW_DESCRIPTOR is missing: set it to the path of the deployed descriptor.json")
 	} else if data, err := readFile(c.DescriptorPath); err != nil {
@@ -214,23 +189,9 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	outTopics := parseBindings("FLOW_OUTLETS", getenv("FLOW_OUTLETS"), declaredOut, c.Deployed != nil, bad)
 	topicOf := map[string]string{}
 	for _, port := range declaredIn {
-		in := Inlet{Port: port, Topic: inTopics[port], MaxRecords: DefaultBatchMaxRecords, MaxBytes: DefaultBatchMaxBytes}
-		env := "FLOW_INLET_" + envName(port) + "_BATCH_MAX_RECORDS"
-		if s := getenv(env); s != "" {
-			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < 1 {
-				bad("%s=%s is not a whole number of records of at least 1", env, s)
-			} else {
-				in.MaxRecords = n
-			}
-		}
-		env = "FLOW_INLET_" + envName(port) + "_BATCH_MAX_BYTES"
-		if s := getenv(env); s != "" {
-			if n, err := parseSize(s); err != nil || n < 1 {
-				bad("%s=%s is not a size of at least 1 byte (write e.g. 1048576, 512Ki or 1Mi)", env, s)
-			} else {
-				in.MaxBytes = int(n)
-			}
-		}
+		in := defaultInlet(port, inTopics[port])
+		in.MaxRecords = r.Int("FLOW_INLET_"+envName(port)+"_BATCH_MAX_RECORDS", in.MaxRecords, 1)
+		in.MaxBytes = int(r.Size("FLOW_INLET_"+envName(port)+"_BATCH_MAX_BYTES", int64(in.MaxBytes), 1, maxMaxMessageBytes))
 		if other, ok := topicOf[in.Topic]; ok && in.Topic != "" {
 			bad("FLOW_INLETS binds inlets %q and %q to the same topic %q: bind each inlet to its own topic", other, port, in.Topic)
 		}
@@ -242,7 +203,7 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	}
 
 	c.ConfigValues = map[string]string{}
-	if s := strings.TrimSpace(getenv("FLOW_CONFIG")); s != "" {
+	if s, ok := r.Lookup("FLOW_CONFIG"); ok {
 		values, err := parseConfigJSON(s)
 		if err != nil {
 			bad("FLOW_CONFIG is not a JSON object of strings, numbers and booleans (%v): write e.g. {\"min-rooms\": 2, \"mode\": \"fast\"}", err)
@@ -257,43 +218,22 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		}
 	}
 
-	c.ConsumerGroup = strings.TrimSpace(getenv("FLOW_CONSUMER_GROUP"))
-	if c.ConsumerGroup == "" && c.Pipeline != "" && c.Streamlet != "" {
-		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
+	c.ConsumerGroup = r.String("FLOW_CONSUMER_GROUP", "")
+	c.ProcessPort = r.Port(protocol.EnvProcessPort, c.ProcessPort)
+	c.SidecarPort = r.Port(protocol.EnvSidecarPort, c.SidecarPort)
+	c.ReadinessFile = r.String("FLOW_READINESS_FILE", c.ReadinessFile)
+	c.StallWarningAfter = r.Duration(protocol.EnvStallWarningAfter, c.StallWarningAfter, time.Nanosecond)
+	c.ShutdownTimeout = r.Duration("FLOW_SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Nanosecond)
+	c.MaxMessageBytes = int(r.Size("FLOW_MAX_MESSAGE_BYTES", int64(c.MaxMessageBytes), minMaxMessageBytes, maxMaxMessageBytes))
+	c.MaxBatchEmitBytes = r.Size("FLOW_MAX_BATCH_EMIT_BYTES", c.MaxBatchEmitBytes, minEmitBudget, 0)
+	c.MaxHeldEmitBytes = r.Size("FLOW_MAX_HELD_EMIT_BYTES", c.MaxHeldEmitBytes, minEmitBudget, 0)
+	c.InstanceID = r.String("FLOW_POD_NAME", "")
+	c.SessionTimeout = r.Duration("FLOW_SESSION_TIMEOUT", c.SessionTimeout, time.Nanosecond)
+	// 0 commits after every round: CommitEveryRound, since a zero field takes the default.
+	if c.CommitInterval = r.Duration("FLOW_COMMIT_INTERVAL", c.CommitInterval, 0); c.CommitInterval == 0 {
+		c.CommitInterval = CommitEveryRound
 	}
-	c.ProcessPort = parsePort(getenv, protocol.EnvProcessPort, defaultProcessPort, bad)
-	c.SidecarPort = parsePort(getenv, protocol.EnvSidecarPort, defaultSidecarPort, bad)
-	c.ReadinessFile = getenv("FLOW_READINESS_FILE")
-	if c.ReadinessFile == "" {
-		c.ReadinessFile = DefaultReadinessFile
-	}
-	c.StallWarningAfter = parseDuration(getenv, protocol.EnvStallWarningAfter, defaultStallWarningAfter, bad)
-	c.ShutdownTimeout = parseDuration(getenv, "FLOW_SHUTDOWN_TIMEOUT", defaultShutdownTimeout, bad)
-	c.MaxMessageBytes = DefaultMaxMessageBytes
-	if s := getenv("FLOW_MAX_MESSAGE_BYTES"); s != "" {
-		if n, err := parseSize(s); err != nil || n < 2*batchOverhead || n > 1<<31-1 {
-			bad("FLOW_MAX_MESSAGE_BYTES=%s is not a size between %d bytes and 2Gi (write e.g. 4Mi)", s, 2*batchOverhead)
-		} else {
-			c.MaxMessageBytes = int(n)
-		}
-	}
-	c.MaxBatchEmitBytes = parseBudget(getenv, "FLOW_MAX_BATCH_EMIT_BYTES", DefaultMaxBatchEmitBytes, bad)
-	c.MaxHeldEmitBytes = parseBudget(getenv, "FLOW_MAX_HELD_EMIT_BYTES", DefaultMaxHeldEmitBytes, bad)
-	c.InstanceID = strings.TrimSpace(getenv("FLOW_POD_NAME"))
-	c.SessionTimeout = parseDuration(getenv, "FLOW_SESSION_TIMEOUT", defaultSessionTimeout, bad)
-	c.CommitInterval = parseCommitInterval(getenv, bad)
-	if v := strings.TrimSpace(getenv("FLOW_LEAVE_GROUP_ON_SHUTDOWN")); v != "" {
-		if leave, err := strconv.ParseBool(v); err != nil {
-			bad("FLOW_LEAVE_GROUP_ON_SHUTDOWN=%s is neither true nor false", v)
-		} else {
-			c.KeepMembershipOnShutdown = !leave
-		}
-	}
-	for _, in := range c.Inlets {
-		if in.MaxBytes > c.MaxMessageBytes-batchOverhead {
-			bad("FLOW_INLET_%s_BATCH_MAX_BYTES=%d does not leave a batch under the message limit %d (FLOW_MAX_MESSAGE_BYTES): lower it below %d", envName(in.Port), in.MaxBytes, c.MaxMessageBytes, c.MaxMessageBytes-batchOverhead)
-		}
-	}
+	c.KeepMembershipOnShutdown = !r.Bool("FLOW_LEAVE_GROUP_ON_SHUTDOWN", !c.KeepMembershipOnShutdown)
 
 	if d, err := parseDelivery(getenv(envDelivery)); err != nil {
 		bad("%v", err)
@@ -305,10 +245,11 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	} else {
 		c.Compression = comp
 	}
+	c.withDefaults()
 	if c.Delivery == ExactlyOnce && c.ConsumerGroup != "" {
 		c.TransactionalID = transactionalID(c.ConsumerGroup, getenv("FLOW_POD_NAME"), hostname(), c.ProcessPort)
 	}
-	if s := strings.TrimSpace(getenv("FLOW_METRICS_ADDR")); s != "" {
+	if s, ok := r.Lookup("FLOW_METRICS_ADDR"); ok {
 		if _, port, err := net.SplitHostPort(s); err != nil || !validPort(port) {
 			bad("FLOW_METRICS_ADDR=%s is not host:port or :port (e.g. :9101)", s)
 		} else {
@@ -325,8 +266,11 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	}
 	c.Events = events
 
-	if len(problems) > 0 {
-		return nil, &configError{Problems: problems}
+	for _, p := range c.validate() {
+		bad("%s", p)
+	}
+	if ps := r.Problems(); len(ps) > 0 {
+		return nil, &configError{Problems: ps}
 	}
 	return c, nil
 }
@@ -402,76 +346,8 @@ func parseConfigJSON(s string) (map[string]string, error) {
 	return out, nil
 }
 
+// validPort reports whether s is a port, by the parser the port variables use.
 func validPort(s string) bool {
-	n, err := strconv.Atoi(s)
-	return err == nil && n >= 1 && n <= 65535
-}
-
-func parsePort(getenv func(string) string, name string, def int, bad func(string, ...any)) int {
-	s := strings.TrimSpace(getenv(name))
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
-		bad("%s=%s is not a TCP port (1 to 65535)", name, s)
-		return def
-	}
-	return n
-}
-
-func parseDuration(getenv func(string) string, name string, def time.Duration, bad func(string, ...any)) time.Duration {
-	s := strings.TrimSpace(getenv(name))
-	if s == "" {
-		return def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		bad("%s=%s is not a positive duration (write e.g. 30s or 5m)", name, s)
-		return def
-	}
-	return d
-}
-
-// parseCommitInterval reads FLOW_COMMIT_INTERVAL: a duration of 0 or more, where 0 commits
-// after every round.
-func parseCommitInterval(getenv func(string) string, bad func(string, ...any)) time.Duration {
-	const name = "FLOW_COMMIT_INTERVAL"
-	s := strings.TrimSpace(getenv(name))
-	if s == "" {
-		return DefaultCommitInterval
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		bad("%s=%s is not a duration of 0 or more (write e.g. 100ms or 1s; 0 commits after every round)", name, s)
-		return DefaultCommitInterval
-	}
-	if d == 0 {
-		return CommitEveryRound
-	}
-	return d
-}
-
-// parseBudget reads a byte budget of at least 1 KiB.
-func parseBudget(getenv func(string) string, name string, def int64, bad func(string, ...any)) int64 {
-	s := getenv(name)
-	if s == "" {
-		return def
-	}
-	n, err := parseSize(s)
-	if err != nil || n < 1<<10 {
-		bad("%s=%s is not a size of at least 1Ki (write e.g. 64Mi)", name, s)
-		return def
-	}
-	return n
-}
-
-// parseSize reads a byte count in the MEMORY_SIZE grammar of config values (digits, then an
-// optional k M G or Ki Mi Gi, e.g. 1048576, 512Ki, 4Mi), so one grammar serves everywhere.
-func parseSize(s string) (int64, error) {
-	v, err := protocol.ParseConfigValue(flowv1.ConfigType_MEMORY_SIZE, strings.TrimSpace(s))
-	if err != nil {
-		return 0, err
-	}
-	return v.(int64), nil
+	_, err := settings.ParsePort(s)
+	return err == nil
 }

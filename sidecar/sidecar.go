@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,75 +139,26 @@ type stats struct {
 }
 
 // New returns a Sidecar for cfg that logs to logger. It dials nothing yet. Zero values in a
-// hand-built cfg take the defaults (batch limits, message limit, timeouts, backoffs, group);
-// cfg is copied and not kept.
+// hand-built cfg take the defaults of the one table (settings.go: batch limits, message limit,
+// timeouts, emit budgets, backoffs, group), and cfg is checked as ConfigFromEnv checks it; cfg
+// is copied and not kept.
 func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	c := *cfg
-	if c.DiscoveryBackoff.Initial == 0 {
-		c.DiscoveryBackoff.Initial = 500 * time.Millisecond
-	}
-	if c.DiscoveryBackoff.Max == 0 {
-		c.DiscoveryBackoff.Max = 10 * time.Second
-	}
-	if c.FailureBackoff.Initial == 0 {
-		c.FailureBackoff.Initial = 500 * time.Millisecond
-	}
-	if c.FailureBackoff.Max == 0 {
-		c.FailureBackoff.Max = 30 * time.Second
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = defaultShutdownTimeout
-	}
-	if c.StallWarningAfter == 0 {
-		c.StallWarningAfter = defaultStallWarningAfter
-	}
-	if c.MaxBatchEmitBytes == 0 {
-		c.MaxBatchEmitBytes = DefaultMaxBatchEmitBytes
-	}
-	if c.MaxHeldEmitBytes == 0 {
-		c.MaxHeldEmitBytes = DefaultMaxHeldEmitBytes
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = defaultSessionTimeout
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = DefaultCommitInterval
-	}
-	if c.ConsumerGroup == "" {
-		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
-	}
-	if c.Delivery == "" {
-		c.Delivery = AtLeastOnce
-	}
-	if _, err := parseDelivery(string(c.Delivery)); err != nil {
-		return nil, fmt.Errorf("%w: %w", errConfig, err)
-	}
-	if c.Delivery == ExactlyOnce && c.TransactionalID == "" {
-		c.TransactionalID = transactionalID(c.ConsumerGroup, "", hostname(), c.ProcessPort)
+	c.withDefaults()
+	if ps := c.validate(); len(ps) > 0 {
+		return nil, fmt.Errorf("%w: %s", errConfig, strings.Join(ps, "; "))
 	}
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
 	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, after: time.After, sleep: sleep}
 	s.handed = sync.NewCond(&s.mu)
-	s.cfg.Inlets = append([]Inlet(nil), c.Inlets...)
 	for i := range s.cfg.Inlets {
-		in := &s.cfg.Inlets[i]
-		if in.MaxRecords <= 0 {
-			in.MaxRecords = DefaultBatchMaxRecords
-		}
-		if in.MaxBytes <= 0 {
-			in.MaxBytes = DefaultBatchMaxBytes
-		}
-		s.inlets[in.Topic] = in
+		s.inlets[s.cfg.Inlets[i].Topic] = &s.cfg.Inlets[i]
 	}
 	s.metrics = newMetrics(s)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
 	// No keepalive pings: the spec promises a process's default ping policy is never provoked.
-	// Reconnect quickly after the process restarts: the sidecar's own backoff paces retries.
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// Static flow-control windows turn gRPC's BDP estimator off: it sends a PING for
@@ -214,10 +166,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 		// send) and each is a write on both sides. See streamWindow.
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(streamWindow),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: 5 * time.Second,
-		}),
+		grpc.WithConnectParams(processReconnect),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(c.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(c.MaxMessageBytes),
@@ -227,6 +176,14 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	}
 	s.conn = conn
 	return s, nil
+}
+
+// processReconnect is how the connection to the process is made again after it restarts:
+// quickly (from 100 ms, at most 2 s apart), since the sidecar's own backoffs (Config's
+// DiscoveryBackoff and FailureBackoff) pace the retries that matter.
+var processReconnect = grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
 }
 
 // streamWindow is the HTTP/2 flow-control window of the Run stream and of its connection:

@@ -43,8 +43,8 @@ const EnvAction = "MILLRACE_ACTION"
 var defaults = Action{
 	Concurrency:  1,
 	Timeout:      time.Minute,
-	ReadyTimeout: 10 * time.Second,
-	Window:       0, // as the program's ready line says, else one at a time
+	ReadyTimeout: engine.DefaultReadyTimeout, // the spec's bound, the engine's own default
+	Window:       0,                          // as the program's ready line says, else one at a time
 	Retries:      3,
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/settings"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // runBridge runs `millrace bridge`: the streamlet process of one action, its config line given
@@ -20,6 +22,7 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (README, \"Tracing\").\n"+
 		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION:\n"+
 		"NAME FLAG… -- COMMAND [ARG…] (README, \"The action config line\"), its flags:\n"+configLineHelp()+
+		"The environment it reads (README, \"The action config line\"):\n"+settingsHelp(bridge.Settings)+
 		"Flags of millrace bridge:")
 	config := fs.String("config", "", "read the action config line from `FILE` (an action.conf); the program runs in its folder")
 	if err := fs.parse(args); err != nil {
@@ -45,35 +48,29 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		}
 		return err
 	}
-	port, err := bridge.PortFromEnv(e.getenv)
-	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
-	}
-	budget, err := bridge.BudgetFromEnv(e.getenv)
-	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
-	}
-	gen, err := bridge.ReplayGenerationFromEnv(e.getenv)
+	cfg, err := bridge.ConfigFromEnv(e.getenv)
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
-	registry, err := bridge.RegistryFromEnv(e.getenv, a, logger) // nil unless the line has --decode/--encode
+	registry, err := bridge.RegistryFor(cfg.SchemaRegistry, a, logger) // nil unless the line has --decode/--encode
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
-	tracer, err := bridge.NewTracer(ctx, e.getenv, a.Name, Version(), logger) // nil unless OTEL_* ask for spans
-	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
+	var tracer *bridge.Tracer
+	if cfg.ExportSpans {
+		if tracer, err = bridge.NewTracer(ctx, a.Name, Version(), logger); err != nil {
+			return &exitError{code: 2, msg: err.Error()}
+		}
 	}
-	return bridge.ListenAndServe(ctx, port, bridge.Options{
+	return bridge.ListenAndServe(ctx, cfg.Port, bridge.Options{
 		Action:  a,
 		Version: Version(),
 		Logger:  logger,
 		Tracer:  tracer,
-		Budget:  budget,
+		Budget:  engine.NewBudget(cfg.MaxHeldBytes),
 
-		ReplayGeneration: gen,
+		ReplayGeneration: cfg.ReplayGeneration,
 		Registry:         registry,
 	}, nil)
 }
@@ -115,6 +112,15 @@ func configLineHelp() string {
 			def = " (default " + f.def(a) + ")"
 		}
 		fmt.Fprintf(&b, "  %s\n    \t%s%s\n", f.flag, f.help, def)
+	}
+	return b.String()
+}
+
+// settingsHelp lists a side's table of settings for -h: each variable, its default and meaning.
+func settingsHelp(vars []settings.Var) string {
+	var b strings.Builder
+	for _, v := range vars {
+		fmt.Fprintf(&b, "  %s (%s)\n    \t%s\n", v.Name, v.Default, v.Meaning)
 	}
 	return b.String()
 }

@@ -167,10 +167,11 @@ func TestKubernetesExample(t *testing.T) {
 
 	t.Run("bridge", func(t *testing.T) {
 		brRec := newRecorder(brEnv)
-		port, err := bridge.PortFromEnv(brRec.getenv)
+		bcfg, err := bridge.ConfigFromEnv(brRec.getenv)
 		if err != nil {
 			t.Fatalf("container bridge: %v", err)
 		}
+		port := bcfg.Port
 		_, _ = actionconf.FromEnv(brRec.getenv) // only the names it reads matter here
 		if unread := brRec.unread(br); len(unread) > 0 {
 			t.Errorf("the bridge container sets %s, which the bridge never reads", strings.Join(unread, ", "))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/ankka-flow/millrace/sidecar"
 	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
@@ -29,10 +28,7 @@ func runSidecar(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case fs.NArg() == 1 && fs.Arg(0) == "ready-check":
-		path := e.getenv("FLOW_READINESS_FILE")
-		if path == "" {
-			path = sidecar.DefaultReadinessFile
-		}
+		path := sidecar.ReadinessFileFromEnv(e.getenv)
 		if !sidecar.Ready(path) {
 			return &exitError{code: 1, msg: "not ready: " + path + " does not exist"}
 		}
@@ -60,69 +56,4 @@ func runSidecar(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// sidecarEnv is every variable `millrace sidecar` reads, with its default and meaning: the
-// source of `sidecar -h` (TestSidecarEnvTable compares it with what ConfigFromEnv reads). The
-// Kafka connection's variables are kafkaconn's, shared with `millrace replay`.
-var sidecarEnv = withKafkaEnv(sidecarOwnEnv)
-
-// withKafkaEnv inserts kafkaconn's variables before the FLOW_POD_* ones.
-func withKafkaEnv(own []sidecarVar) []sidecarVar {
-	var out []sidecarVar
-	for _, v := range own {
-		if v.name == "FLOW_POD_NAME" {
-			out = append(out, kafkaEnv()...)
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
-// kafkaEnv are the Kafka connection's variables (kafkaconn.Vars).
-func kafkaEnv() []sidecarVar {
-	var out []sidecarVar
-	for _, v := range kafkaconn.Vars {
-		out = append(out, sidecarVar{v.Name, v.Default, v.Help})
-	}
-	return out
-}
-
-type sidecarVar struct{ name, def, help string }
-
-var sidecarOwnEnv = []sidecarVar{
-	{"FLOW_BROKERS", "required", "Kafka bootstrap brokers, host:port separated by commas"},
-	{"FLOW_PIPELINE", "required", "the pipeline's name, sent in Start"},
-	{"FLOW_STREAMLET", "required", "the streamlet's name in the pipeline, sent in Start"},
-	{"FLOW_DESCRIPTOR", "required", "path of the deployed descriptor.json; discovery must match it"},
-	{"FLOW_INLETS", "required for declared inlets", "bindings port=topic,port=topic"},
-	{"FLOW_OUTLETS", "required for declared outlets", "bindings port=topic,port=topic"},
-	{"FLOW_INLET_<PORT>_BATCH_MAX_RECORDS", "100", "records per batch of one inlet (<PORT> upper case, - as _)"},
-	{"FLOW_INLET_<PORT>_BATCH_MAX_BYTES", "1Mi", "bytes per batch of one inlet"},
-	{"FLOW_CONFIG", "{}", "deploy-time config values, a JSON object"},
-	{"FLOW_CONSUMER_GROUP", "<pipeline>.<streamlet>", "the consumer group"},
-	{"FLOW_PROCESS_PORT", "9010", "the streamlet process's port on 127.0.0.1"},
-	{"FLOW_SIDECAR_PORT", "9011", "reserved; checked, never bound"},
-	{"FLOW_READINESS_FILE", sidecar.DefaultReadinessFile, "written once a conversation is open"},
-	{"FLOW_STALL_WARNING_AFTER", "5m", "a partition failing this long gets a PartitionStalled Event"},
-	{"FLOW_MAX_MESSAGE_BYTES", "4Mi", "the gRPC message limit both ways, and the producer's batch cap"},
-	{"FLOW_SHUTDOWN_TIMEOUT", "20s", "on SIGTERM, how long the process may finish its batches"},
-	{"FLOW_METRICS_ADDR", "off", "host:port or :port serving /metrics, /healthz and /readyz"},
-	{"FLOW_MAX_BATCH_EMIT_BYTES", "32Mi", "emits one batch may hold until its Ack; over it the partition is redelivered in halves"},
-	{"FLOW_MAX_HELD_EMIT_BYTES", "64Mi", "emits held in all until written; past it no new batch is sent"},
-	{"FLOW_DELIVERY", "at-least-once", "exactly-once: each commit interval is one Kafka transaction (emits and offsets)"},
-	{"FLOW_COMMIT_INTERVAL", "100ms", "how often confirmed offsets are committed; 0 after every round"},
-	{"FLOW_PRODUCE_COMPRESSION", "none", "the emits' record batch compression: none, gzip, snappy, lz4 or zstd"},
-	{"FLOW_SESSION_TIMEOUT", "45s", "the consumer group session timeout"},
-	{"FLOW_LEAVE_GROUP_ON_SHUTDOWN", "true", "with FLOW_POD_NAME (static membership): leave the group on SIGTERM"},
-	{"FLOW_POD_NAME", "required in Kubernetes", "the pod stall Events are about (downward API); the static group member id"},
-	{"FLOW_POD_NAMESPACE", "required in Kubernetes", "its namespace"},
-	{"FLOW_POD_UID", "required in Kubernetes", "its uid"},
-}
-
-func sidecarEnvHelp() string {
-	var b strings.Builder
-	for _, v := range sidecarEnv {
-		fmt.Fprintf(&b, "  %s (%s)\n    \t%s\n", v.name, v.def, v.help)
-	}
-	b.WriteString("Flags:")
-	return b.String()
-}
+func sidecarEnvHelp() string { return settingsHelp(sidecar.Settings) + "Flags:" }

@@ -46,7 +46,7 @@ func TestSidecarBadConfig(t *testing.T) {
 }
 
 // TestSidecarEnvTable: `sidecar -h` lists every variable ConfigFromEnv reads, and nothing it
-// does not, from the one table both come from (sidecarEnv).
+// does not, from the one table both come from (sidecar.Settings).
 func TestSidecarEnvTable(t *testing.T) {
 	env := map[string]string{
 		"FLOW_BROKERS": "k:9092", "FLOW_PIPELINE": "p", "FLOW_STREAMLET": "s", "FLOW_DESCRIPTOR": "/d.json",
@@ -76,21 +76,21 @@ func TestSidecarEnvTable(t *testing.T) {
 		read[name] = true
 	}
 	listed := map[string]bool{}
-	for _, v := range sidecarEnv {
-		listed[v.name] = true
-		if !read[v.name] {
-			t.Errorf("sidecar -h lists %s, which ConfigFromEnv does not read", v.name)
+	for _, v := range sidecar.Settings {
+		listed[v.Name] = true
+		if !read[v.Name] {
+			t.Errorf("sidecar -h lists %s, which ConfigFromEnv does not read", v.Name)
 		}
 	}
 	for name := range read {
 		if !listed[name] {
-			t.Errorf("ConfigFromEnv reads %s, which sidecar -h does not list: add it to sidecarEnv", name)
+			t.Errorf("ConfigFromEnv reads %s, which sidecar -h does not list: add it to sidecar.Settings", name)
 		}
 	}
 	code, out, _ := runCmd(t, "sidecar", "-h")
-	for _, v := range sidecarEnv {
-		if code != 0 || !strings.Contains(out, "  "+v.name+" (") {
-			t.Errorf("sidecar -h = %d and does not list %s:\n%s", code, v.name, out)
+	for _, v := range sidecar.Settings {
+		if code != 0 || !strings.Contains(out, "  "+v.Name+" (") {
+			t.Errorf("sidecar -h = %d and does not list %s:\n%s", code, v.Name, out)
 		}
 	}
 }

@@ -45,7 +45,7 @@ var (
 // Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
 // action's own defaults are the config line's (actionconf.Action, one table for every tool).
 const (
-	DefaultShutdownGrace = 5 * time.Second
+	DefaultShutdownGrace = engine.DefaultShutdownGrace // the bridge's processes get the same
 	DefaultBurst         = 32
 	MinBurst             = 8
 	DefaultPayloadSize   = 1 << 20
@@ -62,7 +62,7 @@ type Action struct {
 	Version       string          // sent in hello
 	Env           []string        // extra environment, "K=V"
 	Config        json.RawMessage // hello's config: every declared parameter resolved ({} when none)
-	ShutdownGrace time.Duration   // shutdown → exit (default 5s)
+	ShutdownGrace time.Duration   // shutdown → exit (default DefaultShutdownGrace, 5s)
 }
 
 func (a *Action) defaults() {

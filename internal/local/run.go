@@ -52,7 +52,7 @@ type Options struct {
 	// config line says --metrics ADDR is served at ADDR too.
 	Metrics net.Listener
 	// Getenv reads the OTEL_* variables that turn on the bridges' span export
-	// (bridge.NewTracer); nil exports no spans.
+	// (bridge.SpanExportFromEnv); nil exports no spans.
 	Getenv func(string) string
 	// ExactlyOnce runs the sidecars with FLOW_DELIVERY=exactly-once: each commit round is one
 	// Kafka transaction. The printer reads read_committed in either mode.

@@ -59,6 +59,13 @@ func (t *task) ended() (bool, error) {
 	}
 }
 
+// The sidecars' backoffs in `millrace run`, shorter than a deployment's: the bridge is in the
+// same process and up at once, and an author waits at the terminal for a fixed program to run.
+var (
+	localDiscoveryBackoff = sidecar.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+	localFailureBackoff   = sidecar.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second}
+)
+
 // startStreamlet starts a streamlet's bridge on a free loopback port and its sidecar.
 func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, brokers []string) (*running, error) {
 	name := s.Action.Name
@@ -66,11 +73,15 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 	blog := slog.New(&teeHandler{h: faultHandler{r.log.Handler(), st.faults}, last: st.errs}).With("part", "bridge") // the bridge names the streamlet
 	var tracer *bridge.Tracer
 	if r.opts.Getenv != nil {
-		tr, err := bridge.NewTracer(ctx, r.opts.Getenv, name, r.opts.Version, blog)
+		export, err := bridge.SpanExportFromEnv(r.opts.Getenv)
 		if err != nil {
 			return nil, fmt.Errorf("the span export of %s: %w", name, err)
 		}
-		tracer = tr
+		if export {
+			if tracer, err = bridge.NewTracer(ctx, name, r.opts.Version, blog); err != nil {
+				return nil, fmt.Errorf("the span export of %s: %w", name, err)
+			}
+		}
 	}
 	events := func(e bridge.Event) { st.faults.event(context.WithoutCancel(ctx), e) }
 	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events, Registry: r.lr.registryOf(s)})
@@ -99,15 +110,15 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 		ConfigValues: s.Values, ProcessPort: lis.Addr().(*net.TCPAddr).Port, SidecarVersion: r.opts.Version,
 		ConsumerGroup:     st.group,
 		StallWarningAfter: r.opts.StallAfter,
-		DiscoveryBackoff:  sidecar.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
-		FailureBackoff:    sidecar.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
+		DiscoveryBackoff:  localDiscoveryBackoff,
+		FailureBackoff:    localFailureBackoff,
 	}
 	if r.opts.ExactlyOnce {
 		// One sidecar per streamlet here: the group names it, across runs on one --data.
 		cfg.Delivery, cfg.TransactionalID = sidecar.ExactlyOnce, st.group+".local"
 	}
 	for _, p := range s.Action.Inlets {
-		cfg.Inlets = append(cfg.Inlets, sidecar.Inlet{Port: p.Name, Topic: s.Bindings[p.Name], MaxRecords: sidecar.DefaultBatchMaxRecords, MaxBytes: sidecar.DefaultBatchMaxBytes})
+		cfg.Inlets = append(cfg.Inlets, sidecar.Inlet{Port: p.Name, Topic: s.Bindings[p.Name]}) // the default batch limits
 	}
 	for _, p := range s.Action.Outlets {
 		cfg.Outlets = append(cfg.Outlets, sidecar.Outlet{Port: p.Name, Topic: s.Bindings[p.Name]})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/tlsconf"
 	"github.com/twmb/franz-go/pkg/sr"
 )
 
@@ -61,7 +62,10 @@ func (r *Registry) byID(ctx context.Context, id int) (codec, error) {
 // compiled returns k's codec from the cache, or makes it with make once.
 func (r *Registry) compiled(ctx context.Context, k key, make func(context.Context) (codec, error)) (codec, error) {
 	e, owner := r.cache.get(k)
-	if owner {
+	if owner && ctx.Err() != nil {
+		// A caller already gone starts no fetch.
+		r.cache.fill(k, e, nil, fmt.Errorf("%w: schema id %d: %w", ErrUnavailable, k.writer, ctx.Err()), false)
+	} else if owner {
 		go func() {
 			c, err := make(context.WithoutCancel(ctx))
 			var f *fault
@@ -72,7 +76,8 @@ func (r *Registry) compiled(ctx context.Context, k key, make func(context.Contex
 	case <-e.ready:
 		return e.c, e.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("schema: waiting for schema id %d: %w", k.writer, ctx.Err())
+		// Not the record's fault either: the caller stopped waiting for the registry.
+		return nil, fmt.Errorf("%w: waiting for schema id %d: %w", ErrUnavailable, k.writer, ctx.Err())
 	}
 }
 
@@ -80,7 +85,7 @@ func (r *Registry) compiled(ctx context.Context, k key, make func(context.Contex
 func (r *Registry) compile(ctx context.Context, id int) (codec, error) {
 	s, err := r.cl.SchemaByID(ctx, id)
 	if err != nil {
-		return nil, classify(err, fmt.Sprintf("schema id %d", id), &fault{reason: fmt.Sprintf("the schema registry knows no schema id %d: the record was produced against another registry, or its schema was deleted", id)})
+		return nil, r.classify(err, fmt.Sprintf("schema id %d", id), &fault{reason: fmt.Sprintf("the schema registry knows no schema id %d: the record was produced against another registry, or its schema was deleted", id)})
 	}
 	refs, err := r.references(ctx, s.References, map[subjectVersion]bool{})
 	if err != nil {
@@ -123,7 +128,7 @@ func (r *Registry) references(ctx context.Context, refs []sr.SchemaReference, se
 		s, err := r.cl.SchemaByVersion(ctx, rf.Subject, rf.Version)
 		if err != nil {
 			what := fmt.Sprintf("the reference %q (subject %q version %d)", rf.Name, rf.Subject, rf.Version)
-			return nil, classify(err, what, &fault{reason: "the schema registry lacks " + what + " of the record's schema"})
+			return nil, r.classify(err, what, &fault{reason: "the schema registry lacks " + what + " of the record's schema"})
 		}
 		deps, err := r.references(ctx, s.References, seen)
 		if err != nil {
@@ -141,7 +146,7 @@ func (r *Registry) latest(ctx context.Context, subject string) (int, error) {
 	}
 	s, err := r.cl.SchemaByVersion(ctx, subject, -1)
 	if err != nil {
-		return 0, classify(err, fmt.Sprintf("the latest version of subject %q", subject), fmt.Errorf("%w: subject %q: register its schema, or name another subject in the action line", ErrNoSubject, subject))
+		return 0, r.classify(err, fmt.Sprintf("the latest version of subject %q", subject), fmt.Errorf("%w: subject %q: register its schema, or name another subject in the action line", ErrNoSubject, subject))
 	}
 	r.cache.setLatest(subject, s.ID)
 	return s.ID, nil
@@ -154,7 +159,7 @@ func (r *Registry) version(ctx context.Context, subject string, version int) (in
 	}
 	s, err := r.cl.SchemaByVersion(ctx, subject, version)
 	if err != nil {
-		return 0, classify(err, fmt.Sprintf("version %d of subject %q", version, subject), fmt.Errorf("%w: subject %q has no version %d: pin one it has, or 0 for the latest", ErrNoSubject, subject, version))
+		return 0, r.classify(err, fmt.Sprintf("version %d of subject %q", version, subject), fmt.Errorf("%w: subject %q has no version %d: pin one it has, or 0 for the latest", ErrNoSubject, subject, version))
 	}
 	r.cache.setVersion(subject, version, s.ID)
 	return s.ID, nil
@@ -188,22 +193,29 @@ func (r *Registry) resolved(ctx context.Context, topic string, isKey bool, c Cod
 	})
 }
 
-// classify sorts a registry error: notFound for a 404, ErrUnavailable for no answer (refused,
-// timeout, 5xx), a plain error naming the fix for anything else the registry said.
-func classify(err error, what string, notFound error) error {
+// classify sorts a registry error: notFound for a 404, else ErrUnavailable. A registry that
+// refuses the credentials or the TLS handshake, or answers anything else, has not given the
+// schema either, and the record is not the cause: it is retried like a registry that does not
+// answer (nothing is lost), with a message naming the setting to fix.
+func (r *Registry) classify(err error, what string, notFound error) error {
 	var re *sr.ResponseError
 	if !errors.As(err, &re) {
+		if ref, ok := tlsconf.Explain(err, tlsVars, r.tls, "schema registry", envURL); ok {
+			problem := ref.Problem
+			if !strings.Contains(problem, ref.Setting) {
+				problem += " (" + ref.Setting + ")"
+			}
+			return fmt.Errorf("%w: fetching %s: %s: %w", ErrUnavailable, what, problem, err)
+		}
 		return fmt.Errorf("%w: fetching %s: %w", ErrUnavailable, what, err)
 	}
 	switch {
 	case re.StatusCode == http.StatusNotFound:
 		return notFound
-	case re.StatusCode >= 500:
-		return fmt.Errorf("%w: fetching %s: HTTP %d: %w", ErrUnavailable, what, re.StatusCode, err)
 	case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("schema: the schema registry refused the credentials fetching %s (HTTP %d): check %s and %s, or %s: %w", what, re.StatusCode, envUsername, envPassword, envToken, err)
+		return fmt.Errorf("%w: the schema registry refused the credentials fetching %s (HTTP %d): check %s and %s, or %s: %w", ErrUnavailable, what, re.StatusCode, envUsername, envPassword, envToken, err)
 	}
-	return fmt.Errorf("schema: the schema registry refused fetching %s (HTTP %d): %w", what, re.StatusCode, err)
+	return fmt.Errorf("%w: fetching %s: HTTP %d: %w", ErrUnavailable, what, re.StatusCode, err)
 }
 
 // tokenFile sets the bearer token from a file, read again when it changes (a rotated,

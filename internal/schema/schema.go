@@ -103,14 +103,17 @@ const (
 // Errors of a Registry. A record's own faults are a *DataError instead.
 var (
 	// ErrUnavailable (errors.Is): the registry did not answer (refused, timeout, 5xx): retry
-	// with backoff; the record is not the cause.
+	// with backoff; the record is not the cause. A registry that refuses the credentials or
+	// the TLS handshake is reported so too, the message naming the setting to fix.
 	ErrUnavailable = errors.New("schema: the schema registry did not answer")
 	// ErrNoSubject (errors.Is) surfaces from Encode and from a Decode with a pinned version:
 	// the subject (or its pinned version) is not in the registry. It is the port's
 	// configuration, not the record: register the schema or fix the action line.
 	ErrNoSubject = errors.New("schema: the schema registry holds no such subject or version")
 	// ErrCodec (errors.Is) surfaces from Codec.Check and from Decode and Encode when the Codec
-	// itself is wrong (an unknown format or strategy, a record strategy without Record).
+	// itself is wrong (an unknown format or strategy, a record strategy without Record), and
+	// from Encode when the schema it selects cannot be had (a pinned id the registry lacks, a
+	// schema that does not compile, a Record the .proto lacks, another format).
 	ErrCodec = errors.New("schema: the codec is not valid")
 )
 
@@ -151,6 +154,7 @@ func (e *DataError) Unwrap() error { return e.Err }
 // for concurrent use.
 type Registry struct {
 	cl    *sr.Client
+	tls   *tls.Config // for explaining a refused handshake
 	log   *slog.Logger
 	cache *cache
 }
@@ -198,7 +202,7 @@ func New(s Settings, log *slog.Logger) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{cl: cl, log: log, cache: newCache(s.CacheSize, s.CacheTTL, time.Now)}, nil
+	return &Registry{cl: cl, tls: tr.TLSClientConfig, log: log, cache: newCache(s.CacheSize, s.CacheTTL, time.Now)}, nil
 }
 
 // header is the Confluent wire format's; it keeps no state.
@@ -249,8 +253,14 @@ func (r *Registry) Encode(ctx context.Context, topic string, key bool, c Codec, 
 		return nil, err
 	}
 	w, err := r.byID(ctx, id)
+	var f *fault
+	if errors.As(err, &f) {
+		// The port's own schema is missing or does not compile: its configuration, not the
+		// record's fault.
+		return nil, fmt.Errorf("schema: %w: encoding for topic %q: %w", ErrCodec, topic, err)
+	}
 	if err != nil {
-		return nil, r.dataErr(topic, key, id, err)
+		return nil, err
 	}
 	if w.format() != c.Format {
 		return nil, fmt.Errorf("schema: %w: schema id %d for topic %q is %s, the port declares %s: fix the action line or the subject", ErrCodec, id, topic, w.format(), c.Format)

@@ -3,10 +3,15 @@ package schema_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -191,6 +196,10 @@ func TestAvroDataErrors(t *testing.T) {
 	}
 	_, err := f.reg.Decode(ctx, "orders", false, schema.Codec{Format: schema.Protobuf}, wire(id, []byte{2}))
 	dataErr(t, "Decode as protobuf", err, "", "the schema is avro, the port declares protobuf")
+	_, err = f.reg.Decode(ctx, "orders", true, c, wire(999, []byte{2}))
+	if de := dataErr(t, "Decode of a key", err, "", "knows no schema id 999"); !de.Key || de.ID != 999 || !strings.Contains(de.Error(), `the key of a record of topic "orders" (schema id 999)`) {
+		t.Errorf("Decode of a key with an unknown id: %#v (%v); want Key true, ID 999", de, de)
+	}
 }
 
 // TestAvroEvolution: a record written with an older or newer schema reads as the pinned one;
@@ -271,6 +280,16 @@ func TestSubjects(t *testing.T) {
 	_, err := f.reg.Encode(ctx, "nothing", false, schema.Codec{Format: schema.Avro}, []byte(`{"x":1}`))
 	if !errors.Is(err, schema.ErrNoSubject) || !strings.Contains(err.Error(), `"nothing-value"`) {
 		t.Errorf("Encode to a missing subject: err = %v; want ErrNoSubject naming nothing-value", err)
+	}
+	_, err = f.reg.Encode(ctx, "orders", false, schema.Codec{Format: schema.Avro, ID: 4242}, []byte(`{"x":1}`))
+	var de *schema.DataError
+	if !errors.Is(err, schema.ErrCodec) || errors.As(err, &de) {
+		t.Errorf("Encode with a pinned id the registry lacks: err = %v; want ErrCodec, not the record's fault", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := f.reg.Decode(cancelled, "orders", false, schema.Codec{Format: schema.Avro}, wire(4343, []byte{2})); !errors.Is(err, schema.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Decode with a cancelled context: err = %v; want ErrUnavailable and context.Canceled", err)
 	}
 	for _, c := range []schema.Codec{{Format: "xml"}, {Format: schema.Avro, Strategy: schema.RecordName}, {Format: schema.Avro, Strategy: "name"}, {Format: schema.Avro, Version: 1, ID: 2}} {
 		if _, err := f.reg.Encode(ctx, "orders", false, c, []byte(`{}`)); !errors.Is(err, schema.ErrCodec) {
@@ -396,8 +415,8 @@ func TestUnavailable(t *testing.T) {
 	sameJSON(t, "Decode", got, `"a"`)
 }
 
-// TestAuth: basic auth and a token file reach the registry; a refused credential names the
-// settings to fix.
+// TestAuth: basic auth and a token file reach the registry; a refused credential is not the
+// record's fault (retried as a registry that does not answer) and names the settings to fix.
 func TestAuth(t *testing.T) {
 	ctx := context.Background()
 	c := schema.Codec{Format: schema.Avro}
@@ -418,8 +437,8 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = wrong.Decode(ctx, "users", false, c, wire(id, []byte{2, 'a'}))
-	if err == nil || errors.Is(err, schema.ErrUnavailable) || !strings.Contains(err.Error(), "MILLRACE_SCHEMA_REGISTRY_USERNAME") {
-		t.Errorf("Decode with refused credentials: err = %v; want one naming the credentials' settings", err)
+	if !errors.Is(err, schema.ErrUnavailable) || !strings.Contains(err.Error(), "MILLRACE_SCHEMA_REGISTRY_USERNAME") {
+		t.Errorf("Decode with refused credentials: err = %v; want ErrUnavailable naming the credentials' settings", err)
 	}
 }
 
@@ -439,5 +458,79 @@ func TestAvroReferences(t *testing.T) {
 	enc, err := f.reg.Encode(ctx, "pay", false, c, got)
 	if err != nil || !bytes.Equal(enc, wire(id, []byte{0x04})) {
 		t.Errorf("Encode(%s) = %x, %v; want %x", got, enc, err, wire(id, []byte{0x04}))
+	}
+}
+
+// TestNew: a Registry needs an http(s) URL.
+func TestNew(t *testing.T) {
+	for _, s := range []schema.Settings{{}, {URLs: []string{"registry:8081"}}} {
+		if _, err := schema.New(s, nil); err == nil || !strings.Contains(err.Error(), "URL") {
+			t.Errorf("New(%+v) = %v; want an error about the URL", s, err)
+		}
+	}
+}
+
+// TestTokenRotation: a token file rewritten is sent from the next request on.
+func TestTokenRotation(t *testing.T) {
+	f := srfake.New()
+	t.Cleanup(f.Close)
+	var mu sync.Mutex
+	var seen []string
+	f.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		return false
+	})
+	a, _, _ := f.RegisterSchema("a-value", sr.Schema{Schema: `"string"`})
+	b, _, _ := f.RegisterSchema("b-value", sr.Schema{Schema: `"long"`})
+	tok := t.TempDir() + "/token"
+	writeFile(t, tok, "tok-1\n")
+	reg, err := schema.New(schema.Settings{URLs: []string{f.URL()}, TokenFile: tok}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := schema.Codec{Format: schema.Avro}
+	if _, err := reg.Decode(ctx, "a", false, c, wire(a, []byte{2, 'x'})); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, tok, "tok-rotated\n")
+	if _, err := reg.Decode(ctx, "b", false, c, wire(b, []byte{2})); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"Bearer tok-1", "Bearer tok-rotated"}; !reflect.DeepEqual(seen, want) {
+		t.Errorf("the registry saw Authorization %q; want %q", seen, want)
+	}
+}
+
+// TestTLS: an https registry is reached with the CA of Settings.TLS, and refused without it.
+func TestTLS(t *testing.T) {
+	f := srfake.NewRegistry()
+	srv := httptest.NewUnstartedServer(f.Handler())
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below is expected
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	id, _, _ := f.RegisterSchema("a-value", sr.Schema{Schema: `"string"`})
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	ctx := context.Background()
+	c := schema.Codec{Format: schema.Avro}
+	reg, err := schema.New(schema.Settings{URLs: []string{srv.URL}, TLS: &tls.Config{RootCAs: pool}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Decode(ctx, "a", false, c, wire(id, []byte{2, 'x'})); err != nil {
+		t.Errorf("Decode over TLS with the server's CA: %v", err)
+	}
+	untrusting, err := schema.New(schema.Settings{URLs: []string{srv.URL}, TLS: &tls.Config{RootCAs: x509.NewCertPool()}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = untrusting.Decode(ctx, "a", false, c, wire(id, []byte{2, 'x'}))
+	if !errors.Is(err, schema.ErrUnavailable) || !strings.Contains(err.Error(), "MILLRACE_SCHEMA_REGISTRY_CA_FILE") {
+		t.Errorf("Decode over TLS without the server's CA: err = %v; want ErrUnavailable naming MILLRACE_SCHEMA_REGISTRY_CA_FILE", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/internal/tlsconf"
 )
 
@@ -126,7 +127,7 @@ func SettingsFromEnv(getenv func(string) string, readFile func(string) ([]byte, 
 	if v := strings.TrimSpace(getenv(envCacheSize)); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			bad("%s=%s is not a positive number of schemas (e.g. 1000)", envCacheSize, v)
+			bad("%s=%s is not a whole number of at least 1: write digits only, e.g. %d", envCacheSize, v, DefaultCacheSize)
 		} else {
 			s.CacheSize = n
 		}
@@ -134,15 +135,15 @@ func SettingsFromEnv(getenv func(string) string, readFile func(string) ([]byte, 
 	return s
 }
 
-// duration reads a positive Go duration ("10s", "5m").
+// duration reads a positive duration as the house's settings do ("10s", "5m").
 func duration(getenv func(string) string, name string, def time.Duration, bad func(string, ...any)) time.Duration {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	d, err := settings.ParseDuration(v)
 	if err != nil || d <= 0 {
-		bad("%s=%s is not a positive duration (e.g. %s)", name, v, def)
+		bad("%s=%s is not a positive duration: write a number and a unit (ms, s, m, h), e.g. %s", name, v, settings.FormatDuration(def))
 		return def
 	}
 	return d

@@ -100,8 +100,8 @@ func TestSettingsProblems(t *testing.T) {
 		{"token file empty", with("TOKEN_FILE", dir+"/empty"), "is empty"},
 		{"timeout", with("TIMEOUT", "10"), pre + "TIMEOUT=10 is not a positive duration"},
 		{"negative TTL", with("CACHE_TTL", "-1m"), pre + "CACHE_TTL=-1m is not a positive duration"},
-		{"cache size", with("CACHE_SIZE", "lots"), pre + "CACHE_SIZE=lots is not a positive number"},
-		{"cache size zero", with("CACHE_SIZE", "0"), pre + "CACHE_SIZE=0 is not a positive number"},
+		{"cache size", with("CACHE_SIZE", "lots"), pre + "CACHE_SIZE=lots is not a whole number of at least 1"},
+		{"cache size zero", with("CACHE_SIZE", "0"), pre + "CACHE_SIZE=0 is not a whole number of at least 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, problems := settings(tc.env)

@@ -14,9 +14,12 @@ import (
 // the action config sets (concurrency, timeouts, retries, window) is taken as given, and its
 // defaults live with the action config.
 const (
-	// DefaultReadyTimeout is the spec's hello → ready bound, used when ReadyTimeout is 0.
-	DefaultReadyTimeout   = 10 * time.Second
-	defaultShutdownGrace  = 5 * time.Second
+	// DefaultReadyTimeout is the spec's hello → ready bound, used when ReadyTimeout is 0; the
+	// action config line's --ready-timeout default is this one.
+	DefaultReadyTimeout = 10 * time.Second
+	// DefaultShutdownGrace is how long a process has from shutdown to its exit before SIGTERM,
+	// used when ShutdownGrace is 0; the conformance kit waits the same.
+	DefaultShutdownGrace  = 5 * time.Second
 	defaultRetryBackoff   = 100 * time.Millisecond
 	defaultRetryMax       = 10 * time.Second
 	defaultRestartBackoff = 100 * time.Millisecond
@@ -125,7 +128,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	def(&c.ReadyTimeout, DefaultReadyTimeout)
-	def(&c.ShutdownGrace, defaultShutdownGrace)
+	def(&c.ShutdownGrace, DefaultShutdownGrace)
 	def(&c.RetryBackoff, defaultRetryBackoff)
 	def(&c.RetryMax, defaultRetryMax)
 	def(&c.RestartBackoff, defaultRestartBackoff)
