@@ -17,8 +17,10 @@ answer='
     else
       ($l.price / $l.rooms) as $ppr |
       ({type: "emit", delivery: $d, outlet: "bands",
-        payload: {listingId: $l.id, city: ($l.city.string // ""), rooms: $l.rooms, pricePerRoom: $ppr,
-                  band: (if $ppr < 100000 then "LOW" elif $ppr < 200000 then "MID" else "HIGH" end)}}
+        payload: ({listingId: $l.id}
+                  + (if $l.city then {city: $l.city.string} else {} end)
+                  + {rooms: $l.rooms, pricePerRoom: $ppr,
+                     band: (if $ppr < 100000 then "LOW" elif $ppr < 200000 then "MID" else "HIGH" end)})}
        + (if has("key") then {key} else {} end)),
       {type: "done", delivery: $d}
     end

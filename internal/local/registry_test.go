@@ -126,9 +126,9 @@ func TestParseSchemaFlag(t *testing.T) {
 }
 
 // TestFixtureRoundTrip: `millrace test` passes fixture payloads through the encoded ports'
-// schemas, as the bridge does: price-band's fixtures pass after the round trip (Protobuf
-// leaves an empty city out), and an input that does not fit its inlet's schema fails its file
-// naming the line.
+// schemas, as the bridge does: price-band's fixtures pass after the round trip, an input that
+// does not fit its inlet's schema fails its file naming the line, and an emit that does not fit
+// its outlet's is the non-retryable error.
 func TestFixtureRoundTrip(t *testing.T) {
 	a, err := actiondir.Load("../../actions/price-band")
 	if err != nil {
