@@ -280,3 +280,37 @@ func TestRegistryDownOnEncode(t *testing.T) {
 	expectEOF(t, s.stop())
 	s.check()
 }
+
+// TestEncodedKeys: an encoded key reaches the program as its JSON text, and the program's key
+// to an encoded outlet key is encoded from its JSON text; the value may be plain meanwhile.
+func TestEncodedKeys(t *testing.T) {
+	const opAvsc = `{"type":"record","name":"Op","fields":[{"name":"op","type":"string"}]}`
+	r := newRegistry(t, map[string]string{"in-topic-value": opAvsc, "in-topic-key": `"string"`, "out-topic-key": `"string"`})
+	key, err := r.reg.Encode(context.Background(), "in-topic", true, schema.Codec{Format: schema.Avro}, []byte(`"k1"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startBridge(t, "t --in in=x.v1 --out out=y.v1 --decode in=avro --decode in.key=avro --encode out.key=avro", func(o *bridge.Options) { o.Registry = r.reg })
+	s := dial(t, b.addr)
+	s.start(b, "c", 0)
+	s.batch(1, 0, rec(1, key, r.encode(t, "in-topic", `{"op":"inspect"}`)))
+	a := s.wait(1)
+	if !a.ack || len(a.emits) != 1 {
+		t.Fatalf("answer = %v; want Ack after 1 emit", a)
+	}
+	var seen struct {
+		Item struct {
+			Key     string          `json:"key"`
+			Payload json.RawMessage `json:"payload"`
+		} `json:"item"`
+	}
+	if err := json.Unmarshal(a.emits[0].GetRecord().GetValue(), &seen); err != nil || seen.Item.Key != `"k1"` || string(seen.Item.Payload) != `{"op":"inspect"}` {
+		t.Errorf("the program saw key %q and payload %s (%v); want the key's JSON text \"k1\" and the decoded op", seen.Item.Key, seen.Item.Payload, err)
+	}
+	k, err := r.reg.Decode(context.Background(), "out-topic", true, schema.Codec{Format: schema.Avro}, a.emits[0].GetRecord().GetKey())
+	if err != nil || string(k) != `"k1"` {
+		t.Errorf("the emit's key decodes to %s, %v; want \"k1\"", k, err)
+	}
+	expectEOF(t, s.stop())
+	s.check()
+}
