@@ -205,3 +205,51 @@ func TestFixtureRoundTrip(t *testing.T) {
 		stop()
 	}
 }
+
+// TestRunJSONSchema: a JSON Schema port runs locally with its schemas/PORT.json: an input that
+// fits goes through; the echo of one that does not fit the outlet's schema is dead-lettered.
+func TestRunJSONSchema(t *testing.T) {
+	for _, prog := range []string{"bash", "jq"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Fatalf("this test's action needs %s on PATH (scripts/setup installs it): %v", prog, err)
+		}
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"action.conf": "echo-js --in in=x.v1 --out out=x.v1 --out dlq=x.v1 --dead-letter dlq --decode in=jsonschema --encode out=jsonschema -- bash main.sh\n",
+		"main.sh": `while IFS= read -r line; do
+  out=$(jq -c 'if .type == "hello" then {type: "ready"} elif .type == "shutdown" then "shutdown" elif .type == "item" then ({type: "emit", delivery, payload}, {type: "done", delivery}) else empty end' <<<"$line")
+  [ "$out" = '"shutdown"' ] && exit 0
+  [ -n "$out" ] && printf '%s\n' "$out"
+done
+`,
+		"schemas/in.json":  `{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`,
+		"schemas/out.json": `{"type":"object","properties":{"n":{"type":"integer","maximum":10}},"required":["n"]}`,
+	}
+	for name, text := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := actiondir.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := actiondir.Single(a)
+	opts := local.Options{Input: strings.NewReader(`{"payload": {"n": 3}}` + "\n" + `{"payload": {"n": 30}}` + "\n"), Out: &out, Logger: testLogger(t), Version: "test"}
+	prepare(t, p, &opts)
+	sum, err := local.Run(ctx, p, opts)
+	if err != nil {
+		t.Fatalf("Run = %v (summary %v)", err, sum)
+	}
+	got := out.String()
+	if !strings.Contains(got, `{"outlet":"out","payload":{"n":3}`) || !strings.Contains(got, `{"outlet":"dlq","payload":{"n":30},"headers":[{"key":"millrace-error","value":"emit 1 to outlet \"out\"`) {
+		t.Errorf("Run printed\n%s\nwant n 3 on out and n 30 dead-lettered for its emit", got)
+	}
+}
