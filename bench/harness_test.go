@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -21,12 +20,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
-	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -392,69 +389,13 @@ func serveBridge(b testing.TB, a *actionconf.Action) func(context.Context, net.L
 	return srv.Serve
 }
 
-// serveNative returns the serve function of the native Go streamlet with a's descriptor.
+// serveNative returns the serve function of the native Go streamlet with a's descriptor: every
+// record echoed to "out" in the gRPC handler that receives its batch, then the Ack; no child
+// process. It is the ceiling without the bridge: what a streamlet written in Go against the
+// protocol costs.
 func serveNative(a *actionconf.Action) func(context.Context, net.Listener) error {
-	return func(ctx context.Context, lis net.Listener) error {
-		gs := grpc.NewServer(bridge.GRPCOptions()...)
-		n := &native{spec: a.Spec(version)}
-		flowv1.RegisterDiscoveryServer(gs, n)
-		flowv1.RegisterStreamletServer(gs, n)
-		stopped := make(chan struct{})
-		go func() {
-			defer close(stopped)
-			<-ctx.Done()
-			gs.GracefulStop()
-		}()
-		err := gs.Serve(lis)
-		<-stopped
-		if errors.Is(err, grpc.ErrServerStopped) {
-			err = nil
-		}
-		return err
-	}
-}
-
-// native is the native Go streamlet: every record echoed to "out" in the gRPC handler that
-// receives its batch, then the Ack; no child process. It is the ceiling without the bridge:
-// what a streamlet written in Go against the protocol costs.
-type native struct {
-	flowv1.UnimplementedStreamletServer
-	flowv1.UnimplementedDiscoveryServer
-	spec *flowv1.Spec
-}
-
-func (n *native) Discover(context.Context, *flowv1.SidecarInfo) (*flowv1.Spec, error) {
-	return n.spec, nil
-}
-
-func (n *native) ReportError(_ context.Context, ps *flowv1.Problems) (*flowv1.Empty, error) {
-	return &flowv1.Empty{}, nil
-}
-
-func (n *native) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]) error {
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		batch := m.GetBatch()
-		if batch == nil {
-			continue // Start, Stop: the stream ends with the sidecar's half-close
-		}
-		for _, r := range batch.GetRecords() {
-			emit := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: batch.GetBatchId(), Outlet: "out",
-				Record: &flowv1.Record{Key: r.GetRecord().Key, Value: r.GetRecord().GetValue()}}}}
-			if err := stream.Send(emit); err != nil {
-				return err
-			}
-		}
-		if err := stream.Send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: batch.GetBatchId()}}}); err != nil {
-			return err
-		}
-	}
+	n := &testkit.Streamlet{Spec: a.Spec(version), Options: bridge.GRPCOptions()}
+	return n.Serve
 }
 
 // runs collects one figure per run of a benchmark and reports their median.

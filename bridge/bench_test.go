@@ -318,51 +318,6 @@ func benchBare(b *testing.B, argv []string) {
 	b.ReportMetric(float64(items)/elapsed.Seconds(), "records/s")
 }
 
-// nativeStreamlet is the benchmark's native Go streamlet: every record echoed to "out" as it
-// arrives, then Ack, with no child.
-type nativeStreamlet struct {
-	flowv1.UnimplementedStreamletServer
-	flowv1.UnimplementedDiscoveryServer
-}
-
-func (nativeStreamlet) Discover(context.Context, *flowv1.SidecarInfo) (*flowv1.Spec, error) {
-	return &flowv1.Spec{}, nil
-}
-
-func (nativeStreamlet) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]) error {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			return nil
-		}
-		batch := m.GetBatch()
-		if batch == nil {
-			if m.GetStop() != nil {
-				return nil
-			}
-			continue
-		}
-		wg.Go(func() { // batches of several partitions at once, as the bridge does
-			out := make([]*flowv1.FromProcess, 0, len(batch.GetRecords())+1)
-			for _, r := range batch.GetRecords() {
-				out = append(out, &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: batch.GetBatchId(), Outlet: "out",
-					Record: &flowv1.Record{Key: r.GetRecord().Key, Value: r.GetRecord().GetValue()}}}})
-			}
-			out = append(out, &flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: batch.GetBatchId()}}})
-			mu.Lock()
-			defer mu.Unlock()
-			for _, m := range out {
-				if stream.Send(m) != nil {
-					return
-				}
-			}
-		})
-	}
-}
-
 // runNative serves the native streamlet on FLOW_PROCESS_PORT until SIGTERM.
 func runNative() int {
 	cfg, err := bridge.ConfigFromEnv(os.Getenv)
@@ -375,13 +330,13 @@ func runNative() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	gs := grpc.NewServer(bridge.GRPCOptions()...)
-	flowv1.RegisterStreamletServer(gs, nativeStreamlet{})
-	flowv1.RegisterDiscoveryServer(gs, nativeStreamlet{})
+	// The benchmark's native Go streamlet: every record echoed to "out", one goroutine per
+	// batch (batches of several partitions at once, as the bridge does), then Ack; no child.
+	native := &testkit.Streamlet{Async: true, Options: bridge.GRPCOptions()}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
-	go func() { <-sig; gs.Stop() }()
-	if err := gs.Serve(lis); err != nil {
+	go func() { <-sig; native.Stop() }()
+	if err := native.Serve(context.Background(), lis); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

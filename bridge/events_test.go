@@ -36,6 +36,11 @@ func (e *events) of(kind bridge.EventKind) []bridge.Event {
 	return out
 }
 
+// started reports whether conversation started (every process of its Start answered ready).
+func (e *events) started(conversation string) bool {
+	return slices.ContainsFunc(e.of(bridge.EventConversationStarted), func(ev bridge.Event) bool { return ev.Conversation == conversation })
+}
+
 func (e *events) record(kind bridge.EventKind, record string) (bridge.Event, bool) {
 	i := slices.IndexFunc(e.of(kind), func(ev bridge.Event) bool { return ev.Record == record })
 	if i < 0 {

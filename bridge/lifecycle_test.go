@@ -65,8 +65,8 @@ func TestNewRunMidBatch(t *testing.T) {
 	old.start(r, "old", 0)
 	old.batch(100, 0, rec(0, nil, `{"op":"hang","n":9}`))
 	// The old batch is in flight once the bridge took it; Discover on the same connection
-	// orders nothing, so wait for the process to be busy through the log.
-	waitLog(t, r, `"msg":"started"`)
+	// orders nothing, so wait for the process to be busy, as the pool's gauge tells.
+	waitInFlight(t, r)
 	s := dial(t, r.addr)
 	s.start(r, "new", 0)
 	s.batch(1, 0, rec(0, nil, `{"op":"emits","n":1}`))
@@ -85,11 +85,15 @@ func TestNewRunMidBatch(t *testing.T) {
 	s.check()
 }
 
-func waitLog(t *testing.T, r *running, want string) {
+// waitInFlight waits until a delivery is with a process, as the pool's gauge tells.
+func waitInFlight(t *testing.T, r *running) {
 	t.Helper()
-	// polling the log: the bridge offers no signal for it
-	if !testkit.Eventually(waitLimit, func() bool { return strings.Contains(r.logs.String(), want) }) {
-		t.Fatalf("the log never showed %s:\n%s", want, r.logs.String())
+	inFlight := func() bool {
+		n, _ := testkit.Gather(t, r.metrics.Registry()).Value("millrace_pool_deliveries_in_flight")
+		return n > 0
+	}
+	if !testkit.Eventually(waitLimit, inFlight) {
+		t.Fatal("no delivery ever in flight")
 	}
 }
 
@@ -171,7 +175,7 @@ func TestShutdown(t *testing.T) {
 	s := dial(t, r.addr)
 	s.start(r, "c", 0)
 	s.batch(1, 0, rec(0, nil, `{"op":"sleep","ms":200}`))
-	waitLog(t, r, `"msg":"batch taken"`)
+	waitInFlight(t, r)
 	if err := r.stop(); err != nil {
 		t.Errorf("ListenAndServe = %v; want nil", err)
 	}

@@ -1,9 +1,9 @@
 package bridge_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -46,21 +46,14 @@ func TestMetrics(t *testing.T) {
 
 // TestMetricsEndpoint: --metrics serves the Prometheus text format over HTTP.
 func TestMetricsEndpoint(t *testing.T) {
-	r := startBridge(t, oneOutlet+" --metrics 127.0.0.1:0")
-	waitLog(t, r, `"msg":"serving metrics"`)
-	var line struct{ Address string }
-	for _, l := range strings.Split(r.logs.String(), "\n") {
-		if strings.Contains(l, `"msg":"serving metrics"`) {
-			if err := json.Unmarshal([]byte(l), &line); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	addr := freeAddr(t)
+	r := startBridge(t, oneOutlet+" --metrics "+addr)
+	waitServing(t, addr)
 	s := dial(t, r.addr)
 	s.start(r, "c", 0)
 	s.batch(1, 0, rec(0, nil, `{"op":"skip"}`))
 	s.wait(1)
-	resp, err := http.Get("http://" + line.Address + "/metrics")
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,27 +94,33 @@ func TestActionMetricsCap(t *testing.T) {
 	}
 }
 
-// metricsAddr returns the address the bridge's --metrics listener took, from its log.
-func metricsAddr(t *testing.T, r *running) string {
+// freeAddr returns a loopback address no one listens on, for a --metrics listener.
+func freeAddr(t *testing.T) string {
 	t.Helper()
-	waitLog(t, r, `"msg":"serving metrics"`)
-	var line struct{ Address string }
-	for _, l := range strings.Split(r.logs.String(), "\n") {
-		if strings.Contains(l, `"msg":"serving metrics"`) {
-			if err := json.Unmarshal([]byte(l), &line); err != nil {
-				t.Fatal(err)
-			}
-		}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return line.Address
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// waitServing waits until the --metrics listener on addr answers.
+func waitServing(t *testing.T, addr string) {
+	t.Helper()
+	serving := func() bool { _, err := testkit.Metrics(addr); return err == nil } // polling, as Prometheus would
+	if !testkit.Eventually(waitLimit, serving) {
+		t.Fatalf("nothing serves metrics on %s", addr)
+	}
 }
 
 // TestPoolMetrics scrapes the pool's gauges over HTTP while a delivery hangs with two records
 // of its key queued behind it and the output of a later record held behind it, and the restart
 // of a process that crashed.
 func TestPoolMetrics(t *testing.T) {
-	r := startBridge(t, oneOutlet+" --concurrency 2 --window 1 --retries 1 --metrics 127.0.0.1:0")
-	addr := metricsAddr(t, r)
+	addr := freeAddr(t)
+	r := startBridge(t, oneOutlet+" --concurrency 2 --window 1 --retries 1 --metrics "+addr)
+	waitServing(t, addr)
 	idle := map[string]float64{"millrace_pool_processes": 0, "millrace_pool_processes_busy": 0, "millrace_pool_items_queued": 0,
 		"millrace_pool_deliveries_in_flight": 0, "millrace_pool_window_occupancy_ratio": 0, "millrace_process_restarts_total": 0,
 		"millrace_output_held_bytes": 0, "millrace_output_budget_bytes": bridge.DefaultMaxHeldBytes}

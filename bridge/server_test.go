@@ -34,7 +34,9 @@ func TestDiscover(t *testing.T) {
 	if probs := protocol.Validate(spec); len(probs) > 0 {
 		t.Errorf("Validate(Discover()) = %v; want none", probs)
 	}
-	// ReportError logs every problem and a summary, and the bridge keeps serving.
+	// ReportError logs every problem and a summary, and the bridge keeps serving. The log is
+	// what ReportError is for (a person reads there why the sidecar refused the process), so
+	// its text is checked: each problem and the fix.
 	_, err = s.disc.ReportError(context.Background(), &flowv1.Problems{Problems: []*flowv1.Problem{
 		{Message: "outlets[0].contract.fingerprint: deployed AAA, discovered BBB"},
 		{Message: "config_parameters[0].key: deployed min-room, discovered min-rooms"},

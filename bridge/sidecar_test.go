@@ -31,6 +31,7 @@ type running struct {
 	addr    string
 	action  *actionconf.Action
 	logs    *syncBuffer
+	events  *events // what the bridge tells Options.Events, unless a test sets its own
 	metrics *bridge.Metrics
 	cancel  context.CancelFunc
 	done    chan error
@@ -49,12 +50,13 @@ func startBridge(t *testing.T, line string, mods ...func(*bridge.Options)) *runn
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &running{action: a, logs: &syncBuffer{}, metrics: bridge.NewMetrics(0), done: make(chan error, 1)}
+	r := &running{action: a, logs: &syncBuffer{}, events: &events{}, metrics: bridge.NewMetrics(0), done: make(chan error, 1)}
 	opts := bridge.Options{
 		Action:        a,
 		Version:       "test",
 		Logger:        slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:       r.metrics,
+		Events:        r.events.add,
 		Env:           []string{testkit.RoleEnv("action"), "GORACE=atexit_sleep_ms=0"}, // a race-built child otherwise lingers 1s at exit
 		RetryBackoff:  time.Millisecond,
 		ShutdownGrace: 2 * time.Second,

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -58,16 +57,16 @@ func TestNewerStartWinsWhileStarting(t *testing.T) {
 	// The older conversation's process finishes starting first.
 	release(t, filepath.Join(gateDir, "older.go"))
 	var olderErr error
-	startedOrEnded := func() bool { // polling the log: the bridge offers no signal for it
+	startedOrEnded := func() bool {
 		select {
 		case olderErr = <-olderEnd:
 			return true
 		default:
-			return strings.Contains(r.logs.String(), `"conversation":"older","streamlet_name"`)
+			return r.events.started("older")
 		}
 	}
 	if !testkit.Eventually(waitLimit, startedOrEnded) {
-		t.Fatalf("the older conversation neither started nor ended:\n%s", r.logs.String())
+		t.Fatal("the older conversation neither started nor ended")
 	}
 	release(t, filepath.Join(gateDir, "newer.go"))
 

@@ -194,6 +194,7 @@ func runBad(t *testing.T, b *broker, c badCase, dead bool) {
 		if len(badRecs) == 0 {
 			firstBad = 0 // the action itself is bad: nothing can pass
 		}
+		// Outside a cluster the stall warning goes to the log: its line there is the product.
 		if !testkit.Eventually(60*time.Second, func() bool { return r.sidecar.LogHas(`"partition stalled"`) }) {
 			t.Errorf("no PartitionStalled warning in the sidecar's log within 60 s (FLOW_STALL_WARNING_AFTER=3s; the sidecar checks stalls when a stream fails, so the warning comes with the first failure after 3 s)")
 		} else {
@@ -228,6 +229,8 @@ func runBad(t *testing.T, b *broker, c badCase, dead bool) {
 			t.Errorf("dead-lettered %d records; want %d (the bad ones)", tl.dead, len(badRecs))
 		}
 	case want != "":
+		// Bad input must be named where the operator looks, the two containers' logs: the
+		// words are the product.
 		line := firstLine(r.sidecar.LogLines(want, 1))
 		if line == "" {
 			line = firstLine(r.bridge.LogLines(want, 1))

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -9,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
@@ -82,15 +83,13 @@ func (b *broker) deleteTopicGone(t testing.TB, name string) {
 	if err := b.DeleteTopic(context.Background(), name); err != nil {
 		t.Fatalf("delete topic %s: %v", name, err)
 	}
+	// kadm answers from the client's metadata cache, which may show the topic for up to
+	// MetadataMinAge (5 s) after the broker forgot it: the wait is that much longer at most.
 	gone := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		md := kmsg.NewPtrMetadataRequest()
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(name)
-		md.Topics = append(md.Topics, mt)
-		resp, err := md.RequestWith(ctx, b.Admin)
-		return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
+		md, err := kadm.NewClient(b.Admin).Metadata(ctx, name)
+		return err == nil && errors.Is(md.Topics[name].Err, kerr.UnknownTopicOrPartition)
 	}
 	if !testkit.Eventually(60*time.Second, gone) {
 		t.Fatalf("topic %s still in the broker's metadata 60 s after its deletion", name)

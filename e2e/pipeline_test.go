@@ -158,6 +158,7 @@ type replica struct {
 	port    int
 	bridge  *testkit.Proc
 	sidecar *testkit.Proc
+	metrics string // the sidecar's FLOW_METRICS_ADDR, the same for each of its starts
 	// starts and sidecarStarts count the processes started; each has its own log,
 	// bridge-IDX.N.log and sidecar-IDX.N.log.
 	starts        int
@@ -223,6 +224,7 @@ func (pl *pipeline) startSidecar(r *replica) {
 		"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port),
 		"FLOW_READINESS_FILE=" + filepath.Join(pl.dir, fmt.Sprintf("ready-%d", r.idx)),
 		"FLOW_STALL_WARNING_AFTER=3s",
+		"FLOW_METRICS_ADDR=" + r.metricsAddr(pl.t),
 		// As in a pod: static group membership keyed by the replica, so a restarted sidecar
 		// takes its partitions back at once; in exactly-once mode the same name makes the
 		// transactional id, so a restarted sidecar fences its predecessor.
@@ -230,6 +232,28 @@ func (pl *pipeline) startSidecar(r *replica) {
 	}
 	r.sidecarStarts++
 	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), append(env, pl.sidecarEnv...), "sidecar")
+}
+
+// metricsAddr returns the replica's sidecar metrics address, chosen at its first start.
+func (r *replica) metricsAddr(t testing.TB) string {
+	if r.metrics == "" {
+		r.metrics = "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+	}
+	return r.metrics
+}
+
+// sidecarMetric returns the sum of the series of the replica's sidecar metric name (a counter
+// or a gauge); 0 while nothing answers on its metrics address.
+func (r *replica) sidecarMetric(name string) float64 {
+	e, err := testkit.Metrics(r.metrics)
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, m := range e[name].GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum
 }
 
 // records builds n input records numbered from first, with unique ids (the key is the id).
@@ -365,30 +389,6 @@ func (pl *pipeline) logTails(n int) string {
 		}
 	}
 	return b.String()
-}
-
-// sidecarsHave reports whether any sidecar log holds s.
-func (pl *pipeline) sidecarsHave(s string) bool {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	for _, r := range pl.replicas {
-		if r.sidecar.LogHas(s) {
-			return true
-		}
-	}
-	return false
-}
-
-// bridgesHave reports whether any bridge log holds s.
-func (pl *pipeline) bridgesHave(s string) bool {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	for _, r := range pl.replicas {
-		if r.bridge.LogHas(s) {
-			return true
-		}
-	}
-	return false
 }
 
 // tally is a case's count of records by id.

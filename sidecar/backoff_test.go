@@ -55,15 +55,15 @@ func TestFailureBackoff(t *testing.T) {
 			f := newProcess(t, nil)
 			var mu sync.Mutex
 			seen := map[int]int{} // batches per conversation
-			f.onBatch = func(c *call) error {
+			f.OnBatch = func(c *call) error {
 				mu.Lock()
-				seen[c.conv]++
-				first := seen[c.conv] == 1
+				seen[c.Conv]++
+				first := seen[c.Conv] == 1
 				mu.Unlock()
 				if tc.ackFirst && first {
 					return echo(c)
 				}
-				return c.fail("boom")
+				return c.Fail("boom")
 			}
 			e := baseEnv(t, b, f, in, out)
 			e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "1"

@@ -8,37 +8,22 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // emitting is the process that emits, for each record, one record of size bytes to "out"
 // (keyed as the input), then acks.
 func emitting(size int) func(*call) error {
 	return func(c *call) error {
-		for _, r := range c.batch.Records {
-			if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: bytes.Repeat([]byte{'e'}, size)}); err != nil {
+		for _, r := range c.Batch.Records {
+			if err := c.Emit("out", &flowv1.Record{Key: r.Record.Key, Value: bytes.Repeat([]byte{'e'}, size)}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	}
-}
-
-// holdProduce makes kfake hold every Produce to topic until release is closed.
-func holdProduce(b *testkit.Broker, topic string, release <-chan struct{}) {
-	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		b.Cluster.KeepControl()
-		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			if tp.Topic == topic {
-				b.Cluster.SleepControl(func() { <-release })
-				break
-			}
-		}
-		return nil, nil, false
-	})
 }
 
 // TestEmitBackpressure holds every write to the outlet while the process answers every batch
@@ -60,7 +45,7 @@ func TestEmitBackpressure(t *testing.T) {
 			in, out := b.Topic(t, "in", parts), b.Topic(t, "out", parts)
 			b.Produce(t, records(in, parts, parts*perPart)...)
 			release := make(chan struct{})
-			holdProduce(b, out, release)
+			holdWrites(t, b, out, release)
 			f := newProcess(t, emitting(emit))
 			e := baseEnv(t, b, f, in, out)
 			e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "1"
@@ -68,9 +53,12 @@ func TestEmitBackpressure(t *testing.T) {
 			e["FLOW_MAX_HELD_EMIT_BYTES"] = fmt.Sprint(tc.held)
 			r := start(t, e.config(t))
 			waitFor(t, "the sender held back by the budget, or every batch sent", func() bool {
-				return r.sc.Stats().EmitBudgetWaits > 0 || len(f.seen()) == parts*perPart
+				return r.sc.Stats().EmitBudgetWaits > 0 || len(f.Batches()) == parts*perPart
 			})
-			sent := len(f.seen())
+			sent := len(f.Batches())
+			if n := b.Count(t, out); n != 0 {
+				t.Errorf("%d outputs written while writes were held; want 0 (the hold let them through)", n)
+			}
 			close(release)
 			waitFor(t, "every record committed", func() bool {
 				return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(parts, parts*perPart))
@@ -114,7 +102,7 @@ func TestEmitBudgetBisect(t *testing.T) {
 	waitFor(t, "20 records committed", func() bool { return allCommitted(t, b, group, in, map[int32]int64{0: 20}) })
 
 	var sizes []int
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		sizes = append(sizes, len(bt.Records))
 	}
 	want := []int{16, 8, 4, 2}
@@ -128,13 +116,18 @@ func TestEmitBudgetBisect(t *testing.T) {
 		// them at once: the cap may not hold them to one record each.
 		t.Errorf("batch sizes after the first 16 records committed = %v; want a batch of more than one record (whole again once committed)", tail)
 	}
+	failed := wrapping(r.failures(sidecar.CauseEmitBudget), sidecar.ErrBatchEmitBudget)
+	if len(failed) == 0 {
+		t.Fatalf("stream failures = %v; want one of cause %s, wrapping ErrBatchEmitBudget", r.failures(""), sidecar.CauseEmitBudget)
+	}
+	// The error is for a person: it names the batch, the setting and what happens next.
 	for _, msg := range []string{
 		fmt.Sprintf("topic %s partition 0 (offsets 0-15, 16 records)", in),
 		fmt.Sprintf("over the per-batch emit budget of %d bytes (FLOW_MAX_BATCH_EMIT_BYTES)", emit*3/2),
 		"delivered again in batches of at most 8 records until offset 15 is committed",
 	} {
-		if !strings.Contains(r.logs.String(), msg) {
-			t.Errorf("the sidecar's log lacks %q", msg)
+		if !strings.Contains(failed[0].Error(), msg) {
+			t.Errorf("the failure %v; want it to say %q", failed[0], msg)
 		}
 	}
 	// A failed batch writes nothing: every record came out once.
@@ -167,14 +160,17 @@ func TestEmitBudgetSingleRecordStalls(t *testing.T) {
 	waitMetrics(t, addr, "stream failures by emit_budget", func(m exposition) bool {
 		return m.v("millrace_sidecar_stream_failures_total", "cause", "emit_budget") >= 2
 	})
-	logs := r.logs.String()
+	failed := wrapping(r.failures(sidecar.CauseEmitBudget), sidecar.ErrRecordEmitBudget)
+	if len(failed) == 0 {
+		t.Fatalf("stream failures = %v; want one of cause %s, wrapping ErrRecordEmitBudget", r.failures(""), sidecar.CauseEmitBudget)
+	}
+	// The error is for a person: it names the record, the setting and the fix.
 	for _, msg := range []string{
 		fmt.Sprintf("topic %s partition 0 offset 0: the record's emits reached %d bytes, over the per-batch emit budget of 2048 bytes (FLOW_MAX_BATCH_EMIT_BYTES) on their own", in, emit),
 		"raise FLOW_MAX_BATCH_EMIT_BYTES",
-		"partition stalled",
 	} {
-		if !strings.Contains(logs, msg) {
-			t.Errorf("the sidecar's log lacks %q:\n%s", msg, logs)
+		if !strings.Contains(failed[0].Error(), msg) {
+			t.Errorf("the failure %v; want it to say %q", failed[0], msg)
 		}
 	}
 	if err := r.stop(t); err != nil {
@@ -197,27 +193,27 @@ func TestEmitBudgetHalvesTheOthers(t *testing.T) {
 	in, out := b.Topic(t, "in", 2), b.Topic(t, "out", 2)
 	b.Produce(t, records(in, 2, 16)...) // 8 records on each partition
 	f := newProcess(t, nil)
-	f.async = true
+	f.Async = true
 	halfway := make(chan struct{}) // partition 1 has emitted one record, over half the budget
 	var once sync.Once
-	f.onBatch = func(c *call) error {
-		if c.conv > 1 {
+	f.OnBatch = func(c *call) error {
+		if c.Conv > 1 {
 			return emitting(emit)(c)
 		}
 		one := &flowv1.Record{Value: bytes.Repeat([]byte{'e'}, emit)}
-		if c.batch.Partition == 1 {
-			err := c.emit("out", one)
+		if c.Batch.Partition == 1 {
+			err := c.Emit("out", one)
 			once.Do(func() { close(halfway) })
-			<-c.done()
+			<-c.Done()
 			return err
 		}
 		<-halfway
-		for range c.batch.Records {
-			if err := c.emit("out", one); err != nil {
+		for range c.Batch.Records {
+			if err := c.Emit("out", one); err != nil {
 				return nil // the stream failed: over the budget
 			}
 		}
-		<-c.done()
+		<-c.Done()
 		return nil
 	}
 	e := baseEnv(t, b, f, in, out)
@@ -228,7 +224,7 @@ func TestEmitBudgetHalvesTheOthers(t *testing.T) {
 	})
 	first := map[int32]int{} // the size of each partition's first batch of the second conversation
 	n := 0
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		if n++; n <= 2 {
 			if len(bt.Records) != 8 {
 				t.Fatalf("a first conversation's batch has %d records; want 8 (the test needs whole partitions)", len(bt.Records))

@@ -151,12 +151,7 @@ func (s *Sidecar) step(c *conversation, round []*batch, ending bool) error {
 // longer owned is written (its Ack came while it was owned) but never confirmed.
 func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 	prod := s.kafka.prod
-	var (
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		firstErr error
-		emits    int64
-	)
+	var w roundWrites
 	// One body for the callbacks of every record of the round (they are all produced now);
 	// each batch's callback adds its id, frees its emits and counts it done (release, below).
 	began := s.now()
@@ -166,24 +161,18 @@ func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
 		}
-		errMu.Lock()
-		defer errMu.Unlock()
-		if firstErr == nil {
-			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: nothing of the batch was committed; check the outlet topic exists, is writable and accepts records this large",
-				errStreamFailed, errProduce, batchID, len(r.Value), r.Topic, err)
-		}
+		w.fail(r, err, "nothing of the batch was committed", func() uint64 { return batchID })
 	}
 	var refused refusals // emits refused as too large, written again split (limits.go)
 	for _, b := range round {
-		wg.Add(len(b.emits))
-		emits += int64(len(b.emits))
+		w.add(b)
 		// Once the batch's last emit is written (or failed), its emits are no longer held:
 		// the budgets free them, one lock and one callback a batch.
 		left := new(atomic.Int64)
 		left.Store(int64(len(b.emits)))
 		var release func(r *kgo.Record, err error)
 		release = func(r *kgo.Record, err error) {
-			defer wg.Done()
+			defer w.wg.Done()
 			s.limits.done(r)
 			if refused.keep(r, err, release) {
 				return
@@ -200,18 +189,44 @@ func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 			prod.Produce(ctx, r, release)
 		}
 	}
-	wg.Wait()
-	for s.rewriteRefused(ctx, &refused, &wg, prod.Produce) {
-		wg.Wait()
+	w.wg.Wait()
+	for s.rewriteRefused(ctx, &refused, &w.wg, prod.Produce) {
+		w.wg.Wait()
 	}
-	if firstErr != nil {
-		return firstErr
+	if w.err != nil {
+		return w.err
 	}
 	s.mu.Lock()
-	s.stats.EmitsProduced += emits
+	s.stats.EmitsProduced += w.emits
 	s.mu.Unlock()
 	s.confirm(round)
 	return nil
+}
+
+// roundWrites is what the callbacks of one round's emits share: the wait for every emit, how
+// many there are and the first failure, which the round returns.
+type roundWrites struct {
+	wg    sync.WaitGroup
+	emits int64
+	mu    sync.Mutex
+	err   error // the first failure
+}
+
+// add counts the emits of b, whose callbacks each call wg.Done.
+func (w *roundWrites) add(b *batch) {
+	w.wg.Add(len(b.emits))
+	w.emits += int64(len(b.emits))
+}
+
+// fail keeps the first failure, an emit r of the batch batchID names (asked only then) that
+// failed with err; lost says what the failure leaves uncommitted.
+func (w *roundWrites) fail(r *kgo.Record, err error, lost string, batchID func() uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: %s; check the outlet topic exists, is writable and accepts records this large",
+			errStreamFailed, errProduce, batchID(), len(r.Value), r.Topic, err, lost)
+	}
 }
 
 // confirm records batches whose every emit the broker confirmed (at least once): their

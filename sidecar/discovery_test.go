@@ -2,8 +2,10 @@ package sidecar_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,22 +53,20 @@ func TestDiscoveryRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newProcess(t, echo)
-			tc.change(f.spec)
+			tc.change(f.Spec)
 			e := baseEnv(t, noBroker, f, "in-topic", "out-topic")
 			r := start(t, e.config(t))
 			var err error
 			select {
 			case err = <-r.done:
 				close(r.done)
-			case <-f.startCh:
+			case <-f.Started:
 				t.Fatal("the sidecar opened Run with a refused process")
 			}
 			if !errors.Is(err, sidecar.ErrRefused) {
 				t.Fatalf("Run() = %v; want an error wrapping ErrRefused", err)
 			}
-			f.mu.Lock()
-			reports := f.reports
-			f.mu.Unlock()
+			reports := f.Reports()
 			if len(reports) != 1 {
 				t.Fatalf("ReportError calls = %d; want exactly 1", len(reports))
 			}
@@ -83,11 +83,16 @@ func TestDiscoveryRefusals(t *testing.T) {
 					t.Errorf("Run() = %v; want it to name %q", err, w)
 				}
 			}
-			if got := strings.Count(r.logs.String(), "discovery refused the streamlet process"); got != len(all) {
-				t.Errorf("problems logged = %d; want each of the %d logged", got, len(all))
+			// The log is where an operator reads the problems: each is a record of its own.
+			var logged []string
+			for _, a := range r.records.Attrs("discovery refused the streamlet process") {
+				logged = append(logged, fmt.Sprint(a["problem"]))
 			}
-			if f.conversations() != 0 {
-				t.Errorf("conversations = %d; want none", f.conversations())
+			if !slices.Equal(logged, all) {
+				t.Errorf("problems logged = %q; want each of the %d reported, in order: %q", logged, len(all), all)
+			}
+			if f.Conversations() != 0 {
+				t.Errorf("conversations = %d; want none", f.Conversations())
 			}
 		})
 	}
@@ -99,15 +104,18 @@ func TestDiscoveryRetries(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
-	f.stop()
+	f.Stop()
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
-	waitFor(t, "a failed Discover logged", func() bool { return strings.Contains(r.logs.String(), "does not answer Discover yet") })
+	waitFor(t, "a failed Discover", func() bool {
+		n, _ := testkit.Gather(t, r.sc.Registry()).Value("millrace_sidecar_discovery_attempts_total", "result", "unanswered")
+		return n > 0
+	})
 	if sidecar.Ready(e["FLOW_READINESS_FILE"]) {
 		t.Errorf("ready before discovery; want not ready")
 	}
-	f.restart(t)
-	<-f.startCh
+	f.Restart(t)
+	<-f.Started
 	waitFor(t, "the readiness file", func() bool { return sidecar.Ready(e["FLOW_READINESS_FILE"]) })
 }
 
@@ -124,12 +132,12 @@ func TestReadinessFileLife(t *testing.T) {
 		t.Fatal(err)
 	}
 	discovered := make(chan bool, 10)
-	f.onDisc = func() { discovered <- sidecar.Ready(ready) }
+	f.OnDiscover = func() { discovered <- sidecar.Ready(ready) }
 	failNow := make(chan struct{})
-	f.onBatch = func(c *call) error {
-		if c.conv == 1 {
+	f.OnBatch = func(c *call) error {
+		if c.Conv == 1 {
 			<-failNow
-			return c.fail("first conversation fails")
+			return c.Fail("first conversation fails")
 		}
 		return echo(c)
 	}
@@ -137,14 +145,14 @@ func TestReadinessFileLife(t *testing.T) {
 	if <-discovered {
 		t.Errorf("a stale readiness file survived start-up")
 	}
-	<-f.startCh
+	<-f.Started
 	waitFor(t, "the readiness file after Start", func() bool { return sidecar.Ready(ready) })
 	b.Produce(t, records(in, 1, 1)...)
 	close(failNow)
 	if <-discovered {
 		t.Errorf("the readiness file survived a stream failure")
 	}
-	<-f.startCh
+	<-f.Started
 	waitFor(t, "the readiness file after the second Start", func() bool { return sidecar.Ready(ready) })
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)

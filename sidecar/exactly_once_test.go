@@ -80,11 +80,13 @@ func TestExactlyOnceHappyPath(t *testing.T) {
 	if len(all) != len(committed) {
 		t.Errorf("read_uncommitted: %d records, read_committed %d; want no aborted write on the happy path", len(all), len(committed))
 	}
-	if !strings.Contains(r.logs.String(), "transactional producer ready") {
-		t.Errorf("the log does not say the transactional producer is ready:\n%s", r.logs.String())
+	for _, rec := range committed {
+		if !rec.Attrs.IsTransactional() {
+			t.Fatalf("read_committed: %q was not written in a transaction", rec.Value)
+		}
 	}
 
-	fs := newProcess(t, func(c *call) error { return c.ack() })
+	fs := newProcess(t, func(c *call) error { return c.Ack() })
 	es := eosEnv(t, b, fs, skip, out, "pod-1")
 	b.Produce(t, records(skip, 1, 30)...)
 	start(t, es.config(t))
@@ -105,15 +107,15 @@ func TestExactlyOnceAbortOnStreamFailure(t *testing.T) {
 	cfg := e.config(t)
 	held, release := holdTxnProduce(b, cfg.TransactionalID)
 	defer release()
-	f.onBatch = func(c *call) error {
-		if c.conv > 1 || c.batch.Records[0].Offset == 0 {
+	f.OnBatch = func(c *call) error {
+		if c.Conv > 1 || c.Batch.Records[0].Offset == 0 {
 			return echo(c) // the first batch is acknowledged; its round's produce is held
 		}
 		<-held
-		if err := c.fail("boom"); err != nil {
+		if err := c.Fail("boom"); err != nil {
 			return err
 		}
-		<-c.done() // the sidecar ended the stream with the transaction open
+		<-c.Done() // the sidecar ended the stream with the transaction open
 		release()
 		return nil
 	}
@@ -137,8 +139,8 @@ func TestExactlyOnceAbortOnStreamFailure(t *testing.T) {
 	if aborted != 5 {
 		t.Errorf("read_uncommitted: %d records of the failed conversation; want its first batch's 5, written and aborted", aborted)
 	}
-	if !strings.Contains(r.logs.String(), "the open transaction is aborted") {
-		t.Errorf("the log does not say the transaction was aborted:\n%s", r.logs.String())
+	if got := r.failures(sidecar.CauseFailedBatch); len(got) == 0 {
+		t.Errorf("stream failures = %v; want one of cause %s, which aborted the transaction", r.failures(""), sidecar.CauseFailedBatch)
 	}
 }
 
@@ -201,8 +203,8 @@ func TestExactlyOnceRevokeMidTransaction(t *testing.T) {
 	if len(all) <= len(committedRecs) {
 		t.Errorf("read_uncommitted: %d records, read_committed %d; want the held transaction's writes aborted", len(all), len(committedRecs))
 	}
-	if strings.Contains(ra.logs.String(), "stream failed") {
-		t.Errorf("A failed its stream over the rebalance; want the transaction aborted and retried:\n%s", ra.logs.String())
+	if got := ra.failures(""); len(got) > 0 {
+		t.Errorf("A failed its stream over the rebalance (%v); want the transaction aborted and retried", got)
 	}
 }
 
@@ -223,7 +225,7 @@ func TestExactlyOnceZombieFenced(t *testing.T) {
 		once.Do(func() { close(got) })
 		select {
 		case <-release:
-		case <-c.done():
+		case <-c.Done():
 			return nil
 		}
 		return answer(c, "A")
@@ -274,19 +276,19 @@ func TestExactlyOnceOutletRefuses(t *testing.T) {
 	const n = 6
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1, "max.message.bytes", "150")
 	f := newProcess(t, func(c *call) error {
-		for _, r := range c.batch.Records {
+		for _, r := range c.Batch.Records {
 			pad := &flowv1.Header{Key: "pad", Value: []byte(strings.Repeat("x", 200))}
-			if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: append(r.Record.Value, '!'), Headers: []*flowv1.Header{pad}}); err != nil {
+			if err := c.Emit("out", &flowv1.Record{Key: r.Record.Key, Value: append(r.Record.Value, '!'), Headers: []*flowv1.Header{pad}}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := eosEnv(t, b, f, in, out, "pod-0")
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
 	b.Produce(t, records(in, 1, n)...)
 	r := start(t, e.config(t))
-	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), `msg="partition stalled"`) })
+	waitFor(t, "the stall warned", r.stallWarned)
 	if c := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); c[0] != 0 {
 		t.Errorf("committed offset %d while the outlet refused every write; want nothing", c[0])
 	}

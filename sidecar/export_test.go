@@ -70,3 +70,31 @@ func Revoking(s *Sidecar, topic string) []int32 {
 	}
 	return out
 }
+
+// CauseOf is the cause a stream failure is counted under in
+// millrace_sidecar_stream_failures_total.
+func CauseOf(err error) string { return causeOf(err) }
+
+// The causes of a stream failure, as CauseOf returns them.
+const (
+	CauseUnreachable  = causeUnreachable
+	CauseFailedBatch  = causeFailedBatch
+	CauseProtocol     = causeProtocol
+	CauseMessageLarge = causeMessageLarge
+	CauseRecordLarge  = causeRecordLarge
+	CauseProduce      = causeProduce
+	CauseCommit       = causeCommit
+	CauseStopTimeout  = causeStopTimeout
+	CauseEmitBudget   = causeEmitBudget
+)
+
+var (
+	// ErrStreamFailed is wrapped by every failed stream's error.
+	ErrStreamFailed = errStreamFailed
+	// ErrRecordTooLarge is wrapped when an input record cannot fit in a Batch.
+	ErrRecordTooLarge = errRecordTooLarge
+	// ErrBatchEmitBudget and ErrRecordEmitBudget are wrapped when a batch's emits, or one
+	// record's, exceed FLOW_MAX_BATCH_EMIT_BYTES.
+	ErrBatchEmitBudget  = errBatchEmitBudget
+	ErrRecordEmitBudget = errRecordEmitBudget
+)

@@ -1,10 +1,10 @@
 package sidecar_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/sidecar"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,8 +23,7 @@ func TestStallOnProduceFailure(t *testing.T) {
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_STALL_WARNING_AFTER"] = "20ms"
 	r := start(t, e.config(t))
-	want := "msg=\"partition stalled\" topic=" + in + " partition=0 offset=0"
-	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), want) })
+	waitFor(t, "the stall warned", func() bool { return r.stalled(in, 0, 0) })
 }
 
 // TestBrokerRefusals makes the broker itself refuse a write or a commit once. These faults
@@ -32,14 +31,14 @@ func TestStallOnProduceFailure(t *testing.T) {
 // commits nothing for the batch, and redelivers it.
 func TestBrokerRefusals(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		fault  func(in, out string) kfake.Fault
-		logged string
+		name  string
+		fault func(in, out string) kfake.Fault
+		cause string
 	}{
-		{name: "produce refused", logged: "produce failed", fault: func(_, out string) kfake.Fault {
+		{name: "produce refused", cause: sidecar.CauseProduce, fault: func(_, out string) kfake.Fault {
 			return kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: out, Err: kerr.TopicAuthorizationFailed}
 		}},
-		{name: "commit refused", logged: "offset commit failed", fault: func(in, _ string) kfake.Fault {
+		{name: "commit refused", cause: sidecar.CauseCommit, fault: func(in, _ string) kfake.Fault {
 			return kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Topic: in, Err: kerr.TopicAuthorizationFailed}
 		}},
 	} {
@@ -58,17 +57,17 @@ func TestBrokerRefusals(t *testing.T) {
 			if h.Hits() != 1 {
 				t.Errorf("fault hits = %d; want 1", h.Hits())
 			}
-			if !strings.Contains(r.logs.String(), tc.logged) {
-				t.Errorf("the log does not name %q:\n%s", tc.logged, r.logs.String())
+			if got := r.failures(tc.cause); len(got) == 0 {
+				t.Errorf("stream failures = %v; want one of cause %s", r.failures(""), tc.cause)
 			}
 			var firsts []uint64
-			for _, bt := range f.seen() {
+			for _, bt := range f.Batches() {
 				if bt.Records[0].Offset == 0 {
 					firsts = append(firsts, bt.BatchId)
 				}
 			}
-			if len(firsts) < 2 || f.conversations() < 2 {
-				t.Errorf("offset 0 sent %d time(s) over %d conversation(s); want it redelivered by a second conversation", len(firsts), f.conversations())
+			if len(firsts) < 2 || f.Conversations() < 2 {
+				t.Errorf("offset 0 sent %d time(s) over %d conversation(s); want it redelivered by a second conversation", len(firsts), f.Conversations())
 			}
 		})
 	}

@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,223 +83,37 @@ func writeDescriptor(t testing.TB, spec *flowv1.Spec) string {
 	return path
 }
 
+// fakeProcess is the streamlet process of the tests: testkit's fake on a free loopback port,
+// keeping what it is sent.
+type fakeProcess = testkit.Streamlet
+
 // call is one batch handed to the fake process.
-type call struct {
-	ctx   context.Context // the stream's
-	conv  int             // 1 for the first conversation
-	start *flowv1.Start
-	batch *flowv1.Batch
-	send  func(*flowv1.FromProcess) error
-}
-
-// done is closed when the stream ends.
-func (c *call) done() <-chan struct{} { return c.ctx.Done() }
-
-func (c *call) emit(outlet string, r *flowv1.Record) error {
-	return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: c.batch.BatchId, Outlet: outlet, Record: r}}})
-}
-
-func (c *call) ack() error {
-	return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Ack{Ack: &flowv1.Ack{BatchId: c.batch.BatchId}}})
-}
-
-func (c *call) fail(msg string) error {
-	return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{BatchId: c.batch.BatchId, Error: &flowv1.Error{Message: msg}}}})
-}
+type call = testkit.Call
 
 // echo is the well-behaved process: each record emitted to "out" with its key and headers,
 // the value suffixed with "!", a header naming the conversation, then the Ack.
 func echo(c *call) error {
-	for _, r := range c.batch.Records {
+	for _, r := range c.Batch.Records {
 		out := &flowv1.Record{Key: r.Record.Key, Value: append(bytes.Clone(r.Record.Value), '!')}
 		out.Headers = append(out.Headers, r.Record.Headers...)
-		out.Headers = append(out.Headers, &flowv1.Header{Key: "conv", Value: []byte(fmt.Sprint(c.conv))})
-		if err := c.emit("out", out); err != nil {
+		out.Headers = append(out.Headers, &flowv1.Header{Key: "conv", Value: []byte(fmt.Sprint(c.Conv))})
+		if err := c.Emit("out", out); err != nil {
 			return err
 		}
 	}
-	return c.ack()
+	return c.Ack()
 }
 
-// errClose, returned by a fake process's onBatch, ends the stream normally without being asked.
-var errClose = errors.New("close the stream")
+// errClose, returned by a fake process's OnBatch, ends the stream normally without being asked.
+var errClose = testkit.ErrClose
 
-// fakeProcess is a streamlet process written for the tests: Discovery and Streamlet on
-// 127.0.0.1:0, answering batches with onBatch (one goroutine per batch when async).
-type fakeProcess struct {
-	flowv1.UnimplementedDiscoveryServer
-	flowv1.UnimplementedStreamletServer
-
-	addr  string
-	srv   *grpc.Server
-	async bool
-
-	mu       sync.Mutex
-	spec     *flowv1.Spec
-	onBatch  func(*call) error
-	onStart  func(conv int, start *flowv1.Start) error // nil: fine
-	onDisc   func()
-	starts   []*flowv1.Start
-	stops    int
-	reports  []*flowv1.Problems
-	batches  []*flowv1.Batch
-	startCh  chan int // conversation numbers, as they start
-	reportCh chan struct{}
-}
-
+// newProcess serves a fake process deploying testSpec that answers batches with onBatch.
 func newProcess(t testing.TB, onBatch func(*call) error) *fakeProcess {
 	t.Helper()
-	f := &fakeProcess{spec: testSpec(), onBatch: onBatch, startCh: make(chan int, 1000), reportCh: make(chan struct{}, 10)}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.addr = lis.Addr().String()
-	f.serve(lis)
-	t.Cleanup(func() { f.stop() })
+	f := &fakeProcess{Spec: testSpec(), OnBatch: onBatch, Record: true, Started: make(chan int, 1000), Reported: make(chan struct{}, 10),
+		Options: []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}}
+	f.Listen(t)
 	return f
-}
-
-func (f *fakeProcess) serve(lis net.Listener) {
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
-	flowv1.RegisterDiscoveryServer(srv, f)
-	flowv1.RegisterStreamletServer(srv, f)
-	f.mu.Lock()
-	f.srv = srv
-	f.mu.Unlock()
-	go srv.Serve(lis)
-}
-
-// stop ends the server and every stream at once: the process becomes unreachable.
-func (f *fakeProcess) stop() {
-	f.mu.Lock()
-	srv := f.srv
-	f.mu.Unlock()
-	srv.Stop()
-}
-
-// restart serves again on the same address after stop.
-func (f *fakeProcess) restart(t testing.TB) {
-	lis, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		t.Errorf("listen again on %s: %v", f.addr, err)
-		return
-	}
-	f.serve(lis)
-}
-
-func (f *fakeProcess) port() string { _, p, _ := net.SplitHostPort(f.addr); return p }
-
-func (f *fakeProcess) Discover(context.Context, *flowv1.SidecarInfo) (*flowv1.Spec, error) {
-	f.mu.Lock()
-	hook := f.onDisc
-	spec := f.spec
-	f.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	return spec, nil
-}
-
-func (f *fakeProcess) ReportError(_ context.Context, ps *flowv1.Problems) (*flowv1.Empty, error) {
-	f.mu.Lock()
-	f.reports = append(f.reports, ps)
-	f.mu.Unlock()
-	f.reportCh <- struct{}{}
-	return &flowv1.Empty{}, nil
-}
-
-func (f *fakeProcess) Run(stream flowv1.Streamlet_RunServer) error {
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	start := first.GetStart()
-	if start == nil {
-		return errors.New("fake process: the first message is not Start")
-	}
-	f.mu.Lock()
-	f.starts = append(f.starts, start)
-	conv := len(f.starts)
-	onStart := f.onStart
-	f.mu.Unlock()
-	f.startCh <- conv
-	if onStart != nil {
-		if err := onStart(conv, start); err != nil {
-			return err
-		}
-	}
-	var sendMu sync.Mutex
-	send := func(m *flowv1.FromProcess) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(m)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	errc := make(chan error, 1)
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			wg.Wait()
-			select {
-			case err := <-errc:
-				return err
-			default:
-				return nil
-			}
-		}
-		if err != nil {
-			return err
-		}
-		switch m := msg.Message.(type) {
-		case *flowv1.ToProcess_Batch:
-			f.mu.Lock()
-			f.batches = append(f.batches, m.Batch)
-			h := f.onBatch
-			f.mu.Unlock()
-			c := &call{ctx: stream.Context(), conv: conv, start: start, batch: m.Batch, send: send}
-			if !f.async {
-				if err := h(c); errors.Is(err, errClose) {
-					return nil
-				} else if err != nil {
-					return err
-				}
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := h(c); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}()
-		case *flowv1.ToProcess_Stop:
-			f.mu.Lock()
-			f.stops++
-			f.mu.Unlock()
-		}
-		select {
-		case err := <-errc:
-			return err
-		default:
-		}
-	}
-}
-
-func (f *fakeProcess) seen() []*flowv1.Batch {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]*flowv1.Batch(nil), f.batches...)
-}
-
-func (f *fakeProcess) conversations() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.starts)
 }
 
 // env is a deploy environment for the sidecar; tests change entries before calling config.
@@ -318,7 +129,7 @@ func baseEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out string) en
 		"FLOW_OUTLETS":        "out=" + out,
 		"FLOW_CONFIG":         `{"min-rooms": 2}`,
 		"FLOW_CONSUMER_GROUP": "group-" + in,
-		"FLOW_PROCESS_PORT":   f.port(),
+		"FLOW_PROCESS_PORT":   f.Port(),
 		"FLOW_READINESS_FILE": filepath.Join(t.TempDir(), "ready"),
 	}
 }
@@ -393,6 +204,43 @@ func (r *running) stop(t testing.TB) error {
 		return nil
 	}
 }
+
+// failures returns the stream failures the sidecar logged (each wraps ErrStreamFailed), in
+// order, those of cause only unless cause is "".
+func (r *running) failures(cause string) []error {
+	var out []error
+	for _, err := range r.records.Errors("") {
+		if errors.Is(err, sidecar.ErrStreamFailed) && (cause == "" || sidecar.CauseOf(err) == cause) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// wrapping returns the errors of errs that wrap target, in order.
+func wrapping(errs []error, target error) []error {
+	var out []error
+	for _, err := range errs {
+		if errors.Is(err, target) {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// stalled reports whether the sidecar warned, in its log (where the warning goes outside a
+// cluster), that topic's partition is stalled at offset.
+func (r *running) stalled(topic string, partition int32, offset int64) bool {
+	for _, a := range r.records.Attrs("partition stalled") {
+		if a["topic"] == topic && a["partition"] == int64(partition) && a["offset"] == offset {
+			return true
+		}
+	}
+	return false
+}
+
+// stallWarned reports whether the sidecar raised a PartitionStalled warning.
+func (r *running) stallWarned() bool { return r.sc.Stats().StallWarnings > 0 }
 
 // records returns n records for topic spread over partitions, keyed k0..k9 except every
 // seventh, which has no key.

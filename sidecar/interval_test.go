@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
@@ -168,7 +169,7 @@ func TestCommitInterval(t *testing.T) {
 // seenUpTo returns the last offset the process has been sent, -1 if none.
 func seenUpTo(f *fakeProcess) int64 {
 	last := int64(-1)
-	for _, bt := range f.seen() {
+	for _, bt := range f.Batches() {
 		for _, r := range bt.Records {
 			last = max(last, r.Offset)
 		}
@@ -212,7 +213,7 @@ func TestCommitIntervalCrash(t *testing.T) {
 	waitFor(t, "the redelivered records committed", func() bool { return committed(t, b, group, in)[0] == 40 })
 	r.stop(t)
 	var got []int64
-	for _, bt := range g.seen() {
+	for _, bt := range g.Batches() {
 		for _, rec := range bt.Records {
 			got = append(got, rec.Offset)
 		}
@@ -272,15 +273,14 @@ func TestCommitIntervalWaitsForWrites(t *testing.T) {
 // held.
 func holdWrites(t *testing.T, b *testkit.Broker, topic string, release <-chan struct{}) <-chan struct{} {
 	t.Helper()
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err != nil || len(resp.Topics) != 1 {
+	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
+	if err == nil {
+		err = md.Topics[topic].Err
+	}
+	if err != nil {
 		t.Fatalf("the topic id of %s: %v", topic, err)
 	}
-	id := resp.Topics[0].TopicID
+	id := md.Topics[topic].ID
 	held := make(chan struct{})
 	var once sync.Once
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {

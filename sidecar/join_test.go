@@ -27,7 +27,7 @@ func TestStopWhileJoining(t *testing.T) {
 	f := newProcess(t, echo)
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
-	<-f.startCh
+	<-f.Started
 	<-joins
 	began := time.Now()
 	if err := r.stop(t); err != nil {

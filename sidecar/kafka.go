@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/kafkalog"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // fetchMaxWait bounds a fetch's long poll. A resumed partition waits for the fetch in flight
@@ -217,22 +217,14 @@ func (k *kafka) close(log *slog.Logger) {
 // instance id), once the group's own management has stopped: kgo keeps a static member in
 // the group at close, for its restart to rejoin without a rebalance.
 func (k *kafka) staticLeave(ctx context.Context) error {
-	req := kmsg.NewPtrLeaveGroupRequest()
-	req.Group = k.group
-	m := kmsg.NewLeaveGroupRequestMember()
-	m.InstanceID = kmsg.StringPtr(k.instanceID)
-	m.Reason = kmsg.StringPtr("the sidecar is shutting down")
-	req.Members = append(req.Members, m)
-	resp, err := req.RequestWith(ctx, k.prod)
+	leave := kadm.LeaveGroup(k.group).InstanceIDs(k.instanceID).Reason("the sidecar is shutting down")
+	left, err := kadm.NewClient(k.prod).LeaveGroup(ctx, leave)
 	if err != nil {
 		return err
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return err
-	}
-	for _, m := range resp.Members {
-		if err := kerr.ErrorForCode(m.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-			return err
+	for _, m := range left {
+		if m.Err != nil && !errors.Is(m.Err, kerr.UnknownMemberID) {
+			return m.Err
 		}
 	}
 	return nil

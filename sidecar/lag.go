@@ -64,6 +64,7 @@ func (s *Sidecar) watchWatermarks(ctx context.Context, cl *kgo.Client) {
 // A failed query changes nothing; the next one tries again.
 func (s *Sidecar) refreshWatermarks(ctx context.Context, cl *kgo.Client) {
 	epochs := map[tp]uint64{}
+	// Raw ListOffsets, the lag on the hot path: the owned partitions only, not kadm's every one.
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	s.mu.Lock()

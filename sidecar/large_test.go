@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -32,12 +32,12 @@ func TestLargeEmit(t *testing.T) {
 	setTopicConfig(t, b, out, "max.message.bytes", "8388608")
 	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
-		for range c.batch.Records {
-			if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
+		for range c.Batch.Records {
+			if err := c.Emit("out", &flowv1.Record{Value: big}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := baseEnv(t, b, f, in, out)
 	b.Produce(t, records(in, 1, 1)...)
@@ -47,9 +47,7 @@ func TestLargeEmit(t *testing.T) {
 	if len(got[0].Value) != len(big) {
 		t.Errorf("outlet record of %d bytes; want %d", len(got[0].Value), len(big))
 	}
-	f.mu.Lock()
-	limit := f.starts[0].GetMaxMessageBytes()
-	f.mu.Unlock()
+	limit := f.Starts()[0].GetMaxMessageBytes()
 	if limit != 4<<20 {
 		t.Errorf("Start.max_message_bytes = %d; want 4 MiB, FLOW_MAX_MESSAGE_BYTES (the outlet accepts more)", limit)
 	}
@@ -69,10 +67,10 @@ func TestOversizedEmitKeepsTheCause(t *testing.T) {
 	out := b.Topic(t, "out", 1)
 	big := incompressible(2 << 20)
 	f := newProcess(t, func(c *call) error {
-		if err := c.emit("out", &flowv1.Record{Value: big}); err != nil {
+		if err := c.Emit("out", &flowv1.Record{Value: big}); err != nil {
 			return err
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := baseEnv(t, b, f, in, out)
 	b.Produce(t, records(in, 1, 1)...)
@@ -101,18 +99,12 @@ const streamFailedMsg = "stream failed; redelivering from the last commit after 
 
 func setTopicConfig(t *testing.T, b *testkit.Broker, topic, name, value string) {
 	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value, c.Op = name, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
-	rr.Configs = append(rr.Configs, c)
-	req.Resources = append(req.Resources, rr)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err != nil {
-		t.Fatalf("alter %s of %s: %v", name, topic, err)
+	resp, err := kadm.NewClient(b.Admin).AlterTopicConfigs(context.Background(),
+		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: name, Value: kadm.StringPtr(value)}}, topic)
+	if err == nil {
+		_, err = resp.On(topic, func(r *kadm.AlterConfigsResponse) error { return r.Err })
 	}
-	if err := kerr.ErrorForCode(resp.Resources[0].ErrorCode); err != nil {
+	if err != nil {
 		t.Fatalf("alter %s of %s: %v", name, topic, err)
 	}
 }

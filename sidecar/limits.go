@@ -430,6 +430,7 @@ func (s *Sidecar) rewriteRefused(ctx context.Context, f *refusals, wg *sync.Wait
 		}
 	}
 	s.readLimits(ctx, topics)
+	s.countLimitRefusal()
 	s.log.Warn("the broker refused emits as too large: an outlet topic's limit was lowered; it is read again and the emits are written again in batches under it",
 		"emits", len(recs), "topics", topics)
 	wg.Add(len(recs))
@@ -470,6 +471,13 @@ func (s *Sidecar) refusedTooLarge(ctx context.Context, round []*batch, err error
 			}
 		}
 	}
+	s.countLimitRefusal()
 	s.log.Warn("the broker refused emits as too large: an outlet topic's limit was lowered; it is read again and the round written again in batches under it", "topics", topics)
 	return true, nil
+}
+
+func (s *Sidecar) countLimitRefusal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.LimitRefusals++
 }

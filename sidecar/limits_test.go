@@ -27,14 +27,14 @@ const defaultStartLimit = 1048588 - 65 - 64
 // padEcho is echo with every output's value padded to size bytes.
 func padEcho(size int) func(*call) error {
 	return func(c *call) error {
-		for _, r := range c.batch.Records {
+		for _, r := range c.Batch.Records {
 			v := append(bytes.Clone(r.Record.Value), '!')
 			v = append(v, bytes.Repeat([]byte("p"), max(size-len(v), 0))...)
-			if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: v}); err != nil {
+			if err := c.Emit("out", &flowv1.Record{Key: r.Record.Key, Value: v}); err != nil {
 				return err
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	}
 }
 
@@ -68,9 +68,7 @@ func TestRecordsAtDefaults(t *testing.T) {
 	if got := len(b.ReadAll(t, out)); got < n {
 		t.Errorf("the outlet holds %d records; want all %d", got, n)
 	}
-	f.mu.Lock()
-	got := f.starts[0].GetMaxMessageBytes()
-	f.mu.Unlock()
+	got := f.Starts()[0].GetMaxMessageBytes()
 	if got != defaultStartLimit {
 		t.Errorf("Start.max_message_bytes = %d; want %d (Kafka's default max.message.bytes less the framing)", got, defaultStartLimit)
 	}
@@ -88,14 +86,14 @@ func TestFanOutAtDefaults(t *testing.T) {
 	const n, fan, size = 8, 6, 512 << 10
 	value := bytes.Repeat([]byte("f"), size)
 	f := newProcess(t, func(c *call) error {
-		for _, r := range c.batch.Records {
+		for _, r := range c.Batch.Records {
 			for i := range fan {
-				if err := c.emit("out", &flowv1.Record{Key: r.Record.Key, Value: value, Headers: []*flowv1.Header{{Key: "n", Value: fmt.Append(nil, i)}}}); err != nil {
+				if err := c.Emit("out", &flowv1.Record{Key: r.Record.Key, Value: value, Headers: []*flowv1.Header{{Key: "n", Value: fmt.Append(nil, i)}}}); err != nil {
 					return err
 				}
 			}
 		}
-		return c.ack()
+		return c.Ack()
 	})
 	e := baseEnv(t, b, f, in, out)
 	b.Produce(t, records(in, 4, n)...)
@@ -144,8 +142,8 @@ func TestLimitLoweredMidRun(t *testing.T) {
 			if len(seen) != first+then {
 				t.Errorf("the outlet holds %d distinct outputs; want %d", len(seen), first+then)
 			}
-			if !strings.Contains(r.logs.String(), "the broker refused emits as too large") {
-				t.Errorf("no refusal logged: the lowered limit was never met, so the test proves nothing")
+			if r.sc.Stats().LimitRefusals == 0 {
+				t.Errorf("Stats().LimitRefusals = 0: the lowered limit was never met, so the test proves nothing")
 			}
 			if errs := r.records.Errors(streamFailedMsg); len(errs) > 0 {
 				t.Errorf("the stream failed with %v; want the refused batch split in the same conversation", errs[0])
@@ -179,7 +177,7 @@ func TestLimitLoweredBelowARecord(t *testing.T) {
 
 			alterLimit(t, b, out, limit)
 			b.Produce(t, records(in, 1, 2)...)
-			waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), `msg="partition stalled"`) })
+			waitFor(t, "the stall warned", r.stallWarned)
 			var named error
 			for _, err := range r.records.Errors(streamFailedMsg) {
 				if errors.Is(err, sidecar.ErrEmitTooLarge) && errors.Is(err, kerr.MessageTooLarge) {
@@ -209,8 +207,8 @@ func TestLimitUnreadable(t *testing.T) {
 	out := b.Topic(t, "out", 1, "max.message.bytes", "8388608")
 	b.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: out, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	f := newProcess(t, func(c *call) error {
-		if c.conv == 1 {
-			return c.fail("a second conversation, please")
+		if c.Conv == 1 {
+			return c.Fail("a second conversation, please")
 		}
 		return echo(c)
 	})
@@ -218,9 +216,7 @@ func TestLimitUnreadable(t *testing.T) {
 	b.Produce(t, records(in, 1, 3)...)
 	r := start(t, e.config(t))
 	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, 3)) })
-	f.mu.Lock()
-	starts := append([]*flowv1.Start(nil), f.starts...)
-	f.mu.Unlock()
+	starts := f.Starts()
 	for i, s := range starts {
 		if s.GetMaxMessageBytes() != defaultStartLimit {
 			t.Errorf("Start %d: max_message_bytes = %d; want %d, from Kafka's default limit", i+1, s.GetMaxMessageBytes(), defaultStartLimit)
@@ -254,9 +250,7 @@ func TestLimitFromBrokerConfig(t *testing.T) {
 			b.Produce(t, records(in, 1, 1)...)
 			start(t, e.config(t))
 			waitFor(t, "the record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(1, 1)) })
-			f.mu.Lock()
-			got := f.starts[0].GetMaxMessageBytes()
-			f.mu.Unlock()
+			got := f.Starts()[0].GetMaxMessageBytes()
 			if got != c.want {
 				t.Errorf("Start.max_message_bytes = %d; want %d", got, c.want)
 			}

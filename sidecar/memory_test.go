@@ -53,8 +53,8 @@ func heldBacklog(t *testing.T, parts, perPart, size, producerBatch int, set func
 
 	release := make(chan struct{})
 	f := newProcess(t, nil)
-	f.async = true
-	f.onBatch = func(c *call) error { <-release; return echo(c) }
+	f.Async = true
+	f.OnBatch = func(c *call) error { <-release; return echo(c) }
 	e := baseEnv(t, b, f, in, out)
 	set(e)
 	r := start(t, e.config(t))

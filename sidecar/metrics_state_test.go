@@ -26,13 +26,13 @@ func TestMetricsStalledAndPaused(t *testing.T) {
 	// it is committed (the Ack came first); later conversations fail at once.
 	p1Answered := make(chan struct{})
 	f := newProcess(t, func(c *call) error {
-		if c.batch.Partition == 0 {
+		if c.Batch.Partition == 0 {
 			select {
 			case <-p1Answered:
-			case <-c.done():
+			case <-c.Done():
 				return nil
 			}
-			return c.fail("poison")
+			return c.Fail("poison")
 		}
 		err := echo(c)
 		select {
@@ -42,7 +42,7 @@ func TestMetricsStalledAndPaused(t *testing.T) {
 		}
 		return err
 	})
-	f.async = true
+	f.Async = true
 	e := baseEnv(t, b, f, in, out)
 	addr := freeAddr(t)
 	e["FLOW_METRICS_ADDR"] = addr
@@ -99,7 +99,7 @@ func TestMetricsDiscoveryAndHealth(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	f := newProcess(t, echo)
-	f.stop()
+	f.Stop()
 	e := baseEnv(t, b, f, in, out)
 	addr := freeAddr(t)
 	e["FLOW_METRICS_ADDR"] = addr
@@ -123,7 +123,7 @@ func TestMetricsDiscoveryAndHealth(t *testing.T) {
 	if code := get(t, addr, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz before the process answers = %d; want 200", code)
 	}
-	f.restart(t)
+	f.Restart(t)
 	waitMetrics(t, addr, "the discovery accepted and a live conversation", func(m exposition) bool {
 		return m.v("millrace_sidecar_discovery_attempts_total", "result", "accepted") == 1 &&
 			m.v("millrace_sidecar_conversation_live") == 1
@@ -133,7 +133,7 @@ func TestMetricsDiscoveryAndHealth(t *testing.T) {
 	}
 
 	// The process goes away: the stream fails as unreachable, and the sidecar is not ready.
-	f.stop()
+	f.Stop()
 	waitMetrics(t, addr, "the unreachable process counted, and nothing live", func(m exposition) bool {
 		return m.v("millrace_sidecar_stream_failures_total", "cause", "process_unreachable") >= 1 &&
 			m.v("millrace_sidecar_conversation_live") == 0
@@ -180,8 +180,8 @@ func TestMetricsAddress(t *testing.T) {
 	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "FLOW_METRICS_ADDR="+busy.Addr().String()) {
 		t.Errorf("Run with FLOW_METRICS_ADDR in use = %v; want EADDRINUSE naming the variable and the address", err)
 	}
-	if f.conversations() != 0 {
-		t.Errorf("the sidecar talked to the process (%d conversations) although it could not serve its metrics", f.conversations())
+	if f.Conversations() != 0 {
+		t.Errorf("the sidecar talked to the process (%d conversations) although it could not serve its metrics", f.Conversations())
 	}
 }
 
@@ -241,7 +241,7 @@ func TestMetricsFollowAssignment(t *testing.T) {
 // the sidecar hands to a caller that serves it (the listener is closed once Run returns).
 func TestMetricsRefused(t *testing.T) {
 	f := newProcess(t, echo)
-	f.spec.ProtocolVersion = "9.0"
+	f.Spec.ProtocolVersion = "9.0"
 	e := baseEnv(t, noBroker, f, "in-topic", "out-topic")
 	r := start(t, e.config(t))
 	if err := <-r.done; !errors.Is(err, sidecar.ErrRefused) {

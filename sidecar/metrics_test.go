@@ -141,9 +141,9 @@ func TestMetricsCountWhatFlows(t *testing.T) {
 		{"millrace_sidecar_records_sent_total", []string{"topic", in}, sentRecords(f)},
 		{"millrace_sidecar_records_emitted_total", []string{"topic", out}, n},
 		{"millrace_sidecar_records_produced_total", []string{"topic", out}, written},
-		{"millrace_sidecar_conversations_total", nil, float64(f.conversations())},
+		{"millrace_sidecar_conversations_total", nil, float64(f.Conversations())},
 		{"millrace_sidecar_discovery_attempts_total", []string{"result", "accepted"}, 1},
-		{"millrace_sidecar_batch_round_trip_seconds", nil, float64(len(f.seen()))},
+		{"millrace_sidecar_batch_round_trip_seconds", nil, float64(len(f.Batches()))},
 		{"millrace_sidecar_produce_seconds", nil, written},
 		{"millrace_sidecar_partitions_assigned", []string{"topic", in}, parts},
 		{"millrace_sidecar_partitions_paused", []string{"topic", in}, 0},
@@ -191,7 +191,7 @@ func TestMetricsCountWhatFlows(t *testing.T) {
 // sentRecords counts the records of every batch the process received.
 func sentRecords(f *fakeProcess) float64 {
 	n := 0
-	for _, b := range f.seen() {
+	for _, b := range f.Batches() {
 		n += len(b.Records)
 	}
 	return float64(n)
@@ -215,14 +215,14 @@ func TestMetricsLagWhileHeld(t *testing.T) {
 	release := make(chan struct{})
 	emit := &flowv1.Record{Key: []byte("k"), Value: []byte("held-emit")} // 10 bytes
 	f := newProcess(t, nil)
-	f.async = true
-	f.onBatch = func(c *call) error {
-		if err := c.emit("out", emit); err != nil {
+	f.Async = true
+	f.OnBatch = func(c *call) error {
+		if err := c.Emit("out", emit); err != nil {
 			return err
 		}
 		held <- struct{}{}
 		<-release
-		return c.ack()
+		return c.Ack()
 	}
 	e := baseEnv(t, b, f, in, out)
 	addr := freeAddr(t)

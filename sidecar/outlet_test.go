@@ -1,8 +1,9 @@
 package sidecar_test
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // TestOutletRecreated deletes the outlet topic mid-run: the writes fail, nothing is
@@ -20,7 +21,7 @@ func TestOutletRecreated(t *testing.T) {
 
 	deleteTopic(t, b, out)
 	b.Produce(t, records(in, 1, 5)...)
-	waitFor(t, "a produce failure", func() bool { return strings.Contains(r.logs.String(), "produce failed") })
+	waitFor(t, "a produce failure", func() bool { return len(r.failures(sidecar.CauseProduce)) > 0 })
 	if got := committed(t, b, group, in); got[0] != 5 {
 		t.Fatalf("committed while the outlet was gone = %v; want still 5", got)
 	}

@@ -29,15 +29,22 @@ func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 				s.order = append(s.order, p)
 			}
 			s.dropHead(p, len(p.queue))
-			p.owned, p.epoch, p.sent, p.paused, p.next = true, p.epoch+1, 0, false, 0
-			p.pend, p.revoking = pending{}, false
-			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
-			p.capRecords, p.capUntil = 0, 0
-			p.hwm, p.committed, p.fetched = -1, -1, false
+			p.newEpoch(true)
 			s.log.Info("partition assigned", "topic", topic, "partition", n)
 		}
 	}
 	s.kickSenderLocked()
+}
+
+// newEpoch begins p's next epoch, owned or not: what it sent, paused, pended, stalled on,
+// capped and saw of its watermarks was the last epoch's. Called with mu held, its queue
+// dropped.
+func (p *partition) newEpoch(owned bool) {
+	p.owned, p.epoch, p.sent, p.paused, p.next = owned, p.epoch+1, 0, false, 0
+	p.pend, p.revoking = pending{}, false
+	p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
+	p.capRecords, p.capUntil = 0, 0
+	p.hwm, p.committed, p.fetched = -1, -1, false
 }
 
 // revoked gives up partitions a planned rebalance takes. They are still this member's until
@@ -96,6 +103,7 @@ func (s *Sidecar) handOver(ctx context.Context, cl *kgo.Client, m map[string][]i
 		s.handed.Wait()
 	}
 	if expired {
+		s.stats.HandOverTimeouts++
 		s.log.Warn("the batches of revoked partitions did not finish in time; discarded, the new owner reads them again", "timeout", handOverTimeout)
 	}
 	s.mu.Unlock()
@@ -153,11 +161,7 @@ func (s *Sidecar) discard(cl *kgo.Client, m map[string][]int32) {
 			if p.paused {
 				resume[topic] = append(resume[topic], n)
 			}
-			p.owned, p.epoch, p.sent, p.paused, p.next = false, p.epoch+1, 0, false, 0
-			p.pend, p.revoking = pending{}, false
-			p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
-			p.capRecords, p.capUntil = 0, 0
-			p.hwm, p.committed, p.fetched = -1, -1, false
+			p.newEpoch(false)
 			s.log.Info("partition revoked", "topic", topic, "partition", n)
 		}
 	}

@@ -120,8 +120,8 @@ func TestSecuredRefusalStopsAtOnce(t *testing.T) {
 			if !errors.As(err, &refused) || refused.Setting != tc.setting {
 				t.Fatalf("Run() = %v; want a refusal naming %s", err, tc.setting)
 			}
-			if f.conversations() != 0 {
-				t.Errorf("%d conversations; want none before Kafka accepts the settings", f.conversations())
+			if f.Conversations() != 0 {
+				t.Errorf("%d conversations; want none before Kafka accepts the settings", f.Conversations())
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 // TestShutdown stops the sidecar while a batch is with the process: Stop is sent, the stream
@@ -19,19 +20,15 @@ func TestShutdown(t *testing.T) {
 	held := make(chan *call, 1)
 	answered := make(chan struct{})
 	f := newProcess(t, nil)
-	f.async = true
-	f.onBatch = func(c *call) error { held <- c; <-answered; return nil }
+	f.Async = true
+	f.OnBatch = func(c *call) error { held <- c; <-answered; return nil }
 	e := baseEnv(t, b, f, in, out)
 	r := start(t, e.config(t))
 	b.Produce(t, records(in, 1, 5)...)
 	c := <-held
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop(t) }()
-	waitFor(t, "Stop at the process", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.stops == 1
-	})
+	waitFor(t, "Stop at the process", func() bool { return f.Stops() == 1 })
 	if err := echo(c); err != nil {
 		t.Fatalf("answering after Stop: %v", err)
 	}
@@ -39,11 +36,11 @@ func TestShutdown(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Errorf("Run() = %v; want nil after a graceful shutdown", err)
 	}
-	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[0] != int64(len(c.batch.Records)) {
-		t.Errorf("committed after shutdown = %v; want %d (the batch finished after Stop)", got, len(c.batch.Records))
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[0] != int64(len(c.Batch.Records)) {
+		t.Errorf("committed after shutdown = %v; want %d (the batch finished after Stop)", got, len(c.Batch.Records))
 	}
-	if got := b.ReadN(t, out, len(c.batch.Records), waitTimeout); len(got) != len(c.batch.Records) {
-		t.Errorf("outputs = %d; want %d", len(got), len(c.batch.Records))
+	if got := b.ReadN(t, out, len(c.Batch.Records), waitTimeout); len(got) != len(c.Batch.Records) {
+		t.Errorf("outputs = %d; want %d", len(got), len(c.Batch.Records))
 	}
 }
 
@@ -52,17 +49,17 @@ func TestShutdown(t *testing.T) {
 func TestShutdownBounded(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
-	f := newProcess(t, func(c *call) error { <-c.done(); return nil })
+	f := newProcess(t, func(c *call) error { <-c.Done(); return nil })
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_SHUTDOWN_TIMEOUT"] = "100ms"
 	r := start(t, e.config(t))
 	b.Produce(t, records(in, 1, 5)...)
-	waitFor(t, "a batch at the process", func() bool { return len(f.seen()) == 1 })
+	waitFor(t, "a batch at the process", func() bool { return len(f.Batches()) == 1 })
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run() = %v; want nil", err)
 	}
-	if !strings.Contains(r.logs.String(), "did not complete the stream within 100ms") {
-		t.Errorf("the log does not say the shutdown wait ran out:\n%s", r.logs.String())
+	if got := r.failures(sidecar.CauseStopTimeout); len(got) == 0 {
+		t.Errorf("stream failures = %v; want one of cause %s (the shutdown wait ran out)", r.failures(""), sidecar.CauseStopTimeout)
 	}
 	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); len(got) != 0 {
 		t.Errorf("committed = %v; want nothing for an unanswered batch", got)
@@ -87,11 +84,15 @@ func TestRecordTooLarge(t *testing.T) {
 		&kgo.Record{Topic: in, Value: []byte("d")},
 	)
 	r := start(t, e.config(t))
-	want := "topic " + in + " partition 0 offset 2"
-	waitFor(t, "two failed conversations", func() bool { return strings.Count(r.logs.String(), want) >= 2 })
-	waitFor(t, "the stall warned", func() bool { return strings.Contains(r.logs.String(), "partition stalled") })
+	tooLarge := func() []error { return wrapping(r.failures(""), sidecar.ErrRecordTooLarge) }
+	waitFor(t, "two failed conversations", func() bool { return len(tooLarge()) >= 2 })
+	waitFor(t, "the stall warned", r.stallWarned)
 	r.stop(t)
-	for _, bt := range f.seen() {
+	// The error is for a person: it must name the record.
+	if want := "topic " + in + " partition 0 offset 2"; !strings.Contains(tooLarge()[0].Error(), want) {
+		t.Errorf("the failure %v; want it to name %q", tooLarge()[0], want)
+	}
+	for _, bt := range f.Batches() {
 		for _, rec := range bt.Records {
 			if rec.Offset >= 2 {
 				t.Errorf("the process got offset %d; want nothing from the oversized record on", rec.Offset)

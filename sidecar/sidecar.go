@@ -130,6 +130,8 @@ type stats struct {
 	PeakBufferedBytes int64
 	Pauses            int // times a partition's fetching was paused at high water
 	StallWarnings     int // PartitionStalled warnings raised
+	HandOverTimeouts  int // revocations whose batches did not finish in time and were discarded
+	LimitRefusals     int // writes the broker refused as too large, written again under limits read again
 
 	// The emit budgets (budget.go): the conversation's emits not yet written, their peak,
 	// and how often a batch waited for some to be written.

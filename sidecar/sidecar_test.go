@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -54,9 +55,7 @@ func TestHappyPath(t *testing.T) {
 		t.Errorf("readiness file after shutdown: %v; want it removed", err)
 	}
 
-	f.mu.Lock()
-	st := f.starts[0]
-	f.mu.Unlock()
+	st := f.Starts()[0]
 	var config map[string]any
 	if err := json.Unmarshal([]byte(st.ConfigJson), &config); err != nil {
 		t.Fatalf("Start.config_json %q: %v", st.ConfigJson, err)
@@ -85,28 +84,29 @@ func TestOneBatchInFlightPerPartition(t *testing.T) {
 		maxTotal   int
 		nextOffset = map[int32]int64{}
 		problems   []string
+		mu         sync.Mutex // guards the above
 	)
 	f := newProcess(t, nil)
-	f.async = true
-	f.onBatch = func(c *call) error {
-		p := c.batch.Partition
-		f.mu.Lock()
+	f.Async = true
+	f.OnBatch = func(c *call) error {
+		p := c.Batch.Partition
+		mu.Lock()
 		inflight[p]++
 		total++
 		maxPerPart = max(maxPerPart, inflight[p])
 		maxTotal = max(maxTotal, total)
-		for _, r := range c.batch.Records {
+		for _, r := range c.Batch.Records {
 			if r.Offset != nextOffset[p] {
 				problems = append(problems, fmt.Sprintf("partition %d: offset %d; want %d", p, r.Offset, nextOffset[p]))
 			}
 			nextOffset[p] = r.Offset + 1
 		}
-		f.mu.Unlock()
+		mu.Unlock()
 		defer func() {
-			f.mu.Lock()
+			mu.Lock()
 			inflight[p]--
 			total--
-			f.mu.Unlock()
+			mu.Unlock()
 		}()
 		return echo(c)
 	}
@@ -122,17 +122,17 @@ func TestOneBatchInFlightPerPartition(t *testing.T) {
 	<-produced
 	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, ends(parts, n)) })
 	r.stop(t)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t.Logf("measured: at most %d batch(es) in flight per partition, %d across %d partitions; %d batches for %d records", maxPerPart, maxTotal, parts, len(f.batches), n)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("measured: at most %d batch(es) in flight per partition, %d across %d partitions; %d batches for %d records", maxPerPart, maxTotal, parts, len(f.Batches()), n)
 	if maxPerPart != 1 {
 		t.Errorf("batches in flight on one partition = %d; want 1", maxPerPart)
 	}
 	for _, p := range problems {
 		t.Errorf("offset order: %s", p)
 	}
-	if len(f.starts) != 1 {
-		t.Errorf("conversations = %d; want 1", len(f.starts))
+	if got := f.Conversations(); got != 1 {
+		t.Errorf("conversations = %d; want 1", got)
 	}
 }
 
@@ -169,7 +169,7 @@ func TestBatchCaps(t *testing.T) {
 			})
 			var sizes []int
 			full := 0
-			for _, bt := range f.seen() {
+			for _, bt := range f.Batches() {
 				sizes = append(sizes, len(bt.Records))
 				bytes := 0
 				for _, r := range bt.Records {
@@ -200,10 +200,10 @@ func TestQuietStreamSendsAtOnce(t *testing.T) {
 	b := newBroker(t)
 	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 	batches := make(chan *flowv1.Batch, 10)
-	f := newProcess(t, func(c *call) error { batches <- c.batch; return echo(c) })
+	f := newProcess(t, func(c *call) error { batches <- c.Batch; return echo(c) })
 	e := baseEnv(t, b, f, in, out)
 	start(t, e.config(t))
-	<-f.startCh
+	<-f.Started
 	for i := range 3 {
 		b.Produce(t, &kgo.Record{Topic: in, Value: []byte(fmt.Sprint(i))})
 		bt := <-batches

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -305,37 +304,26 @@ func (s *Sidecar) owned(round []*batch) []*batch {
 // record of an aborted attempt is produced again only after its promise ran). It returns the
 // number of emits and the first failure. One callback serves the round, as in commitRound.
 func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession, round []*batch) (int64, error) {
-	var (
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		firstErr error
-		emits    int64
-	)
+	var w roundWrites
 	began := s.now()
 	done := func(r *kgo.Record, err error) {
-		defer wg.Done()
+		defer w.wg.Done()
 		s.limits.done(r)
 		if err == nil {
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
 		}
-		errMu.Lock()
-		defer errMu.Unlock()
-		if firstErr == nil {
-			firstErr = fmt.Errorf("%w: %w: an emit of batch %d (%d bytes) to topic %s: %w: the transaction is aborted, nothing of its batches was committed; check the outlet topic exists, is writable and accepts records this large",
-				errStreamFailed, errProduce, batchOf(round, r), len(r.Value), r.Topic, err)
-		}
+		w.fail(r, err, "the transaction is aborted, nothing of its batches was committed", func() uint64 { return batchOf(round, r) })
 	}
 	for _, b := range round {
-		wg.Add(len(b.emits))
-		emits += int64(len(b.emits))
+		w.add(b)
 		for _, r := range b.emits {
 			s.limits.admit(ctx, r)
 			sess.Produce(ctx, r, done)
 		}
 	}
-	wg.Wait()
-	return emits, firstErr
+	w.wg.Wait()
+	return w.emits, w.err
 }
 
 // abortUnconfirmed ends a transaction whose End failed with an abort, as franz-go asks: the
@@ -366,6 +354,7 @@ func batchOf(round []*batch, r *kgo.Record) uint64 {
 // would commit everything polled, and the sidecar polls ahead of its batches. The entries
 // the session built keep their topic ids.
 func commitOnly(round []*batch) func(*kmsg.TxnOffsetCommitRequest) error {
+	// Raw TxnOffsetCommit, the transaction's own: kgo hands it to this hook; kadm has none.
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
 		want := map[string]map[int32]*batch{}
 		for _, b := range round {

@@ -5,26 +5,14 @@ One JSON object per line on stdin, answers on stdout, logs on stderr. The config
 ("720h0m0s").
 """
 import json
-import re
+import os
 import sys
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text):
-    """Seconds in a Go duration string such as "1h30m" or "720h0m0s"."""
-    if text in ("0", "0s"):
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or pos == 0:
-        raise ValueError(f"not a duration: {text!r}")
-    return total
+# goduration.py stands beside main.py in an image, in actions/ in the repository; no bytecode
+# cache is written there (a __pycache__ folder in actions/ would read as an action).
+sys.dont_write_bytecode = True
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from goduration import parse_duration  # noqa: E402
 
 
 def send(msg):

@@ -181,6 +181,7 @@ func TestInterruptLeavesNothing(t *testing.T) {
 		io.WriteString(r.stdin, "{\"name\":\"slow\"}\n") // a minute in the action: the clean stop waits for it
 		r.waitFor("the slow record in the action", func() bool { _, err := os.Stat(filepath.Join(r.pids, "slow")); return err == nil })
 		r.signal(syscall.SIGINT)
+		// The lines on stderr are what the person at the terminal reads: their words are the product.
 		r.waitFor("the stopping line", func() bool { return strings.Contains(r.stderr.String(), "Ctrl-C again to quit at once") })
 		r.signal(syscall.SIGINT)
 		r.exit(130)

@@ -84,7 +84,8 @@ func TestRunFailsFast(t *testing.T) {
 			code, _, errOut := runCmdCtx(ctx, t, "run", dir, "--input", filepath.Join(dir, "in.jsonl"))
 			if tt.name == "refused" {
 				// once a conversation started, the bridge's warnings are not held back: the
-				// action's own error is logged for each delivery before the one line
+				// action's own error is logged for each delivery before the one line (the
+				// author reads it there: the text is the product)
 				if !strings.Contains(errOut, `msg="record failed for good"`) {
 					t.Errorf("run (refused) logged no warning of the failed record:\n%s", errOut)
 				}
@@ -141,6 +142,7 @@ func TestRunProtocolFaultVerbose(t *testing.T) {
 	if code != 1 || !strings.HasPrefix(last, "millrace run: streamlet t: the action breaks the protocol (not-json)") {
 		t.Fatalf("run -v = %d with last line %q; want 1 and the fault's line", code, last)
 	}
+	// What -v prints is for the author to read: its text is the product.
 	for _, w := range []string{`msg="action attempt failed"`, `msg="action process ended"`, "protocol violation"} {
 		if !strings.Contains(errOut, w) {
 			t.Errorf("run -v logged no %s before the fault's line:\n%s", w, errOut)

@@ -21,6 +21,8 @@ func TestFaultsDecideByEvents(t *testing.T) {
 	ctx := context.Background()
 	violation := bridge.Event{Kind: bridge.EventProtocolViolation, Record: "t.in/0/3", PID: 7,
 		Err: stdio.NewProtocolError(stdio.RuleNotObject, []byte("debug: got dl_1"), "a line that is not a JSON object")}
+	// What the handler lets through to the author's terminal is the product: the log text is
+	// checked for the test's own warnings, never to decide a fault.
 	newLog := func(f *faults) (*slog.Logger, *bytes.Buffer) {
 		var buf bytes.Buffer
 		return slog.New(faultHandler{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}), f}), &buf

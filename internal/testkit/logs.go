@@ -47,14 +47,15 @@ func (l *Logs) WithAttrs(as []slog.Attr) slog.Handler {
 // WithGroup keeps the records' attributes flat: the tests look them up by key.
 func (l *Logs) WithGroup(string) slog.Handler { return l }
 
-// Errors returns the values of the "error" attribute of the records with message msg, in
-// order, as errors (a value that is not an error is left out).
+// Errors returns the values of the "error" attribute of the records with message msg (""
+// for every record), in order, as errors (a value that is not an error is left out), for a
+// test to decide on with errors.Is and errors.As.
 func (l *Logs) Errors(msg string) []error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []error
 	for _, r := range *l.records {
-		if r.Message != msg {
+		if msg != "" && r.Message != msg {
 			continue
 		}
 		r.Attrs(func(a slog.Attr) bool {
@@ -63,6 +64,26 @@ func (l *Logs) Errors(msg string) []error {
 			}
 			return true
 		})
+	}
+	return out
+}
+
+// Attrs returns the attributes of each record with message msg, in order, by key, as typed
+// values (an int logged is an int64, a string a string).
+func (l *Logs) Attrs(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, r := range *l.records {
+		if r.Message != msg {
+			continue
+		}
+		m := map[string]any{}
+		r.Attrs(func(a slog.Attr) bool {
+			m[a.Key] = a.Value.Resolve().Any()
+			return true
+		})
+		out = append(out, m)
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -41,6 +42,21 @@ func Scrape(t testing.TB, addr string) Exposition {
 	e, err := Metrics(addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return e
+}
+
+// Gather is a scrape of g in the test's own process (a registry the test holds), without
+// HTTP; it ends the test on an error.
+func Gather(t testing.TB, g prometheus.Gatherer) Exposition {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Exposition{}
+	for _, mf := range mfs {
+		e[mf.GetName()] = mf
 	}
 	return e
 }

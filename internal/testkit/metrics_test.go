@@ -34,7 +34,7 @@ func TestMetrics(t *testing.T) {
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
-	e := testkit.Scrape(t, addr)
+	e, gathered := testkit.Scrape(t, addr), testkit.Gather(t, reg)
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -51,6 +51,9 @@ func TestMetrics(t *testing.T) {
 	} {
 		if got, found := e.Value(c.name, c.labels...); got != c.want || found != c.found {
 			t.Errorf("Value(%s, %v) = %v, %v; want %v, %v", c.name, c.labels, got, found, c.want, c.found)
+		}
+		if got, found := gathered.Value(c.name, c.labels...); got != c.want || found != c.found {
+			t.Errorf("Gather: Value(%s, %v) = %v, %v; want %v, %v", c.name, c.labels, got, found, c.want, c.found)
 		}
 	}
 	if got := e.String(); got != "" {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -137,14 +137,27 @@ func securedKafka(t testing.TB, sec Security) (*Broker, map[string]string) {
 // GrantACL adds acl for the broker's Principal, as the admin.
 func (b *Broker) GrantACL(t testing.TB, acl kfake.ACL) {
 	t.Helper()
-	req := kmsg.NewPtrCreateACLsRequest()
-	c := kmsg.NewCreateACLsRequestCreation()
-	c.ResourceType, c.ResourceName, c.ResourcePatternType = acl.Resource, acl.Name, acl.Pattern
-	c.Principal, c.Host, c.Operation, c.PermissionType = b.Principal, "*", acl.Operation, kmsg.ACLPermissionTypeAllow
-	req.Creations = append(req.Creations, c)
-	resp, err := req.RequestWith(context.Background(), b.Admin)
-	if err == nil && len(resp.Results) == 1 {
-		err = kerr.ErrorForCode(resp.Results[0].ErrorCode)
+	acls := kadm.NewACLs().Allow(b.Principal).AllowHosts("*").Operations(acl.Operation).ResourcePatternType(acl.Pattern)
+	switch acl.Resource {
+	case kmsg.ACLResourceTypeTopic:
+		acls.Topics(acl.Name)
+	case kmsg.ACLResourceTypeGroup:
+		acls.Groups(acl.Name)
+	case kmsg.ACLResourceTypeTransactionalId:
+		acls.TransactionalIDs(acl.Name)
+	case kmsg.ACLResourceTypeCluster:
+		acls.Clusters()
+	default:
+		t.Fatalf("testkit: granting %v: no resource type %v in GrantACL", acl, acl.Resource)
+	}
+	created, err := kadm.NewClient(b.Admin).CreateACLs(context.Background(), acls)
+	for _, c := range created {
+		if err == nil {
+			err = c.Err
+		}
+	}
+	if err == nil && len(created) != 1 {
+		err = fmt.Errorf("%d ACLs created; want 1", len(created))
 	}
 	if err != nil {
 		t.Fatalf("testkit: granting %v to %s: %v", acl, b.Principal, err)

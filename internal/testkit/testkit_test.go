@@ -37,6 +37,13 @@ func TestLogsKeepTheErrorChain(t *testing.T) {
 	if len(errs) != 1 || !errors.Is(errs[0], cause) {
 		t.Errorf("Errors(failed) = %v; want the one error at error level, wrapping the cause", errs)
 	}
+	if errs := logs.Errors(""); len(errs) != 2 || !errors.Is(errs[1], cause) {
+		t.Errorf("Errors(\"\") = %v; want both errors at error level", errs)
+	}
+	log.Info("said", "n", 3, "name", "x")
+	if got := logs.Attrs("said"); len(got) != 1 || got[0]["n"] != int64(3) || got[0]["name"] != "x" || got[0]["part"] != "test" {
+		t.Errorf("Attrs(said) = %v; want n 3, name x and part test", got)
+	}
 }
 
 func TestBroker(t *testing.T) {

@@ -544,6 +544,22 @@ class Session {
     this.queue.push(ENVELOPE_END);
   }
 
+  /** Runs the pending batch before the message just taken, which is taken again once it is answered. */
+  runBefore() {
+    this.qhead--;
+    return this.runBatch();
+  }
+
+  /** Holds the pump while a handler's answer is awaited: what is written goes out now. */
+  hold(wait) {
+    this.busy = true;
+    this.flush();
+    wait.then(() => {
+      this.busy = false;
+      this.pump();
+    });
+  }
+
   /** Handles queued messages until the queue is empty or a handler goes async. */
   pump() {
     while (!this.busy && !this.ended && this.qhead < this.queue.length) {
@@ -570,20 +586,13 @@ class Session {
           } else if (msg === ENVELOPE_END) {
             // the items of an envelope are what the engine had room to write at once: a batch
             // handler gets them without waiting for the linger, answered in the envelope
-            if (this.pending.length) {
-              this.qhead--; // come back to it once the batch is answered
-              wait = this.runBatch();
-              if (!wait) continue;
-              break;
-            }
-            this.frameAs(false);
+            if (this.pending.length) wait = this.runBefore();
+            else this.frameAs(false);
           }
           break;
         case 'shutdown':
           if (this.pending.length) {
-            this.qhead--; // come back to it once the batch is answered
-            wait = this.runBatch();
-            if (!wait) continue;
+            wait = this.runBefore();
             break;
           }
           this.end();
@@ -591,12 +600,7 @@ class Session {
         default: // unknown types are ignored, as unknown keys are
       }
       if (wait) {
-        this.busy = true;
-        this.flush();
-        wait.then(() => {
-          this.busy = false;
-          this.pump();
-        });
+        this.hold(wait);
         return;
       }
       if (Date.now() - this.lastFlush > FLUSH_AFTER_MS) this.flush();
@@ -610,12 +614,7 @@ class Session {
       if (this.pending.length) {
         const wait = this.runBatch();
         if (wait) {
-          this.busy = true;
-          this.flush();
-          wait.then(() => {
-            this.busy = false;
-            this.pump();
-          });
+          this.hold(wait);
           return;
         }
       }
@@ -627,16 +626,8 @@ class Session {
         this.timer = null;
         if (this.busy || this.ended || !this.pending.length) return;
         const wait = this.runBatch();
-        if (wait) {
-          this.busy = true;
-          this.flush();
-          wait.then(() => {
-            this.busy = false;
-            this.pump();
-          });
-        } else {
-          this.flush();
-        }
+        if (wait) this.hold(wait);
+        else this.flush();
       }, this.linger);
     }
     this.flush();

@@ -268,8 +268,8 @@ func TestUnderPool(t *testing.T) {
 	if r = <-results; r.Outcome != engine.Abstained {
 		t.Errorf("second = %v; want abstained", r.Outcome)
 	}
-	if r = <-results; r.Outcome != engine.Failed || !strings.Contains(r.Err.Error(), "too small") {
-		t.Errorf("third = %v %v; want failed: too small", r.Outcome, r.Err)
+	if r = <-results; r.Outcome != engine.Failed || !errors.Is(r.Err, engine.ErrAction) || !strings.Contains(r.Err.Error(), "too small") {
+		t.Errorf("third = %v %v; want failed with the action's own error, too small", r.Outcome, r.Err)
 	}
 	// Many items at once: written to the SDK in envelopes and answered in envelopes.
 	items := make([]stdio.Item, 200)

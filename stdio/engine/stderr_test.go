@@ -72,6 +72,7 @@ func TestStderrTags(t *testing.T) {
 	if r.Outcome != engine.Done {
 		t.Fatalf("result = %v %v", r.Outcome, r.Err)
 	}
+	// How a child's stderr line reads in the log, its attributes once each, is the product.
 	var tagged, plain string
 	for _, l := range strings.Split(out.String(), "\n") {
 		switch {
