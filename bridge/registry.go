@@ -187,24 +187,24 @@ func (c *conversation) decodeBatch(pc portCodecs, topic string, recs []*flowv1.I
 
 // submitDecoded hands the decoded items to the pool, and the records that could not be
 // decoded straight to r as failed for good; a registry fault fails the whole batch before any
-// record is handed over. It reports false when the batch was answered so.
-func (c *conversation) submitDecoded(r *batchRun, pc portCodecs, topic string, items []stdio.Item) bool {
+// record is handed over.
+func (c *conversation) submitDecoded(r *batchRun, pc portCodecs, topic string, items []stdio.Item) {
 	b := r.b
 	bad, err := c.decodeBatch(pc, topic, b.GetRecords(), items)
 	if err != nil {
 		if c.ctx.Err() == nil {
 			c.s.emit(Event{Kind: EventRegistryFailed, Conversation: c.id, Err: err})
-			c.log.Warn("batch failed: its records cannot be decoded until the schema registry answers", "batch", b.GetBatchId(), "error", err)
+			c.log.Warn("batch failed: the schema registry did not answer, or lacks a schema the inlet needs; the sidecar redelivers it", "batch", b.GetBatchId(), "error", err)
 		}
 		c.s.opts.Metrics.batch("fail")
 		c.answer(b.GetBatchId(), []*flowv1.FromProcess{failMsg(b.GetBatchId(), fmt.Sprintf("batch %d of topic %s cannot be decoded: %v; nothing of it is committed and the sidecar redelivers it", b.GetBatchId(), topic, err))})
 		putBlocks(r.batchBlocks)
 		c.batches.Done()
-		return false
+		return
 	}
 	if len(bad) == 0 {
 		c.submit(r, items, nil)
-		return true
+		return
 	}
 	good := make([]stdio.Item, 0, len(items)-len(bad))
 	index := make([]int, 0, len(items)-len(bad))
@@ -220,7 +220,6 @@ func (c *conversation) submitDecoded(r *batchRun, pc portCodecs, topic string, i
 	for i, err := range bad {
 		r.finished(i, engine.Result{Outcome: engine.Failed, Err: err})
 	}
-	return true
 }
 
 // encodeEmit encodes an emit's payload and key for an encoded outlet. A payload that does not
