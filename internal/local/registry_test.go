@@ -206,9 +206,17 @@ func TestFixtureRoundTrip(t *testing.T) {
 	}
 }
 
-// TestRunJSONSchema: a JSON Schema port runs locally with its schemas/PORT.json: an input that
-// fits goes through; the echo of one that does not fit the outlet's schema is dead-lettered.
+// TestRunJSONSchema: a JSON Schema port runs locally with its schemas/PORT.json, the outlet's
+// schema as the latest version of its subject, as a pinned version or as a pinned id: an input
+// that fits goes through; the echo of one that does not fit the outlet's schema is
+// dead-lettered.
 func TestRunJSONSchema(t *testing.T) {
+	for _, pin := range []string{"", ",version=3", ",id=7"} {
+		t.Run("encode out=jsonschema"+pin, func(t *testing.T) { runJSONSchema(t, pin) })
+	}
+}
+
+func runJSONSchema(t *testing.T, pin string) {
 	for _, prog := range []string{"bash", "jq"} {
 		if _, err := exec.LookPath(prog); err != nil {
 			t.Fatalf("this test's action needs %s on PATH (scripts/setup installs it): %v", prog, err)
@@ -216,7 +224,7 @@ func TestRunJSONSchema(t *testing.T) {
 	}
 	dir := t.TempDir()
 	files := map[string]string{
-		"action.conf": "echo-js --in in=x.v1 --out out=x.v1 --out dlq=x.v1 --dead-letter dlq --decode in=jsonschema --encode out=jsonschema -- bash main.sh\n",
+		"action.conf": "echo-js --in in=x.v1 --out out=x.v1 --out dlq=x.v1 --dead-letter dlq --decode in=jsonschema --encode out=jsonschema" + pin + " -- bash main.sh\n",
 		"main.sh": `while IFS= read -r line; do
   out=$(jq -c 'if .type == "hello" then {type: "ready"} elif .type == "shutdown" then "shutdown" elif .type == "item" then ({type: "emit", delivery, payload}, {type: "done", delivery}) else empty end' <<<"$line")
   [ "$out" = '"shutdown"' ] && exit 0
