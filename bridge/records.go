@@ -148,7 +148,7 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			c.s.emit(Event{Kind: EventProtocolViolation, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Attempts: res.Attempts, Err: err})
 		case configFault(err): // not the record's fault: never dead-lettered, the batch fails and is redelivered
 			c.s.emit(Event{Kind: EventRegistryFailed, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Err: err})
-			c.log.Warn("batch failed: an emit cannot be encoded until the schema registry answers", "batch", id, "error", err)
+			c.log.Warn("batch failed: an emit cannot be encoded: the schema registry did not answer, or lacks the outlet's schema; the sidecar redelivers it", "batch", id, "error", err)
 			return settled{kind: "failed", cause: err, attempts: res.Attempts}, out
 		case errors.As(err, &dataErr):
 			c.s.emit(Event{Kind: EventEncodeFailed, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Attempts: res.Attempts, Err: err})

@@ -65,7 +65,7 @@ type Options struct {
 	// batch's answer, waits for it).
 	Events func(Event)
 	// Registry decodes and encodes the action's registry-encoded ports (--decode, --encode; see
-	// [RegistryFromEnv]); NewServer refuses such an action without one. Plain JSON ports never
+	// [RegistryFor]); NewServer refuses such an action without one. Plain JSON ports never
 	// use it.
 	Registry *schema.Registry
 	// RegistryRetryFor is how long a registry that does not answer is retried, with backoff,
