@@ -147,7 +147,14 @@ func (c *protoCodec) message(indexes []int) (protoreflect.MessageDescriptor, err
 	return md, nil
 }
 
-func (c *protoCodec) decode(payload []byte) ([]byte, error) {
+func (c *protoCodec) decode(payload []byte) (out []byte, err error) {
+	// protobuf-go's reflective decoder panics on some malformed map entries of a dynamic
+	// message (a key of the wrong wire type); a record's bytes must never stop the bridge.
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, &fault{reason: fmt.Sprintf("the bytes do not decode with the record's Protobuf schema (the decoder gave up: %v)", p)}
+		}
+	}()
 	indexes, rest, err := header.DecodeIndex(payload, maxIndexes)
 	if err != nil {
 		return nil, &fault{reason: "the Protobuf message indexes after the schema id do not decode", err: err}
@@ -160,7 +167,7 @@ func (c *protoCodec) decode(payload []byte) ([]byte, error) {
 	if err := partial.Unmarshal(rest, m); err != nil {
 		return nil, &fault{reason: fmt.Sprintf("the bytes do not decode as %s", md.FullName()), err: err}
 	}
-	out, err := protojson.MarshalOptions{AllowPartial: true}.MarshalAppend(make([]byte, 0, 2*len(rest)+64), m)
+	out, err = protojson.MarshalOptions{AllowPartial: true}.MarshalAppend(make([]byte, 0, 2*len(rest)+64), m)
 	if err != nil {
 		return nil, &fault{reason: fmt.Sprintf("the decoded %s does not write as JSON", md.FullName()), err: err}
 	}

@@ -21,7 +21,7 @@ func readTestdata(t testing.TB, name string) string {
 
 // registerShop registers testdata/shop/order.proto under subject, with shop/common.proto as
 // its reference (the well-known timestamp.proto comes with the compiler).
-func registerShop(t *testing.T, f *fake, subject string) int {
+func registerShop(t testing.TB, f *fake, subject string) int {
 	t.Helper()
 	f.register(t, "shop/common.proto", sr.Schema{Type: sr.TypeProtobuf, Schema: readTestdata(t, "shop/common.proto")})
 	return f.register(t, subject, sr.Schema{Type: sr.TypeProtobuf, Schema: readTestdata(t, "shop/order.proto"),
