@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -146,12 +147,18 @@ func TestDecodeEncode(t *testing.T) {
 	s := dial(t, b.addr)
 	s.start(b, "c", 0)
 	good := r.encode(t, "in-topic", `{"id":"l-1","rooms":3}`)
-	s.batch(1, 0, rec(1, nil, good), rec(2, nil, `{"id":"not-avro","rooms":1}`), rec(3, nil, good))
-	a := s.wait(1)
-	if !a.ack || len(a.emits) != 3 {
-		t.Fatalf("answer = %v; want Ack after 2 emits and a dead letter", a)
+	// no magic byte; an id the registry does not know; the listing's id with bytes that are no listing
+	bad := map[int64]struct{ value, reason string }{
+		2: {`{"id":"not-avro","rooms":1}`, "magic"},
+		3: {"\x00\x00\x00\x03\xe7\x02\x06", "999"},
+		4: {good[:5] + "\xff\xff\xff", "schema id"},
 	}
-	for _, i := range []int{0, 2} {
+	s.batch(1, 0, rec(1, nil, good), rec(2, nil, bad[2].value), rec(3, nil, bad[3].value), rec(4, nil, bad[4].value), rec(5, nil, good))
+	a := s.wait(1)
+	if !a.ack || len(a.emits) != 5 {
+		t.Fatalf("answer = %v; want Ack after 2 emits and 3 dead letters", a)
+	}
+	for _, i := range []int{0, 4} {
 		if a.emits[i].GetOutlet() != "out" {
 			t.Fatalf("emit %d to %q; want out", i, a.emits[i].GetOutlet())
 		}
@@ -159,16 +166,19 @@ func TestDecodeEncode(t *testing.T) {
 			t.Errorf("emit %d decodes to %v; want the listing back", i, m)
 		}
 	}
-	dl := a.emits[1]
-	if dl.GetOutlet() != "dlq" || string(dl.GetRecord().GetValue()) != `{"id":"not-avro","rooms":1}` || !strings.Contains(errorHeader(dl), "cannot be decoded") {
-		t.Errorf("dead letter = %v, millrace-error %q; want the record unchanged and the decode error", dl, errorHeader(dl))
-	}
 	var de *schema.DataError
-	if ev, ok := got.record(bridge.EventDecodeFailed, "in-topic/0/2"); !ok || !errors.As(ev.Err, &de) {
-		t.Errorf("decode-failed of in-topic/0/2 = %+v (found %v); want a *schema.DataError", ev, ok)
-	}
-	if _, ok := got.record(bridge.EventRecordDeadLettered, "in-topic/0/2"); !ok {
-		t.Error("no record-dead-lettered event for in-topic/0/2")
+	for off := int64(2); off <= 4; off++ {
+		dl := a.emits[off-1]
+		if dl.GetOutlet() != "dlq" || string(dl.GetRecord().GetValue()) != bad[off].value || !strings.Contains(errorHeader(dl), "cannot be decoded") || !strings.Contains(errorHeader(dl), bad[off].reason) {
+			t.Errorf("dead letter of offset %d = %v, millrace-error %q; want the record unchanged and the decode error naming %q", off, dl, errorHeader(dl), bad[off].reason)
+		}
+		id := fmt.Sprintf("in-topic/0/%d", off)
+		if ev, ok := got.record(bridge.EventDecodeFailed, id); !ok || !errors.As(ev.Err, &de) {
+			t.Errorf("decode-failed of %s = %+v (found %v); want a *schema.DataError", id, ev, ok)
+		}
+		if _, ok := got.record(bridge.EventRecordDeadLettered, id); !ok {
+			t.Errorf("no record-dead-lettered event for %s", id)
+		}
 	}
 	expectEOF(t, s.stop())
 	s.check()
