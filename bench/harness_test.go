@@ -20,10 +20,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -394,7 +398,11 @@ func serveBridge(b testing.TB, a *actionconf.Action) func(context.Context, net.L
 // process. It is the ceiling without the bridge: what a streamlet written in Go against the
 // protocol costs.
 func serveNative(a *actionconf.Action) func(context.Context, net.Listener) error {
-	n := &testkit.Streamlet{Spec: a.Spec(version), Options: bridge.GRPCOptions()}
+	// The bridge's own server options (bridge/server.go): the same codec, buffer pool and
+	// message limits, so the two streamlets differ only in what runs behind the stream.
+	limit := protocol.MaxMessageBytes + 1<<20
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit), codec.ServerOption(), experimental.BufferPool(codec.Pool)}
+	n := &testkit.Streamlet{Spec: a.Spec(version), Options: opts}
 	return n.Serve
 }
 

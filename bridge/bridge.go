@@ -4,7 +4,7 @@
 // protocol) that the standard sidecar drives.
 //
 // The config line and its one table of defaults are package bridge/actionconf's (which links no
-// gRPC, so the tools that only read a line stay small); an [Action] is its
+// gRPC, so the tools that only read a line stay small); the [Options] take its
 // [actionconf.Action], whose Descriptor and Spec are what discovery answers. A [Server] serves one
 // action: each conversation (a Streamlet.Run stream opened with Start) gets a fresh pool of the
 // action's processes (package stdio/engine); every record of a batch becomes one item; a batch
@@ -19,14 +19,11 @@
 // listed with its default in [Settings]. The constants the sidecar shares with it (port, message
 // limit, stop bound, FLOW_* names) are package protocol's.
 //
+// It is an API: `millrace bridge` is [ListenAndServe], `millrace run` serves each streamlet
+// with [NewServer] and [Server.Serve], and a Go program may do the same.
+//
 // Where the specs are silent, the bridge decides as the README's "The action config line"
 // section says: the headers of dead letters (millrace-error and its siblings), the derivation of
 // idempotencyKey, the payload of an empty value (null), and base64 siblings for bytes that are
 // not UTF-8.
 package bridge
-
-import "github.com/ankka-flow/millrace/bridge/actionconf"
-
-// Action is the action a [Server] serves: a parsed config line. It is an alias, so a program
-// that embeds the bridge names the type as before while the parser lives in the leaf package.
-type Action = actionconf.Action

@@ -68,7 +68,7 @@ func TestReplayGenerationKeys(t *testing.T) {
 		if !a.ack || len(a.emits) != 1 {
 			t.Fatalf("generation %d: answer = %v; want Ack after 1 emit", gen, a)
 		}
-		want := actionconf.IdempotencyKeyAt(gen, "pipe", "t", "in-topic", 0, 3)
+		want := string(actionconf.AppendIdempotencyKey(nil, gen, "pipe", "t", "in-topic", 0, 3))
 		if got := emitted(t, a.emits[0])["idempotencyKey"]; got != want || (gen != 0) == (want == actionconf.IdempotencyKey("pipe", "t", "in-topic", 0, 3)) {
 			t.Errorf("generation %d: idempotencyKey = %v; want %s (new keys only for a bumped generation)", gen, got, want)
 		}

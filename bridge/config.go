@@ -18,12 +18,12 @@ const (
 	// staged and the bridge has not yet sent, across every conversation. A size, as the
 	// sidecar's FLOW_MAX_HELD_EMIT_BYTES: 64Mi, 67108864.
 	EnvMaxHeldBytes = "MILLRACE_BRIDGE_MAX_HELD_BYTES"
-	// EnvMaxHeldMiB is the older name of the same budget, in whole MiB. It still works; with
+	// envMaxHeldMiB is the older name of the same budget, in whole MiB. It still works; with
 	// EnvMaxHeldBytes set as well the bridge refuses to start rather than pick one.
-	EnvMaxHeldMiB = "MILLRACE_BRIDGE_MAX_HELD_MIB"
-	// EnvReplayGeneration is the replay generation, a whole number the operator bumps before a
-	// deliberate replay (`millrace replay`); see [actionconf.IdempotencyKeyAt].
-	EnvReplayGeneration = "FLOW_REPLAY_GENERATION"
+	envMaxHeldMiB = "MILLRACE_BRIDGE_MAX_HELD_MIB"
+	// envReplayGeneration is the replay generation, a whole number the operator bumps before a
+	// deliberate replay (`millrace replay`); see [actionconf.AppendIdempotencyKey].
+	envReplayGeneration = "FLOW_REPLAY_GENERATION"
 )
 
 // DefaultMaxHeldBytes is the bridge's budget of held output when no variable sets it: 64 MiB,
@@ -60,8 +60,8 @@ func defaultConfig() Config {
 var Settings = append([]settings.Var{
 	{Name: protocol.EnvProcessPort, Default: strconv.Itoa(defaultConfig().Port), Meaning: "the port to serve on, on 127.0.0.1"},
 	{Name: EnvMaxHeldBytes, Default: settings.FormatSize(defaultConfig().MaxHeldBytes), Meaning: "the budget of held output (emit lines staged and not yet sent), a size such as 64Mi or 67108864"},
-	{Name: EnvMaxHeldMiB, Default: "—", Meaning: "the older name of " + EnvMaxHeldBytes + ", in whole MiB (64); still read, and refused together with it"},
-	{Name: EnvReplayGeneration, Default: strconv.FormatUint(defaultConfig().ReplayGeneration, 10), Meaning: "part of every idempotencyKey; bump it by one before a deliberate replay (0 keeps the keys of no replay)"},
+	{Name: envMaxHeldMiB, Default: "—", Meaning: "the older name of " + EnvMaxHeldBytes + ", in whole MiB (64); still read, and refused together with it"},
+	{Name: envReplayGeneration, Default: strconv.FormatUint(defaultConfig().ReplayGeneration, 10), Meaning: "part of every idempotencyKey; bump it by one before a deliberate replay (0 keeps the keys of no replay)"},
 	{Name: actionconf.EnvAction, Default: "—", Meaning: "the action config line, when neither arguments nor --config FILE give one"},
 	{Name: envOTelEndpoint, Default: "—", Meaning: "where to export a span per item attempt over OTLP/HTTP (or " + envOTelTracesEndpoint + "); unset, none is exported"},
 }, registrySettings()...)
@@ -75,7 +75,7 @@ func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	c := defaultConfig()
 	c.Port = r.Port(protocol.EnvProcessPort, c.Port)
 	c.MaxHeldBytes = readMaxHeld(r, c.MaxHeldBytes)
-	c.ReplayGeneration = r.Uint(EnvReplayGeneration, c.ReplayGeneration)
+	c.ReplayGeneration = r.Uint(envReplayGeneration, c.ReplayGeneration)
 	c.ExportSpans = readSpanExport(r)
 	c.SchemaRegistry = schema.SettingsFromEnv(getenv, os.ReadFile, r.Badf)
 	if err := r.Err("bridge"); err != nil {
@@ -85,18 +85,18 @@ func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 }
 
 // readMaxHeld reads the budget of held output from EnvMaxHeldBytes, or from its older name
-// EnvMaxHeldMiB; both at once is a problem, since they could disagree.
+// envMaxHeldMiB; both at once is a problem, since they could disagree.
 func readMaxHeld(r *settings.Reader, def int64) int64 {
-	mib, old := r.Lookup(EnvMaxHeldMiB)
+	mib, old := r.Lookup(envMaxHeldMiB)
 	if _, ok := r.Lookup(EnvMaxHeldBytes); ok || !old {
 		if ok && old {
-			r.Badf("%s and %s are both set: set only %s (%s is its older name, in whole MiB)", EnvMaxHeldBytes, EnvMaxHeldMiB, EnvMaxHeldBytes, EnvMaxHeldMiB)
+			r.Badf("%s and %s are both set: set only %s (%s is its older name, in whole MiB)", EnvMaxHeldBytes, envMaxHeldMiB, EnvMaxHeldBytes, envMaxHeldMiB)
 		}
 		return r.Size(EnvMaxHeldBytes, def, minMaxHeldBytes, 0)
 	}
 	n, err := strconv.Atoi(mib)
 	if err != nil || n < 1 || n > 1<<20 {
-		r.Badf("%s=%s is not a whole number of MiB from 1 to 1048576: write e.g. %d, or set %s to a size such as %s", EnvMaxHeldMiB, mib, def>>20, EnvMaxHeldBytes, settings.FormatSize(def))
+		r.Badf("%s=%s is not a whole number of MiB from 1 to 1048576: write e.g. %d, or set %s to a size such as %s", envMaxHeldMiB, mib, def>>20, EnvMaxHeldBytes, settings.FormatSize(def))
 		return def
 	}
 	return int64(n) << 20

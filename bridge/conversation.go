@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/lifetime"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -491,7 +492,7 @@ func (c *conversation) closePool(drain bool) {
 }
 
 // inletNames lists the action's inlets for an error message about a batch's inlet.
-func inletNames(a *Action) string {
+func inletNames(a *actionconf.Action) string {
 	names := make([]string, len(a.Inlets))
 	for i, p := range a.Inlets {
 		names[i] = p.Name

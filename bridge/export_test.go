@@ -20,5 +20,8 @@ const (
 	HeaderAbstainReason   = headerAbstainReason
 )
 
+// GRPCOptions are the server options the bridge serves with.
+var GRPCOptions = grpcOptions
+
 // MetricsHandler is m's /metrics handler.
 func MetricsHandler(m *Metrics) http.Handler { return m.handler() }

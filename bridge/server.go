@@ -16,11 +16,12 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/lifetime"
 	"github.com/ankka-flow/millrace/internal/schema"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-	"github.com/ankka-flow/millrace/protocol/codec"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -30,7 +31,8 @@ const grpcMessageLimit = protocol.MaxMessageBytes + 1<<20
 
 // Options configure a [Server].
 type Options struct {
-	Action  *Action      // the action served (required)
+	// Action is the action served (required).
+	Action  *actionconf.Action
 	Version string       // millrace's version: the sdk version of discovery and hello's version
 	Logger  *slog.Logger // default: discard
 	Metrics *Metrics     // where to record metrics; nil records none
@@ -49,7 +51,7 @@ type Options struct {
 	// every conversation (default: DefaultMaxHeldBytes; see [Config].MaxHeldBytes). While it is
 	// full the bridge writes no item to its processes.
 	Budget *engine.Budget
-	// ReplayGeneration is part of every idempotencyKey (see [actionconf.IdempotencyKeyAt]): 0
+	// ReplayGeneration is part of every idempotencyKey (see [actionconf.AppendIdempotencyKey]): 0
 	// keeps the keys of [actionconf.IdempotencyKey]; the operator bumps it
 	// (FLOW_REPLAY_GENERATION) for a deliberate replay, so that systems deduplicating on the keys
 	// apply the replayed records.
@@ -146,11 +148,11 @@ func NewServer(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// GRPCOptions returns the server options the bridge needs: message limits above the protocol's
+// grpcOptions returns the server options the bridge needs: message limits above the protocol's
 // 4 MiB, the protocol's codec (the same bytes, encoded without reflection) and its buffer pool
 // (frames read into buffers that are not zeroed first; see codec.Pool). Keepalive is left at
 // the gRPC library's defaults, as the protocol asks.
-func GRPCOptions() []grpc.ServerOption {
+func grpcOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcMessageLimit), grpc.MaxSendMsgSize(grpcMessageLimit), codec.ServerOption(), experimental.BufferPool(codec.Pool)}
 }
 
@@ -164,7 +166,7 @@ func (s *Server) register(gs grpc.ServiceRegistrar) {
 // answered within ShutdownTimeout, the processes are shut down, the streams end, and Serve
 // returns nil. It returns an error only when serving fails. It closes lis.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	gs := grpc.NewServer(GRPCOptions()...)
+	gs := grpc.NewServer(grpcOptions()...)
 	s.register(gs)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

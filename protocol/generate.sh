@@ -2,8 +2,8 @@
 # Regenerates the Go code beside the .proto files (run through `go generate ./protocol/...`).
 # The plugins are the Go tools pinned in go.mod; protoc comes from Debian's protobuf-compiler.
 # protoc-gen-go-vtproto writes *_vtproto.pb.go: SizeVT and the MarshalVT family without
-# reflection, which protocol/codec encodes the Run stream's messages with (and the sidecar sizes
-# records with). Only marshal+size: decoding is protocol/codec's own (protowire, fuzzed against
+# reflection, which internal/codec encodes the Run stream's messages with (and the sidecar sizes
+# records with). Only marshal+size: decoding is internal/codec's own (protowire, fuzzed against
 # proto.Unmarshal), so vtproto's unmarshal would be dead code.
 # The .proto files are the spec's, verbatim, so they carry no go_package: the M options set it.
 set -euo pipefail

@@ -7,6 +7,7 @@
 // languages; protocol/fixtures holds the cases each of them must reproduce.
 //
 // Every function here is pure: safe for concurrent use, and it never modifies its arguments.
+// It is an API: a streamlet process or a sidecar written in Go keeps the same rules with it.
 package protocol
 
 import "errors"

@@ -2,6 +2,11 @@
 // library only, in sdk/python, sdk/node and sdk/ruby with their packaging and tests), embedded
 // so that `millrace init` vendors the very file this folder holds: there is no second copy to
 // drift.
+//
+// It is an API, and a small one: [For] gives any tool the SDK files of this module's version,
+// to vendor into an action directory as `millrace init` does. It is not under internal/
+// because go:embed reads only files at or below the package's folder, and the SDK folders stay
+// here, where their users, packaging and tests find them.
 package sdk
 
 import _ "embed"

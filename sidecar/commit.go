@@ -161,7 +161,7 @@ func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
 		}
-		w.fail(r, err, "nothing of the batch was committed", func() uint64 { return batchID })
+		w.fail(r, s.denied(err, r.Topic), "nothing of the batch was committed", func() uint64 { return batchID })
 	}
 	var refused refusals // emits refused as too large, written again split (limits.go)
 	for _, b := range round {
@@ -331,13 +331,13 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 	began := s.now()
 	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
-			problems = append(problems, err)
+			problems = append(problems, s.denied(err, ""))
 			return
 		}
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					problems = append(problems, fmt.Errorf("topic %s partition %d: %w", t.Topic, p.Partition, err))
+					problems = append(problems, fmt.Errorf("topic %s partition %d: %w", t.Topic, p.Partition, s.denied(err, t.Topic)))
 				}
 			}
 		}
@@ -348,6 +348,7 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 			errStreamFailed, errCommit, s.cfg.ConsumerGroup, problems)
 	}
 
+	s.clearDenial()
 	resume := map[string][]int32{}
 	s.mu.Lock()
 	s.lastCommit = s.now()
@@ -389,6 +390,7 @@ func (ps commitProblems) Unwrap() []error { return ps }
 // settle records batches committed in a transaction: their records leave the queues (fetching
 // resumes below low water), their partitions' stall tracking is reset, and the counters move.
 func (s *Sidecar) settle(committed []*batch) {
+	s.clearDenial()
 	resume := map[string][]int32{}
 	s.mu.Lock()
 	s.lastCommit = s.now()

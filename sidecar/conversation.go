@@ -8,9 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/lifetime"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-	"github.com/ankka-flow/millrace/protocol/codec"
 )
 
 // batch is one Batch sent in a conversation.

@@ -35,6 +35,11 @@ func (s *Sidecar) serveMetrics(ctx context.Context, lis net.Listener) {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if p := s.denial.Load(); p != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready:", p)
+			return
+		}
 		if !s.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: no live conversation with the process")

@@ -240,6 +240,12 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 			return
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
+			if perm := (*PermissionError)(nil); errors.As(s.denied(err, topic), &perm) {
+				// An ACL removed while running: the partition is fetched again from the same
+				// offset once it is granted, so nothing is lost.
+				s.log.Error("Kafka refused a fetch: grant the permission it names", "topic", topic, "partition", p, "error", perm)
+				return
+			}
 			s.log.Warn("fetch error", "topic", topic, "partition", p, "error", err)
 		})
 		// Copy the records out of the fetch before taking the lock: the lock is the one every

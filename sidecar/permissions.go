@@ -69,10 +69,7 @@ func (s *Sidecar) checkPermissions(ctx context.Context) error {
 	for _, out := range s.cfg.Outlets {
 		needs = append(needs, need{out.Topic, "outlet " + out.Port, []kmsg.ACLOperation{kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs}})
 	}
-	principal := ""
-	if a, ok := s.cfg.SASL.(*kafkaconn.Auth); ok && a.User != "" {
-		principal = "User:" + a.User
-	}
+	principal := s.principal()
 	denied := func(p *PermissionError) error { p.Principal = principal; return p }
 	if len(needs) > 0 {
 		// Raw Metadata: kadm reads notReported as nothing allowed and hides which topic was denied.
@@ -158,4 +155,48 @@ func (s *Sidecar) uncheckable(ctx context.Context, err error) error {
 var opNames = map[kmsg.ACLOperation]string{
 	kmsg.ACLOperationRead: "Read", kmsg.ACLOperationWrite: "Write", kmsg.ACLOperationDescribe: "Describe",
 	kmsg.ACLOperationDescribeConfigs: "DescribeConfigs",
+}
+
+// principal is the principal the sidecar authenticates as, "User:<name>", when it uses a
+// user name ("" otherwise: a certificate's or a token's principal is the broker's to say).
+func (s *Sidecar) principal() string {
+	if a, ok := s.cfg.SASL.(*kafkaconn.Auth); ok && a.User != "" {
+		return "User:" + a.User
+	}
+	return ""
+}
+
+// denied returns err with a *PermissionError in its chain when err is the broker refusing an
+// operation for a missing ACL while the sidecar runs (an ACL removed after the start-up
+// check), and marks the sidecar not ready until a commit succeeds again: topic is the topic
+// of the produce, fetch or commit that was refused. Any other error is returned as it is.
+func (s *Sidecar) denied(err error, topic string) error {
+	var p *PermissionError
+	switch {
+	case err == nil || errors.As(err, &p):
+		return err
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		p = &PermissionError{Operation: "Read", ResourceType: "Topic", Resource: topic, Role: "an inlet"}
+		for _, out := range s.cfg.Outlets {
+			if out.Topic == topic {
+				p.Operation, p.Role = "Write", "outlet "+out.Port
+			}
+		}
+		for _, in := range s.cfg.Inlets {
+			if in.Topic == topic {
+				p.Operation, p.Role = "Read", "inlet "+in.Port
+			}
+		}
+	case errors.Is(err, kerr.GroupAuthorizationFailed):
+		p = &PermissionError{Operation: "Read", ResourceType: "Group", Resource: s.cfg.ConsumerGroup, Role: "the consumer group, FLOW_CONSUMER_GROUP"}
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		p = &PermissionError{Operation: "Write", ResourceType: "TransactionalId", Resource: s.cfg.TransactionalID, Role: "the transactional id, FLOW_DELIVERY=exactly-once"}
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		p = &PermissionError{Operation: "IdempotentWrite", ResourceType: "Cluster", Resource: "kafka-cluster", Role: "idempotent and transactional produce"}
+	default:
+		return err
+	}
+	p.Principal, p.Err = s.principal(), err
+	s.deny(p)
+	return p
 }

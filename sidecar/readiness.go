@@ -11,6 +11,9 @@ import (
 // creates the readiness file atomically (a temporary file in the same folder, renamed into
 // place), so a probe never sees a half-written file.
 func (s *Sidecar) writeReadiness(conversationID string) {
+	if s.denial.Load() != nil {
+		return // not ready while a permission is refused: clearDenial writes it
+	}
 	s.ready.Store(true)
 	path := s.cfg.ReadinessFile
 	if path == "" {
@@ -44,6 +47,31 @@ func (s *Sidecar) removeReadiness() {
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Error("cannot remove the readiness file; the pod may look ready while it is not", "path", path, "error", err)
+	}
+}
+
+// deny marks the sidecar not ready while the broker refuses it a permission it needs, p
+// naming it (/readyz answers with it), until clearDenial: a pod that cannot move its records
+// is not ready, whether its conversation goes on (a fetch refused) or is begun again (a
+// write or commit refused).
+func (s *Sidecar) deny(p *PermissionError) {
+	if s.denial.Swap(p) == nil {
+		s.removeReadiness()
+	}
+}
+
+// clearDenial is called when a commit succeeds: the permissions it needs are back, and the
+// live conversation, if any, is ready again.
+func (s *Sidecar) clearDenial() {
+	if s.denial.Swap(nil) == nil {
+		return
+	}
+	s.mu.Lock()
+	c := s.conv
+	s.mu.Unlock()
+	if c != nil {
+		s.log.Info("Kafka allows the sidecar's operations again; ready")
+		s.writeReadiness(c.start.GetConversationId())
 	}
 }
 

@@ -85,22 +85,33 @@ func secureEcho(t *testing.T, b *testkit.Broker, e env, n int) {
 	}
 }
 
-// TestSecuredRefusalStopsAtOnce: a wrong password and a CA the broker's certificate is not
-// signed by each stop the sidecar within seconds with an error naming the setting.
+// TestSecuredRefusalStopsAtOnce: a wrong password, a CA the broker's certificate is not
+// signed by, and a missing or foreign client certificate for a broker that demands mutual TLS
+// each stop the sidecar within seconds with an error naming the setting.
 func TestSecuredRefusalStopsAtOnce(t *testing.T) {
+	scram, mtls := testkit.Security{Mechanism: "SCRAM-SHA-512"}, testkit.Security{MutualTLS: true}
 	for _, tc := range []struct {
 		name    string
+		sec     testkit.Security
 		change  func(t *testing.T, e env)
 		setting string
 	}{
-		{"wrong password", func(t *testing.T, e env) {
+		{"wrong password", scram, func(t *testing.T, e env) {
 			delete(e, "FLOW_KAFKA_SASL_PASSWORD_FILE")
 			e["FLOW_KAFKA_SASL_PASSWORD"] = "not-the-password"
 		}, "FLOW_KAFKA_SASL_PASSWORD"},
-		{"unknown CA", func(t *testing.T, e env) { e["FLOW_KAFKA_TLS_CA_FILE"] = testkit.NewCA(t, "other").File }, "FLOW_KAFKA_TLS_CA_FILE"},
+		{"unknown CA", scram, func(t *testing.T, e env) { e["FLOW_KAFKA_TLS_CA_FILE"] = testkit.NewCA(t, "other").File }, "FLOW_KAFKA_TLS_CA_FILE"},
+		{"no client certificate", mtls, func(t *testing.T, e env) {
+			delete(e, "FLOW_KAFKA_TLS_CERT_FILE")
+			delete(e, "FLOW_KAFKA_TLS_KEY_FILE")
+		}, "FLOW_KAFKA_TLS_CERT_FILE"},
+		{"client certificate of another CA", mtls, func(t *testing.T, e env) {
+			p := testkit.NewCA(t, "other").Issue(t, "client", time.Time{}, time.Time{})
+			e["FLOW_KAFKA_TLS_CERT_FILE"], e["FLOW_KAFKA_TLS_KEY_FILE"] = p.CertFile, p.KeyFile
+		}, "FLOW_KAFKA_TLS_CERT_FILE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, vars := securedBroker(t, testkit.Security{Mechanism: "SCRAM-SHA-512"})
+			b, vars := securedBroker(t, tc.sec)
 			in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
 			f := newProcess(t, echo)
 			e := baseEnv(t, b, f, in, out)

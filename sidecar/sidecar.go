@@ -70,6 +70,9 @@ var (
 	// ErrPermission is wrapped by Run when the broker does not allow the sidecar's principal
 	// an operation it needs (a missing ACL); the error is a *PermissionError naming it.
 	ErrPermission = errors.New("sidecar: Kafka does not allow an operation the sidecar needs")
+	// errTxnDenied is wrapped, with a *PermissionError, when the broker stops allowing the
+	// transactional id while running: the sidecar stops, as when fenced.
+	errTxnDenied = errors.New("sidecar: Kafka refused the transactional id while running")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -105,6 +108,9 @@ type Sidecar struct {
 	// ready is the readiness condition: a conversation is live. The readiness file and
 	// /readyz show it.
 	ready atomic.Bool
+	// denial is the permission the broker last refused while running, until a commit
+	// succeeds again; the sidecar is not ready meanwhile (readiness.go).
+	denial atomic.Pointer[PermissionError]
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
 
@@ -285,6 +291,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 		if errors.Is(err, ErrFenced) {
 			s.log.Error("fenced; stopping", "error", err, "transactional_id", s.cfg.TransactionalID)
+			return err
+		}
+		if errors.Is(err, errTxnDenied) {
+			s.log.Error("Kafka refused the transactional id; stopping", "error", err, "transactional_id", s.cfg.TransactionalID)
 			return err
 		}
 		s.log.Error("stream failed; redelivering from the last commit after a backoff", "error", err, "conversation", start.GetConversationId())

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/ankka-flow/millrace/sidecar"
-	"github.com/ankka-flow/millrace/sidecar/kube"
+	"github.com/ankka-flow/millrace/sidecar/internal/kube"
 )
 
 // fakeAPIServer records the Events posted to it, checking path and token.

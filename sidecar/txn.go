@@ -313,7 +313,7 @@ func (s *Sidecar) produceTxn(ctx context.Context, sess *kgo.GroupTransactSession
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
 		}
-		w.fail(r, err, "the transaction is aborted, nothing of its batches was committed", func() uint64 { return batchOf(round, r) })
+		w.fail(r, s.denied(err, r.Topic), "the transaction is aborted, nothing of its batches was committed", func() uint64 { return batchOf(round, r) })
 	}
 	for _, b := range round {
 		w.add(b)
@@ -395,7 +395,16 @@ func commitOnly(round []*batch) func(*kmsg.TxnOffsetCommitRequest) error {
 // this producer (another sidecar now writes with the transactional id), else a stream
 // failure.
 func (s *Sidecar) txnFailure(what string, err error) error {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+	if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		// The ACL was removed while running: the producer cannot go on with the id, and the
+		// open transaction commits nothing; the sidecar stops, and its start-up check names
+		// the ACL again until it is granted.
+		if what == "" {
+			what = "in the transaction"
+		}
+		return fmt.Errorf("%w: %s: %w: nothing of the open transaction was committed", errTxnDenied, what, s.denied(err, ""))
+	}
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 		return fmt.Errorf("%w: transactional id %q: %w: another sidecar started with this id (a restarted pod, or two pods with one FLOW_POD_NAME); this one stops writing, and nothing of its open transaction was committed", ErrFenced, s.cfg.TransactionalID, err)
 	}
 	if what == "" {

@@ -1,8 +1,8 @@
 // Package stdio is the wire of the Millstream action protocol: its messages, one JSON object
 // per line, the item encoder, the answer decoder (with the engine's allocation-free fast path,
 // FastAnswer), the batch envelope that carries several messages on one line (Packer,
-// SplitBatch) and the capped line reader. It is what an action SDK (stdio/action) and the
-// conformance kit need; the engine that supervises processes, pools them, retries and keeps
+// SplitBatch) and the capped line reader. It is an API, what an action SDK (stdio/action) and
+// the conformance kit need; the engine that supervises processes, pools them, retries and keeps
 // the window is apart, in stdio/engine.
 //
 // Every line read is capped ([MaxLineBytes]) and copied before it leaves the reader; a line

@@ -20,18 +20,18 @@ func TestIdempotencyKey(t *testing.T) {
 // TestIdempotencyKeyReplayGeneration: generation 0 keeps today's keys exactly; every other
 // generation gives every record new keys, stable within the generation.
 func TestIdempotencyKeyReplayGeneration(t *testing.T) {
-	if got, want := IdempotencyKeyAt(0, "pipe", "score-listing", "listings", 3, 1042), "25ec15e1e9cdf74d5a74c078f578c602"; got != want {
-		t.Errorf("IdempotencyKeyAt(0, …) = %s; want the generation-less key %s", got, want)
+	if got, want := idempotencyKeyAt(0, "pipe", "score-listing", "listings", 3, 1042), "25ec15e1e9cdf74d5a74c078f578c602"; got != want {
+		t.Errorf("idempotencyKeyAt(0, …) = %s; want the generation-less key %s", got, want)
 	}
 	seen := map[string]uint64{}
 	for _, gen := range []uint64{0, 1, 2, 1 << 40} {
-		k := IdempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042)
+		k := idempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042)
 		if other, dup := seen[k]; dup {
 			t.Errorf("generations %d and %d give the same key %s", other, gen, k)
 		}
 		seen[k] = gen
-		if k != IdempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042) || len(k) != 32 {
-			t.Errorf("IdempotencyKeyAt(%d) = %q; want 32 hex digits, stable", gen, k)
+		if k != idempotencyKeyAt(gen, "pipe", "score-listing", "listings", 3, 1042) || len(k) != 32 {
+			t.Errorf("idempotencyKeyAt(%d) = %q; want 32 hex digits, stable", gen, k)
 		}
 	}
 }

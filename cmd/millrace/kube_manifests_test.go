@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
-	"github.com/ankka-flow/millrace/sidecar/kube"
 )
 
 // The parts of the Kubernetes objects the example uses. They are decoded strictly: a field the
@@ -236,8 +235,12 @@ func (m manifests) volume(name string) *volume {
 	return nil
 }
 
+// serviceAccountCA is where Kubernetes mounts the service account's CA, which the sidecar reads
+// to post its events.
+const serviceAccountCA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+
 // fakePod is the pod the downward API describes in these tests.
-var fakePod = kube.Pod{Name: "score-listing-5f7c9d8b6d-x2x9q", UID: "0d3c1f1e-6a4b-4c39-9f7e-3f1b2a9c8d7e"}
+var fakePod = struct{ Name, UID string }{Name: "score-listing-5f7c9d8b6d-x2x9q", UID: "0d3c1f1e-6a4b-4c39-9f7e-3f1b2a9c8d7e"}
 
 // containerEnv returns the container's environment as the kubelet would give it: literal
 // values, the downward API's fields of fakePod (namespace: the Deployment's), and the service
@@ -326,7 +329,7 @@ func selfSignedPEM(t *testing.T) []byte {
 // ConfigMap volume's keys as files under its mount path, and the service account's CA.
 func (m manifests) containerFiles(t *testing.T, c *container) func(string) ([]byte, error) {
 	t.Helper()
-	files := map[string][]byte{kube.DefaultCAFile: selfSignedPEM(t)}
+	files := map[string][]byte{serviceAccountCA: selfSignedPEM(t)}
 	for _, vm := range c.VolumeMounts {
 		v := m.volume(vm.Name)
 		if v == nil {

@@ -22,7 +22,6 @@ import (
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/protocol"
 	"github.com/ankka-flow/millrace/sidecar"
-	"github.com/ankka-flow/millrace/sidecar/kube"
 )
 
 // updateDeploy rewrites deploy/kubernetes/configmap.yaml from the Deployment's action line.
@@ -109,8 +108,8 @@ func TestKubernetesExample(t *testing.T) {
 		}
 		if cfg.Events == nil {
 			t.Error("in a cluster the sidecar posts no events; want a kube client for stall warnings")
-		} else if got, want := cfg.Events.Pod(), (kube.Pod{Name: fakePod.Name, Namespace: dep.Metadata.Namespace, UID: fakePod.UID}); got != want {
-			t.Errorf("the sidecar's events are about pod %+v; want the downward API's %+v", got, want)
+		} else if got := cfg.Events.Pod(); got.Name != fakePod.Name || got.Namespace != dep.Metadata.Namespace || got.UID != fakePod.UID {
+			t.Errorf("the sidecar's events are about pod %+v; want the downward API's name %q, namespace %q, uid %q", got, fakePod.Name, dep.Metadata.Namespace, fakePod.UID)
 		}
 		// ConfigFromEnv could read the descriptor only through the ConfigMap's mount; this names
 		// the mistake when it could not.

@@ -20,14 +20,14 @@ import (
 	"github.com/ankka-flow/millrace/protocol"
 )
 
-// ConfigFile is the name of the config line's file in an action directory.
-const ConfigFile = "action.conf"
+// configFile is the name of the config line's file in an action directory.
+const configFile = "action.conf"
 
-// Exported sentinel errors.
+// Sentinel errors of Load.
 var (
-	// ErrNoAction is returned by Load for an argument that is neither an action directory, nor
+	// errNoAction is returned by Load for an argument that is neither an action directory, nor
 	// a config file, nor a config line.
-	ErrNoAction = errors.New("no action")
+	errNoAction = errors.New("no action")
 )
 
 // Action is an action as the tools see it: its parsed config line, where it came from, and
@@ -56,15 +56,15 @@ func Load(arg string) (*Action, error) {
 	switch {
 	case statErr == nil && st.IsDir():
 		source = arg
-		a, err = actionconf.ParseFile(filepath.Join(arg, ConfigFile))
+		a, err = actionconf.ParseFile(filepath.Join(arg, configFile))
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s has no %s: write the streamlet's config line there (or run millrace init action NAME)", ErrNoAction, arg, ConfigFile)
+			return nil, fmt.Errorf("%w: %s has no %s: write the streamlet's config line there (or run millrace init action NAME)", errNoAction, arg, configFile)
 		}
 	case statErr == nil:
 		source = arg
 		a, err = actionconf.ParseFile(arg)
 	case !strings.ContainsAny(strings.TrimSpace(arg), " \t\n"):
-		return nil, fmt.Errorf("%w: %q is not an action directory (%w), nor a config line (a line has a name, ports and -- COMMAND)", ErrNoAction, arg, statErr)
+		return nil, fmt.Errorf("%w: %q is not an action directory (%w), nor a config line (a line has a name, ports and -- COMMAND)", errNoAction, arg, statErr)
 	default:
 		source = "the config line"
 		a, err = actionconf.ParseString(arg)

@@ -173,7 +173,7 @@ func IsPipelineFile(path string) bool {
 		if !filepath.IsAbs(dir) {
 			dir = filepath.Join(filepath.Dir(path), dir)
 		}
-		_, err = os.Stat(filepath.Join(dir, ConfigFile))
+		_, err = os.Stat(filepath.Join(dir, configFile))
 		return err == nil
 	}
 	return false

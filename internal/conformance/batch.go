@@ -22,17 +22,17 @@ const (
 // an action that did not declare them).
 func (r *runner) batchCheck() {
 	if r.a.PerItem {
-		r.passed(CheckBatch, "does not apply with --per-item (one process per item)", 0)
+		r.passed(checkBatch, "does not apply with --per-item (one process per item)", 0)
 		return
 	}
 	t0 := time.Now()
-	s := r.open(CheckBatch, r.a.Config, "")
-	if !r.awaitMain(CheckBatch, s, false) || !s.ok() {
+	s := r.open(checkBatch, r.a.Config, "")
+	if !r.awaitMain(checkBatch, s, false) || !s.ok() {
 		return
 	}
 	if !s.batch {
 		s.finish()
-		r.passed(CheckBatch, `does not apply: the action does not declare "batch": true in ready`, time.Since(t0))
+		r.passed(checkBatch, `does not apply: the action does not declare "batch": true in ready`, time.Since(t0))
 		return
 	}
 	ex := r.exemplar()
@@ -42,7 +42,7 @@ func (r *runner) batchCheck() {
 	}
 	s.sendBatch(items, stdio.MaxLineBytes)
 	s.await()
-	s.deliver(-1, r.variant(ex, 20000+batchItems), CheckBatch)
+	s.deliver(-1, r.variant(ex, 20000+batchItems), checkBatch)
 	if !s.ok() {
 		return
 	}
@@ -55,7 +55,7 @@ func (r *runner) batchCheck() {
 	r.mu.Lock()
 	envelopes := r.envelopes
 	r.mu.Unlock()
-	r.passed(CheckBatch, fmt.Sprintf("%d items in one envelope, one on its own line and %d in an envelope of %s (the line limit) all answered (%d answer envelopes read in the run)", batchItems, limitItems, sizeName(stdio.MaxLineBytes), envelopes), time.Since(t0))
+	r.passed(checkBatch, fmt.Sprintf("%d items in one envelope, one on its own line and %d in an envelope of %s (the line limit) all answered (%d answer envelopes read in the run)", batchItems, limitItems, sizeName(stdio.MaxLineBytes), envelopes), time.Since(t0))
 }
 
 // variant is ex as the record at offset off.
@@ -76,7 +76,7 @@ func (s *session) sendBatch(items []stdio.Item, max int) {
 			s.number(&it)
 		}
 		line := stdio.AppendItem(nil, &it)
-		s.track(-1, it, CheckBatch, line)
+		s.track(-1, it, checkBatch, line)
 		p.AppendLine(bytes.TrimSuffix(line, []byte("\n")))
 	}
 	s.p.write(bytes.Clone(p.Bytes()))

@@ -21,23 +21,23 @@ const (
 // answers must be the same as without them.
 func (r *runner) unknownKeys() {
 	t0 := time.Now()
-	s := r.open(CheckUnknownKeys, r.a.Config, unknownHelloKeys)
-	if !r.awaitMain(CheckUnknownKeys, s, true) {
+	s := r.open(checkUnknownKeys, r.a.Config, unknownHelloKeys)
+	if !r.awaitMain(checkUnknownKeys, s, true) {
 		return
 	}
 	n := 0
 	for _, i := range r.answeredInputs() {
-		d := s.deliver(i, r.inputs[i].Item, CheckUnknownKeys)
+		d := s.deliver(i, r.inputs[i].Item, checkUnknownKeys)
 		if d == nil || d.answer == nil {
 			break
 		}
 		n++
 		if got, want := d.outcome(), r.main[i]; got != want {
-			r.fail(CheckUnknownKeys, fmt.Sprintf("%s was answered %s with unknown keys in hello and the item, but %s without them%s: ignore keys you do not know", r.inputs[i].Source, got, want, answerText(d.answer)))
+			r.fail(checkUnknownKeys, fmt.Sprintf("%s was answered %s with unknown keys in hello and the item, but %s without them%s: ignore keys you do not know", r.inputs[i].Source, got, want, answerText(d.answer)))
 		}
 	}
 	s.finish()
-	r.passed(CheckUnknownKeys, fmt.Sprintf("hello and %s with unknown keys answered as without them", plural(n, "item", "items")), time.Since(t0))
+	r.passed(checkUnknownKeys, fmt.Sprintf("hello and %s with unknown keys answered as without them", plural(n, "item", "items")), time.Since(t0))
 }
 
 func answerText(m *stdio.Message) string {
@@ -57,23 +57,23 @@ func (r *runner) badConfig() {
 	t0 := time.Now()
 	cfg := malform(r.a.Config)
 	if cfg == nil {
-		r.passed(CheckConfig, "the action declares no parameter: nothing to malform", 0)
+		r.passed(checkConfig, "the action declares no parameter: nothing to malform", 0)
 		return
 	}
-	s := r.open(CheckConfig, cfg, "")
-	if !r.awaitMain(CheckConfig, s, true) {
+	s := r.open(checkConfig, cfg, "")
+	if !r.awaitMain(checkConfig, s, true) {
 		return
 	}
 	got := map[string]int{}
 	for _, i := range r.answeredInputs() {
-		d := s.deliver(i, r.inputs[i].Item, CheckConfig)
+		d := s.deliver(i, r.inputs[i].Item, checkConfig)
 		if d == nil || d.answer == nil {
 			break
 		}
 		got[d.outcome()]++
 	}
 	s.finish()
-	r.passed(CheckConfig, fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got)), time.Since(t0))
+	r.passed(checkConfig, fmt.Sprintf("config %s answered item by item (%s)", shorten(string(cfg), 80), counts(got)), time.Since(t0))
 }
 
 // malform returns cfg with every value replaced by one of another JSON type, or nil when cfg
@@ -155,8 +155,8 @@ func withField(payload json.RawMessage, name string, value string) json.RawMessa
 // come back unchanged.
 func (r *runner) nonASCII() {
 	t0 := time.Now()
-	s := r.open(CheckNonASCII, r.a.Config, "")
-	if !r.awaitMain(CheckNonASCII, s, false) {
+	s := r.open(checkNonASCII, r.a.Config, "")
+	if !r.awaitMain(checkNonASCII, s, false) {
 		return
 	}
 	// a long run of multi-byte text crosses the buffer boundaries of the usual line readers
@@ -170,20 +170,20 @@ func (r *runner) nonASCII() {
 		it.Key, it.KeyBase64 = &text[0], ""
 		it.Headers = append(slices.Clone(it.Headers), stdio.Header{Key: "x-conformance-note", Value: &text[1]})
 		it.Payload = withField(it.Payload, "x-conformance-text", text[2])
-		d := s.deliver(-1, it, CheckNonASCII)
+		d := s.deliver(-1, it, checkNonASCII)
 		if d == nil || d.answer == nil {
 			s.finish()
 			return
 		}
 		outcomes[d.outcome()]++
-		echoed += roundTrip(r, d, CheckNonASCII, text)
+		echoed += roundTrip(r, d, checkNonASCII, text)
 	}
 	s.finish()
 	if echoed == 0 {
-		r.passed(CheckNonASCII, fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answers were checked", counts(outcomes)), time.Since(t0))
+		r.passed(checkNonASCII, fmt.Sprintf("answered %s; none of the text came back in its outputs, so only the answers were checked", counts(outcomes)), time.Since(t0))
 		return
 	}
-	r.passed(CheckNonASCII, fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", counts(outcomes), echoed), time.Since(t0))
+	r.passed(checkNonASCII, fmt.Sprintf("answered %s; %d of the non-ASCII strings sent came back unchanged", counts(outcomes), echoed), time.Since(t0))
 }
 
 // roundTrip compares every string of d's outputs that starts with the marker with the strings

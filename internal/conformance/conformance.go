@@ -31,26 +31,26 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// Exported sentinel errors. A person reads them after "millrace test:", so they carry no
-// package prefix.
+// Sentinel errors of Run, RunFixtures and LoadFixtures. A person reads them after
+// "millrace test:", so they carry no package prefix.
 var (
-	// ErrAction is returned by Run and RunFixtures for an Action they cannot run at all (no
+	// errAction is returned by Run and RunFixtures for an Action they cannot run at all (no
 	// command, a command that cannot start).
-	ErrAction = errors.New("the action cannot run")
-	// ErrFixture is returned by LoadFixtures and RunFixtures for a fixture file that cannot be
+	errAction = errors.New("the action cannot run")
+	// errFixture is returned by LoadFixtures and RunFixtures for a fixture file that cannot be
 	// read: a line that is not a JSON object, a golden line of an unknown shape.
-	ErrFixture = errors.New("a bad fixture")
+	errFixture = errors.New("a bad fixture")
 )
 
 // Defaults applied to zero Options fields and to what only the kit has (ShutdownGrace); the
 // action's own defaults are the config line's (actionconf.Action, one table for every tool).
 const (
-	DefaultShutdownGrace = engine.DefaultShutdownGrace // the bridge's processes get the same
-	DefaultBurst         = 32
-	MinBurst             = 8
-	DefaultPayloadSize   = 1 << 20
-	// MaxInputs is how many fixture items the conformance conversations use at most.
-	MaxInputs = 20
+	defaultShutdownGrace = engine.DefaultShutdownGrace // the bridge's processes get the same
+	defaultBurst         = 32
+	minBurst             = 8
+	defaultPayloadSize   = 1 << 20
+	// maxInputs is how many fixture items the conformance conversations use at most.
+	maxInputs = 20
 )
 
 // Action is the program under test: its parsed config line (command, folder, ports, the
@@ -62,12 +62,12 @@ type Action struct {
 	Version       string          // sent in hello
 	Env           []string        // extra environment, "K=V"
 	Config        json.RawMessage // hello's config: every declared parameter resolved ({} when none)
-	ShutdownGrace time.Duration   // shutdown → exit (default DefaultShutdownGrace, 5s)
+	ShutdownGrace time.Duration   // shutdown → exit (default the engine's, 5s)
 }
 
 func (a *Action) defaults() {
 	if a.ShutdownGrace <= 0 {
-		a.ShutdownGrace = DefaultShutdownGrace
+		a.ShutdownGrace = defaultShutdownGrace
 	}
 	if len(a.Config) == 0 {
 		a.Config = json.RawMessage("{}")
@@ -94,9 +94,9 @@ func (a *Action) outlets() []string {
 }
 
 // idempotencyKey is the bridge's key of the record the item stands for, in the pipeline the
-// kit's hello names (FixtureTopic).
+// kit's hello names (fixtureTopic).
 func (a *Action) idempotencyKey(it *stdio.Item) string {
-	return actionconf.IdempotencyKey(FixtureTopic, a.Name, it.Topic, it.Partition, it.Offset)
+	return actionconf.IdempotencyKey(fixtureTopic, a.Name, it.Topic, it.Partition, it.Offset)
 }
 
 // itemTimer is the item timeout of a session: d, or none when d is 0 (the config line's
@@ -141,21 +141,21 @@ func (it *itemTimer) Stop() {
 func (a *Action) vars() map[string]any {
 	inlets, outlets := map[string]string{}, map[string]string{}
 	for _, p := range a.Inlets {
-		inlets[p.Name] = FixtureTopic
+		inlets[p.Name] = fixtureTopic
 	}
 	for _, p := range a.Outlets {
-		outlets[p.Name] = FixtureTopic + "." + p.Name
+		outlets[p.Name] = fixtureTopic + "." + p.Name
 	}
-	return map[string]any{"pipeline": FixtureTopic, "streamlet": a.Name, "conversation": FixtureTopic, "inlets": inlets, "outlets": outlets}
+	return map[string]any{"pipeline": fixtureTopic, "streamlet": a.Name, "conversation": fixtureTopic, "inlets": inlets, "outlets": outlets}
 }
 
 // Options tune a conformance run; the zero value is the documented behaviour.
 type Options struct {
-	// Inputs are the items the conversations send (at most MaxInputs are used). Nil: the
+	// Inputs are the items the conversations send (at most maxInputs are used). Nil: the
 	// items of Dir/fixtures/*.in.jsonl, or three generic items when there are none.
 	Inputs []Input
 	// Burst is the number of items written at once in the burst check. Zero: 32, fewer (down
-	// to MinBurst) for a slow action, so that the burst takes about two seconds at the pace
+	// to minBurst) for a slow action, so that the burst takes about two seconds at the pace
 	// of the main conversation.
 	Burst int
 	// PayloadSize is the size of the large payload (default 1 MiB).
@@ -166,7 +166,7 @@ type Options struct {
 	// each answer (default 50ms; 4× before shutdown).
 	Quiet time.Duration
 	// AnswerWait bounds how long the kit waits for an answer, and for ready past the ready
-	// timeout, before it charges the check (default DefaultAnswerWait; the action's item
+	// timeout, before it charges the check (default defaultAnswerWait; the action's item
 	// timeout when that is shorter), so a missing answer is known in seconds, not after the
 	// whole item timeout.
 	AnswerWait time.Duration
@@ -184,38 +184,38 @@ type Input struct {
 
 // The checks, in the order they are reported.
 const (
-	CheckReady       = "ready"
-	CheckFraming     = "framing"
-	CheckStdout      = "stdout"
-	CheckAnswers     = "answers"
-	CheckUnknownKeys = "unknown-keys"
-	CheckOutputs     = "outputs"
-	CheckSilence     = "silence"
-	CheckConfig      = "config"
-	CheckNonASCII    = "non-ascii"
-	CheckLarge       = "large-payload"
-	CheckBurst       = "burst"
-	CheckBatch       = "batch"
-	CheckStderr      = "stderr"
-	CheckShutdown    = "shutdown"
+	checkReady       = "ready"
+	checkFraming     = "framing"
+	checkStdout      = "stdout"
+	checkAnswers     = "answers"
+	checkUnknownKeys = "unknown-keys"
+	checkOutputs     = "outputs"
+	checkSilence     = "silence"
+	checkConfig      = "config"
+	checkNonASCII    = "non-ascii"
+	checkLarge       = "large-payload"
+	checkBurst       = "burst"
+	checkBatch       = "batch"
+	checkStderr      = "stderr"
+	checkShutdown    = "shutdown"
 )
 
-// Checks lists every check name, in report order, with the rule it holds the action to.
-var Checks = []struct{ Name, Rule string }{
-	{CheckReady, "answers hello with ready within the ready timeout"},
-	{CheckFraming, "every stdout line is one JSON object of a known type, UTF-8, newline-terminated, at most 8 MiB"},
-	{CheckStdout, "nothing but protocol lines on stdout (logs go to stderr)"},
-	{CheckAnswers, "every item answered exactly once (done, error or abstain), naming its delivery"},
-	{CheckUnknownKeys, "keys it does not know in hello and in items are ignored: same answers, no crash"},
-	{CheckOutputs, "every emit names a declared outlet (or the only one); several from one delivery to one outlet are keyed distinctly"},
-	{CheckSilence, "nothing is written between deliveries, nor for a delivery once answered"},
-	{CheckConfig, "a malformed config is answered item by item (error), not by a crash"},
-	{CheckNonASCII, "non-ASCII text in keys, headers and payloads round-trips unchanged"},
-	{CheckLarge, "a 1 MiB payload is read and answered"},
-	{CheckBurst, "items written at once are all answered, in order"},
-	{CheckBatch, "declaring \"batch\": true in ready, items in envelopes, on lines of their own and in an envelope at the 8 MiB line limit are all answered"},
-	{CheckStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
-	{CheckShutdown, "exits with status 0 on shutdown, within the grace period"},
+// checkList lists every check name, in report order, with the rule it holds the action to.
+var checkList = []struct{ Name, Rule string }{
+	{checkReady, "answers hello with ready within the ready timeout"},
+	{checkFraming, "every stdout line is one JSON object of a known type, UTF-8, newline-terminated, at most 8 MiB"},
+	{checkStdout, "nothing but protocol lines on stdout (logs go to stderr)"},
+	{checkAnswers, "every item answered exactly once (done, error or abstain), naming its delivery"},
+	{checkUnknownKeys, "keys it does not know in hello and in items are ignored: same answers, no crash"},
+	{checkOutputs, "every emit names a declared outlet (or the only one); several from one delivery to one outlet are keyed distinctly"},
+	{checkSilence, "nothing is written between deliveries, nor for a delivery once answered"},
+	{checkConfig, "a malformed config is answered item by item (error), not by a crash"},
+	{checkNonASCII, "non-ASCII text in keys, headers and payloads round-trips unchanged"},
+	{checkLarge, "a 1 MiB payload is read and answered"},
+	{checkBurst, "items written at once are all answered, in order"},
+	{checkBatch, "declaring \"batch\": true in ready, items in envelopes, on lines of their own and in an envelope at the 8 MiB line limit are all answered"},
+	{checkStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
+	{checkShutdown, "exits with status 0 on shutdown, within the grace period"},
 }
 
 // Check is the verdict of one check. A check that could not be judged because another failed
@@ -302,14 +302,14 @@ func roundDur(d time.Duration) time.Duration {
 
 // Run checks a against the action protocol and returns the report; the action is conformant
 // when every check passes. It returns an error only when it cannot run the action at all
-// (wrapping ErrAction), cannot read its fixtures (ErrFixture), or ctx ends.
+// (wrapping errAction), cannot read its fixtures (errFixture), or ctx ends.
 func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 	a.defaults()
 	if len(a.Command) == 0 {
-		return nil, fmt.Errorf("%w: action %q has no command: end its config line with -- and the program", ErrAction, a.Name)
+		return nil, fmt.Errorf("%w: action %q has no command: end its config line with -- and the program", errAction, a.Name)
 	}
 	if opts.PayloadSize <= 0 {
-		opts.PayloadSize = DefaultPayloadSize
+		opts.PayloadSize = defaultPayloadSize
 	}
 	if opts.StderrLineMax <= 0 {
 		opts.StderrLineMax = stdio.MaxLineBytes
@@ -318,7 +318,7 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 		opts.Quiet = 50 * time.Millisecond
 	}
 	if opts.AnswerWait <= 0 {
-		opts.AnswerWait = DefaultAnswerWait
+		opts.AnswerWait = defaultAnswerWait
 	}
 	inputs := opts.Inputs
 	if inputs == nil {
@@ -333,8 +333,8 @@ func Run(ctx context.Context, a Action, opts Options) (*Report, error) {
 			inputs = genericInputs(&a)
 		}
 	}
-	if len(inputs) > MaxInputs {
-		inputs = inputs[:MaxInputs]
+	if len(inputs) > maxInputs {
+		inputs = inputs[:maxInputs]
 	}
 	workdir, err := os.MkdirTemp("", "millrace-conformance-")
 	if err != nil {

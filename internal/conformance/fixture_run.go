@@ -82,18 +82,18 @@ type emitOut struct {
 // with the golden line (or, with Update, written as the new golden line). A fault of the
 // action (a line that breaks the protocol, a crash, a timeout, no ready) fails its file at
 // once, named with the fix. It returns an error only when it cannot run at all: no fixture
-// (ErrFixture), a command that cannot be executed (ErrAction), ctx ended.
+// (errFixture), a command that cannot be executed (errAction), ctx ended.
 func RunFixtures(ctx context.Context, a Action, opts FixtureOptions) (*FixtureReport, error) {
 	a.defaults()
 	if len(a.Command) == 0 {
-		return nil, fmt.Errorf("%w: action %q has no command: end its config line with -- and the program", ErrAction, a.Name)
+		return nil, fmt.Errorf("%w: action %q has no command: end its config line with -- and the program", errAction, a.Name)
 	}
 	fx, err := LoadFixtures(a.Dir)
 	if err != nil {
 		return nil, err
 	}
 	if len(fx) == 0 {
-		return nil, fmt.Errorf("%w: no fixture in %s: write fixtures/NAME.in.jsonl (one item per line, e.g. {\"key\": \"k1\", \"payload\": {}}) and run with --update to record the answers", ErrFixture, filepath.Join(a.Dir, "fixtures"))
+		return nil, fmt.Errorf("%w: no fixture in %s: write fixtures/NAME.in.jsonl (one item per line, e.g. {\"key\": \"k1\", \"payload\": {}}) and run with --update to record the answers", errFixture, filepath.Join(a.Dir, "fixtures"))
 	}
 	rep := &FixtureReport{Action: a.Name, Pass: true, Updated: opts.Update}
 	for _, f := range fx {
@@ -136,7 +136,7 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 	pool, err := engine.Start(ctx, fixtureConfig(a, config))
 	if err != nil {
 		if cannotExec(err) {
-			return res, fmt.Errorf("%w: action %q: %w (check the command after -- in the config line)", ErrAction, a.Name, err)
+			return res, fmt.Errorf("%w: action %q: %w (check the command after -- in the config line)", errAction, a.Name, err)
 		}
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -209,7 +209,7 @@ func submitOne(ctx context.Context, pool *engine.Pool, it stdio.Item) (engine.Re
 	done := make(chan engine.Result, 1)
 	if err := pool.Submit(ctx, it, func(r engine.Result) { done <- r }); err != nil {
 		if errors.Is(err, engine.ErrBadItem) {
-			return engine.Result{}, fmt.Errorf("%w: %w", ErrFixture, err)
+			return engine.Result{}, fmt.Errorf("%w: %w", errFixture, err)
 		}
 		return engine.Result{}, err
 	}

@@ -15,12 +15,12 @@ import (
 	"github.com/ankka-flow/millrace/stdio"
 )
 
-// FixtureTimestamp is the timestamp of a fixture item that gives none: 2026-01-01T00:00:00Z in
+// fixtureTimestamp is the timestamp of a fixture item that gives none: 2026-01-01T00:00:00Z in
 // milliseconds, fixed so golden files do not change from run to run.
-const FixtureTimestamp = 1767225600000
+const fixtureTimestamp = 1767225600000
 
-// FixtureTopic is the topic of a fixture item that gives none.
-const FixtureTopic = "fixtures"
+// fixtureTopic is the topic of a fixture item that gives none.
+const fixtureTopic = "fixtures"
 
 // Fixture is one fixtures/NAME.in.jsonl with its optional NAME.config.json and its golden
 // NAME.out.jsonl.
@@ -51,7 +51,7 @@ type inLine struct {
 
 // LoadFixtures reads every fixtures/*.in.jsonl under dir, sorted by name. No fixtures folder
 // means none. A line that is not a JSON object, or a config that is not JSON, is an error
-// wrapping ErrFixture that names the file and line.
+// wrapping errFixture that names the file and line.
 func LoadFixtures(dir string) ([]*Fixture, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "fixtures", "*.in.jsonl"))
 	if err != nil {
@@ -64,11 +64,11 @@ func LoadFixtures(dir string) ([]*Fixture, error) {
 		f := &Fixture{Name: filepath.Base(base), In: p, Out: base + ".out.jsonl"}
 		if data, err := os.ReadFile(base + ".config.json"); err == nil {
 			if !json.Valid(data) {
-				return nil, fmt.Errorf("%w: %s is not valid JSON: write the config object hello carries, e.g. {\"min-rooms\": 2}", ErrFixture, base+".config.json")
+				return nil, fmt.Errorf("%w: %s is not valid JSON: write the config object hello carries, e.g. {\"min-rooms\": 2}", errFixture, base+".config.json")
 			}
 			f.ConfigPath, f.Config = base+".config.json", bytes.TrimSpace(data)
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %w", ErrFixture, err)
+			return nil, fmt.Errorf("%w: %w", errFixture, err)
 		}
 		lines, err := readLines(p)
 		if err != nil {
@@ -80,7 +80,7 @@ func LoadFixtures(dir string) ([]*Fixture, error) {
 			}
 			in := inLine{line: i + 1}
 			if err := json.Unmarshal(l, &in); err != nil || bytes.TrimSpace(l)[0] != '{' {
-				return nil, fmt.Errorf("%w: %s:%d: not a JSON object (%v); write one item per line: {\"key\": \"k1\", \"payload\": {…}}", ErrFixture, p, i+1, errText(err))
+				return nil, fmt.Errorf("%w: %s:%d: not a JSON object (%v); write one item per line: {\"key\": \"k1\", \"payload\": {…}}", errFixture, p, i+1, errText(err))
 			}
 			if len(in.Payload) == 0 {
 				in.Payload = json.RawMessage("null")
@@ -102,7 +102,7 @@ func errText(err error) string {
 func readLines(path string) ([][]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrFixture, err)
+		return nil, fmt.Errorf("%w: %w", errFixture, err)
 	}
 	var lines [][]byte
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -111,7 +111,7 @@ func readLines(path string) ([][]byte, error) {
 		lines = append(lines, bytes.Clone(sc.Bytes()))
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrFixture, path, err)
+		return nil, fmt.Errorf("%w: %s: %w", errFixture, path, err)
 	}
 	return lines, nil
 }
@@ -151,13 +151,13 @@ func (f *Fixture) Inputs(a *Action) []Input {
 // fixed timestamp, id and idempotencyKey.
 func fillItem(a *Action, it stdio.Item, offset int64, topic string) stdio.Item {
 	if topic == "" {
-		topic = FixtureTopic
+		topic = fixtureTopic
 	}
 	it.Run = "fixtures"
 	it.Inlet = a.inlet()
 	it.Topic = topic
 	it.Offset = offset
-	it.Timestamp = FixtureTimestamp
+	it.Timestamp = fixtureTimestamp
 	it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
 	it.IdempotencyKey = a.idempotencyKey(&it)
 	it.Attempt = 1

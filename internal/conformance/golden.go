@@ -27,7 +27,7 @@ func readGolden(path string) ([]json.RawMessage, error) {
 			continue
 		}
 		if t[0] != '{' || !json.Valid(t) {
-			return nil, fmt.Errorf("%w: %s:%d: not a JSON object; each line is an answer such as {\"outcome\": \"done\", \"emits\": [{\"payload\": {}}]}", ErrFixture, path, i+1)
+			return nil, fmt.Errorf("%w: %s:%d: not a JSON object; each line is an answer such as {\"outcome\": \"done\", \"emits\": [{\"payload\": {}}]}", errFixture, path, i+1)
 		}
 		out = append(out, json.RawMessage(t))
 	}

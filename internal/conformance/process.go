@@ -37,7 +37,7 @@ type proc struct {
 // workdir.
 func startProc(a *Action, workdir string, stderrMax int) (*proc, error) {
 	if len(a.Command) == 0 {
-		return nil, fmt.Errorf("%w: action %q has no command", ErrAction, a.Name)
+		return nil, fmt.Errorf("%w: action %q has no command", errAction, a.Name)
 	}
 	wd, err := os.MkdirTemp(workdir, "work-")
 	if err != nil {
@@ -55,7 +55,7 @@ func startProc(a *Action, workdir string, stderrMax int) (*proc, error) {
 		Stderr: p.stderr.read,
 	}
 	if err := p.child.Start(); err != nil {
-		return nil, fmt.Errorf("%w: action %q: cannot start %q in %s: %w (check the command after -- in the config line)", ErrAction, a.Name, strings.Join(a.Command, " "), dirName(a.Dir), err)
+		return nil, fmt.Errorf("%w: action %q: cannot start %q in %s: %w (check the command after -- in the config line)", errAction, a.Name, strings.Join(a.Command, " "), dirName(a.Dir), err)
 	}
 	p.stdin, p.started = p.child.Stdin(), time.Now()
 	p.wg.Add(1)

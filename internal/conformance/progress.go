@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// DefaultAnswerWait is how long the conformance kit waits for an answer, or for ready past
+// defaultAnswerWait is how long the conformance kit waits for an answer, or for ready past
 // the ready timeout, before it charges the check (Options.AnswerWait).
-const DefaultAnswerWait = 10 * time.Second
+const defaultAnswerWait = 10 * time.Second
 
 // streamHint is the way out for an action that says nothing: most are silent because a line
 // sits in a buffer, their own stdout's or their stdin's.
@@ -28,16 +28,16 @@ func (r *runner) answerWait() (time.Duration, bool) {
 	return r.a.Timeout, false
 }
 
-// ReadyGrace is how long past the ready timeout a conformance conversation still waits for
+// readyGrace is how long past the ready timeout a conformance conversation still waits for
 // ready (at most: the answer wait when that is shorter), so that a slow start fails the ready
 // check alone and the rest is still judged, and a silent action is judged within the ready
-// timeout plus ReadyGrace.
-const ReadyGrace = 3 * time.Second
+// timeout plus readyGrace.
+const readyGrace = 3 * time.Second
 
 // readyWait is how long a conversation waits for ready before giving up on it.
 func (r *runner) readyWait() time.Duration {
 	if r.wait > 0 {
-		return r.a.ReadyTimeout + min(r.wait, ReadyGrace)
+		return r.a.ReadyTimeout + min(r.wait, readyGrace)
 	}
 	return 2*r.a.ReadyTimeout + 5*time.Second
 }
@@ -82,7 +82,7 @@ func (r *runner) noteOnce(kind, format string, args ...any) {
 
 // conversationChecks are the checks with a conversation of their own, in the order their
 // lines are written as they complete.
-var conversationChecks = []string{CheckAnswers, CheckUnknownKeys, CheckConfig, CheckNonASCII, CheckLarge, CheckBurst, CheckBatch}
+var conversationChecks = []string{checkAnswers, checkUnknownKeys, checkConfig, checkNonASCII, checkLarge, checkBurst, checkBatch}
 
 // finished marks the named checks complete and writes the line of each complete check not
 // written yet, as it stands now: the conversations' checks in their order (a check that ends

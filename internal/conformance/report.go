@@ -18,37 +18,37 @@ func (r *runner) report() *Report {
 		p.stderr.mu.Unlock()
 	}
 	if stderrTooLong > 0 {
-		r.fail(CheckStderr, fmt.Sprintf("%d stderr lines longer than %s (a progress bar redrawn with \\r, or binary data?): end each log line with \\n", stderrTooLong, sizeName(r.opts.StderrLineMax)))
+		r.fail(checkStderr, fmt.Sprintf("%d stderr lines longer than %s (a progress bar redrawn with \\r, or binary data?): end each log line with \\n", stderrTooLong, sizeName(r.opts.StderrLineMax)))
 	}
 	var slowest time.Duration
 	for _, d := range r.readyTimes {
 		slowest = max(slowest, d)
 	}
-	r.pass[CheckReady] = fmt.Sprintf("answered hello with ready (slowest of %s: %s)", plural(len(r.readyTimes), "process", "processes"), roundDur(slowest))
-	r.pass[CheckFraming] = fmt.Sprintf("%s from %s, one JSON object per line", plural(r.messages, "message", "messages"), plural(len(r.procs), "process", "processes"))
-	r.pass[CheckStdout] = "nothing but protocol lines on stdout"
-	r.pass[CheckSilence] = fmt.Sprintf("nothing out of turn, over %d quiet waits and every delivery", r.quiets)
+	r.pass[checkReady] = fmt.Sprintf("answered hello with ready (slowest of %s: %s)", plural(len(r.readyTimes), "process", "processes"), roundDur(slowest))
+	r.pass[checkFraming] = fmt.Sprintf("%s from %s, one JSON object per line", plural(r.messages, "message", "messages"), plural(len(r.procs), "process", "processes"))
+	r.pass[checkStdout] = "nothing but protocol lines on stdout"
+	r.pass[checkSilence] = fmt.Sprintf("nothing out of turn, over %d quiet waits and every delivery", r.quiets)
 	if r.several > 0 {
-		r.pass[CheckOutputs] = fmt.Sprintf("%s to declared outlets; %s with several to one outlet, keyed distinctly", plural(r.outputs, "output", "outputs"), plural(r.several, "delivery", "deliveries"))
+		r.pass[checkOutputs] = fmt.Sprintf("%s to declared outlets; %s with several to one outlet, keyed distinctly", plural(r.outputs, "output", "outputs"), plural(r.several, "delivery", "deliveries"))
 	} else {
-		r.pass[CheckOutputs] = fmt.Sprintf("%s to declared outlets (no delivery had several to one outlet)", plural(r.outputs, "output", "outputs"))
+		r.pass[checkOutputs] = fmt.Sprintf("%s to declared outlets (no delivery had several to one outlet)", plural(r.outputs, "output", "outputs"))
 	}
-	r.pass[CheckStderr] = fmt.Sprintf("%s (%s) read as they came", plural(stderrLines, "line", "lines"), byteSize(stderrBytes))
-	r.pass[CheckShutdown] = fmt.Sprintf("%s exited with status 0 (slowest in %s)", plural(r.shutdowns, "process", "processes"), roundDur(r.shutdownMax))
-	for _, c := range []string{CheckFraming, CheckStdout, CheckSilence, CheckOutputs, CheckStderr} {
+	r.pass[checkStderr] = fmt.Sprintf("%s (%s) read as they came", plural(stderrLines, "line", "lines"), byteSize(stderrBytes))
+	r.pass[checkShutdown] = fmt.Sprintf("%s exited with status 0 (slowest in %s)", plural(r.shutdowns, "process", "processes"), roundDur(r.shutdownMax))
+	for _, c := range []string{checkFraming, checkStdout, checkSilence, checkOutputs, checkStderr} {
 		r.elapsed[c] = total
 	}
-	r.elapsed[CheckShutdown] = r.shutdownMax
+	r.elapsed[checkShutdown] = r.shutdownMax
 
 	rep := &Report{Action: r.a.Name, Conformant: true}
-	for _, c := range Checks {
+	for _, c := range checkList {
 		ck := r.verdict(c.Name)
 		if !ck.Pass {
 			rep.Conformant = false
 		}
 		rep.Checks = append(rep.Checks, ck)
 	}
-	for _, c := range Checks {
+	for _, c := range checkList {
 		r.finished(c.Name)
 	}
 	return rep
@@ -76,7 +76,7 @@ func (r *runner) verdictLocked(name string) Check {
 	case skipped:
 	case r.blocked != "" && r.unseen(name):
 		cause = r.blocked
-	case name == CheckShutdown && r.shutdowns == 0:
+	case name == checkShutdown && r.shutdowns == 0:
 		ck.Ran, ck.Detail = false, "no conversation reached shutdown (see the failures above)"
 		return ck
 	case r.pass[name] == "":
@@ -95,13 +95,13 @@ func (r *runner) verdictLocked(name string) Check {
 // never got going (r.blocked): no conversation of its own, or nothing it watches.
 func (r *runner) unseen(check string) bool {
 	switch check {
-	case CheckReady, CheckStderr:
+	case checkReady, checkStderr:
 		return false
-	case CheckShutdown:
+	case checkShutdown:
 		return r.shutdowns == 0
-	case CheckOutputs:
+	case checkOutputs:
 		return r.answers == 0
-	case CheckFraming, CheckStdout, CheckSilence:
+	case checkFraming, checkStdout, checkSilence:
 		return r.messages == 0
 	}
 	return true

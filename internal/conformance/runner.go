@@ -104,7 +104,7 @@ func (r *runner) failLocked(check, detail string) {
 }
 
 func isCheck(name string) bool {
-	for _, c := range Checks {
+	for _, c := range checkList {
 		if c.Name == name {
 			return true
 		}
@@ -176,18 +176,18 @@ func (r *runner) answered(d *delivery) {
 		outlet := e.Outlet
 		switch {
 		case len(r.a.Outlets) == 0:
-			r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted, but the action declares no outlet: declare one with --out PORT=SCHEMA", d.item.Delivery))
+			r.failLocked(checkOutputs, fmt.Sprintf("delivery %s emitted, but the action declares no outlet: declare one with --out PORT=SCHEMA", d.item.Delivery))
 			return
 		case outlet == "":
 			// as the bridge reads it: the one outlet that is neither --dead-letter nor --fallback
 			name, n, ok := r.a.DefaultOutlet()
 			if !ok {
-				r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted without \"outlet\", but the action has %d outlets besides --dead-letter and --fallback (%s): name one", d.item.Delivery, n, strings.Join(r.a.outlets(), ", ")))
+				r.failLocked(checkOutputs, fmt.Sprintf("delivery %s emitted without \"outlet\", but the action has %d outlets besides --dead-letter and --fallback (%s): name one", d.item.Delivery, n, strings.Join(r.a.outlets(), ", ")))
 				return
 			}
 			outlet = name
 		case !slices.Contains(r.a.outlets(), outlet):
-			r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted to outlet %q, which is not declared: use one of %s, or declare it with --out", d.item.Delivery, outlet, strings.Join(r.a.outlets(), ", ")))
+			r.failLocked(checkOutputs, fmt.Sprintf("delivery %s emitted to outlet %q, which is not declared: use one of %s, or declare it with --out", d.item.Delivery, outlet, strings.Join(r.a.outlets(), ", ")))
 			return
 		}
 		byOutlet[outlet] = append(byOutlet[outlet], e)
@@ -201,11 +201,11 @@ func (r *runner) answered(d *delivery) {
 		for _, e := range es {
 			k, ok := emitKey(&e)
 			if !ok {
-				r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted %d outputs to %q, one without a key: key each of several outputs distinctly", d.item.Delivery, len(es), outlet))
+				r.failLocked(checkOutputs, fmt.Sprintf("delivery %s emitted %d outputs to %q, one without a key: key each of several outputs distinctly", d.item.Delivery, len(es), outlet))
 				return
 			}
 			if seen[k] {
-				r.failLocked(CheckOutputs, fmt.Sprintf("delivery %s emitted %d outputs to %q, two with the key %q: key each of several outputs distinctly", d.item.Delivery, len(es), outlet, k))
+				r.failLocked(checkOutputs, fmt.Sprintf("delivery %s emitted %d outputs to %q, two with the key %q: key each of several outputs distinctly", d.item.Delivery, len(es), outlet, k))
 				return
 			}
 			seen[k] = true
@@ -235,8 +235,8 @@ func (r *runner) run() error {
 	steps := []struct {
 		check string
 		run   func()
-	}{{CheckUnknownKeys, r.unknownKeys}, {CheckConfig, r.badConfig}, {CheckNonASCII, r.nonASCII}, {CheckLarge, r.large}, {CheckBurst, r.burst}, {CheckBatch, r.batchCheck}}
-	prev := CheckAnswers
+	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}}
+	prev := checkAnswers
 	for _, step := range steps {
 		r.turns[step.check], r.previous[step.check] = make(chan struct{}), prev
 		prev = step.check
@@ -255,8 +255,8 @@ func (r *runner) run() error {
 	}
 	t0 := time.Now()
 	r.mainConversation()
-	r.took(CheckAnswers, time.Since(t0))
-	r.finished(CheckAnswers)
+	r.took(checkAnswers, time.Since(t0))
+	r.finished(checkAnswers)
 	wg.Wait()
 	if err := r.fatalErr(); err != nil {
 		return err
@@ -268,24 +268,24 @@ func (r *runner) run() error {
 // go on once its answers are known, before its shutdown.
 func (r *runner) mainConversation() {
 	t0 := time.Now()
-	s := r.open(CheckReady, r.a.Config, "")
+	s := r.open(checkReady, r.a.Config, "")
 	if s.broken {
-		r.took(CheckReady, time.Since(t0))
-		r.blocked = CheckReady
-		if s.cause != "" && s.cause != CheckReady {
+		r.took(checkReady, time.Since(t0))
+		r.blocked = checkReady
+		if s.cause != "" && s.cause != checkReady {
 			r.blocked = s.cause // it could not even be started and read
 		}
 		close(r.mainDone)
 		return
 	}
 	r.mu.Lock()
-	r.elapsed[CheckReady] = s.readyIn
+	r.elapsed[checkReady] = s.readyIn
 	r.mu.Unlock()
-	s.owner = CheckAnswers
+	s.owner = checkAnswers
 	s.quiet(2 * r.opts.Quiet)
 	r.add(&r.quiets, 1)
 	for i, in := range r.inputs {
-		d := s.deliver(i, in.Item, CheckAnswers)
+		d := s.deliver(i, in.Item, checkAnswers)
 		if d == nil || d.answer == nil {
 			break
 		}
@@ -300,12 +300,12 @@ func (r *runner) mainConversation() {
 	}
 	s.quiet(4 * r.opts.Quiet)
 	r.add(&r.quiets, 1)
-	if s.cause == CheckFraming {
-		r.blocked = CheckFraming // every conversation would end on the same unreadable line
+	if s.cause == checkFraming {
+		r.blocked = checkFraming // every conversation would end on the same unreadable line
 	}
 	close(r.mainDone)
 	s.shutdown()
-	r.passed(CheckAnswers, fmt.Sprintf("%s answered exactly once (%s)", plural(len(r.main), "item", "items"), counts(r.mainCounts)), time.Since(t0))
+	r.passed(checkAnswers, fmt.Sprintf("%s answered exactly once (%s)", plural(len(r.main), "item", "items"), counts(r.mainCounts)), time.Since(t0))
 }
 
 // awaitMain waits for the main conversation's answers; it returns false, recording why, when
@@ -327,8 +327,8 @@ func (r *runner) awaitMain(check string, s *session, compare bool) bool {
 	}
 	cause := r.blocked
 	if cause == "" && compare && len(r.main) == 0 {
-		cause = CheckAnswers
-		if c, ok := r.skipOf(CheckAnswers); ok {
+		cause = checkAnswers
+		if c, ok := r.skipOf(checkAnswers); ok {
 			cause = c
 		}
 	}

@@ -84,7 +84,7 @@ func (s *session) start() {
 	for {
 		select {
 		case <-notice.C():
-			if s.owner != CheckReady {
+			if s.owner != checkReady {
 				continue // every conversation waits alike: the main one says so
 			}
 			r.notef("waiting for ready from %s (hello sent %s ago; the ready timeout is %s, the check gives up at %s)", s.name(), roundDur(time.Since(t0)), r.a.ReadyTimeout, r.readyWait())
@@ -101,7 +101,7 @@ func (s *session) start() {
 				r.readyTimes = append(r.readyTimes, s.readyIn)
 				r.mu.Unlock()
 				if s.readyIn > r.a.ReadyTimeout {
-					r.failFirst(CheckReady, fmt.Sprintf("ready came after %s, over the %s ready timeout (millrace gives up on a process that takes longer): do the slow preparation after ready, or raise --ready-timeout", roundDur(s.readyIn), r.a.ReadyTimeout))
+					r.failFirst(checkReady, fmt.Sprintf("ready came after %s, over the %s ready timeout (millrace gives up on a process that takes longer): do the slow preparation after ready, or raise --ready-timeout", roundDur(s.readyIn), r.a.ReadyTimeout))
 				}
 				return
 			}
@@ -111,7 +111,7 @@ func (s *session) start() {
 			}
 		case <-deadline.C:
 			// the ready rule's fault, whichever conversation meets it: charged once
-			s.endAs(CheckReady, fmt.Sprintf("no ready within %s of hello (the ready timeout is %s): %s", r.readyWait(), r.a.ReadyTimeout, streamHint))
+			s.endAs(checkReady, fmt.Sprintf("no ready within %s of hello (the ready timeout is %s): %s", r.readyWait(), r.a.ReadyTimeout, streamHint))
 			return
 		case <-r.ctx.Done():
 			s.end("stopped: " + r.ctx.Err().Error())
@@ -134,14 +134,14 @@ func (s *session) endAs(check, why string) {
 	}
 	if s.p != nil && s.p.tooLong { // stopped for an unbounded line, not ended by itself
 		<-s.p.done
-		check, why = CheckFraming, "the process was stopped: "+s.p.endNote+"; write large data to a file in MILLSTREAM_WORKDIR and send its path"
+		check, why = checkFraming, "the process was stopped: "+s.p.endNote+"; write large data to a file in MILLSTREAM_WORKDIR and send its path"
 	}
 	s.broken, s.cause = true, check
 	if s.p != nil {
 		s.p.kill()
 		why += s.p.stderr.tail()
 	}
-	if check == CheckReady {
+	if check == checkReady {
 		s.r.failFirst(check, why)
 	} else {
 		s.r.fail(check, why)
@@ -235,7 +235,7 @@ func (s *session) await() {
 			if !ok {
 				d := s.oldest()
 				why := fmt.Sprintf("%s while %s was in flight", s.exitDesc(), describe(d))
-				if d.owner == CheckBatch {
+				if d.owner == checkBatch {
 					why += ": " + batchHint
 				}
 				s.endAs(d.owner, why)
@@ -255,7 +255,7 @@ func (s *session) await() {
 				limit = fmt.Sprintf("the conformance wait; the item timeout is %s: give a slow action more with --timeout", s.r.a.Timeout)
 			}
 			hint := streamHint
-			if d.owner == CheckBatch {
+			if d.owner == checkBatch {
 				hint = batchHint
 			}
 			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, hint))
@@ -355,23 +355,23 @@ func (s *session) shutdown() {
 		case <-grace.C:
 			s.broken = true
 			s.p.kill()
-			r.failFirst(CheckShutdown, fmt.Sprintf("still running %s after shutdown (%s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.name()))
+			r.failFirst(checkShutdown, fmt.Sprintf("still running %s after shutdown (%s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.name()))
 			return
 		}
 	}
 	if !waitCtx(context.Background(), s.p.done, time.Until(t0.Add(r.a.ShutdownGrace))) {
 		s.broken = true
 		s.p.kill()
-		r.failFirst(CheckShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (%s)", r.a.ShutdownGrace, s.name()))
+		r.failFirst(checkShutdown, fmt.Sprintf("closed stdout but was still running %s after shutdown (%s)", r.a.ShutdownGrace, s.name()))
 		return
 	}
 	took := time.Since(t0)
 	code, desc := s.p.exitStatus()
 	if s.p.endNote != "" {
-		r.fail(CheckFraming, s.p.endNote)
+		r.fail(checkFraming, s.p.endNote)
 	}
 	if code != 0 {
-		r.fail(CheckShutdown, fmt.Sprintf("%s after shutdown (%s): exit with status 0%s", desc, s.name(), s.p.stderr.tail()))
+		r.fail(checkShutdown, fmt.Sprintf("%s after shutdown (%s): exit with status 0%s", desc, s.name(), s.p.stderr.tail()))
 		return
 	}
 	r.mu.Lock()
@@ -390,7 +390,7 @@ func (s *session) finish() {
 // name names the conversation in a report.
 func (s *session) name() string {
 	switch s.owner {
-	case CheckReady, CheckAnswers:
+	case checkReady, checkAnswers:
 		return "the main conversation"
 	case fixtureOwner:
 		return "the fixture's conversation"
@@ -405,7 +405,7 @@ func (s *session) observe(ev event) {
 	r := s.r
 	switch ev.kind {
 	case evText:
-		r.fail(CheckStdout, fmt.Sprintf("a line that is not a protocol message: %s; stdout carries protocol lines only, write logs to stderr", quote(ev.raw)))
+		r.fail(checkStdout, fmt.Sprintf("a line that is not a protocol message: %s; stdout carries protocol lines only, write logs to stderr", quote(ev.raw)))
 	case evBad:
 		detail := ev.note
 		if !ev.shown {
@@ -415,21 +415,21 @@ func (s *session) observe(ev event) {
 		if hint == "" {
 			hint = "write each message with a JSON encoder, one object per line"
 		}
-		check, detail := CheckFraming, detail+"; the engine stops the process on such a line: "+hint
+		check, detail := checkFraming, detail+"; the engine stops the process on such a line: "+hint
 		if ev.badUTF8 && s.carriesText() {
-			check = CheckNonASCII
+			check = checkNonASCII
 			detail = fmt.Sprintf("non-ASCII text came back broken: a line that is not valid UTF-8: %s; decode stdin as UTF-8 and encode stdout as UTF-8 (Perl: use open qw(:std :encoding(UTF-8))), and never cut text inside a character", quote(firstLine(ev.raw)))
 		}
 		r.fail(check, detail)
 		s.stop(check)
 	case evMessage:
 		if ev.note != "" {
-			r.fail(CheckFraming, ev.note+"; it starts "+quote(firstLine(ev.raw)))
+			r.fail(checkFraming, ev.note+"; it starts "+quote(firstLine(ev.raw)))
 		}
 	case evEnvelope:
 		if !s.batch {
-			r.fail(CheckFraming, fmt.Sprintf("a batch envelope from an action that did not declare \"batch\": true in ready: %s; declare it in ready ({\"type\":\"ready\",\"window\":64,\"batch\":true}) or write each message on its own line", quote(ev.raw)))
-			s.stop(CheckFraming)
+			r.fail(checkFraming, fmt.Sprintf("a batch envelope from an action that did not declare \"batch\": true in ready: %s; declare it in ready ({\"type\":\"ready\",\"window\":64,\"batch\":true}) or write each message on its own line", quote(ev.raw)))
+			s.stop(checkFraming)
 			return
 		}
 		r.add(&r.envelopes, 1)
@@ -438,7 +438,7 @@ func (s *session) observe(ev event) {
 
 // carriesText reports whether the conversation sent non-ASCII text the action may be echoing.
 func (s *session) carriesText() bool {
-	if s.owner == CheckNonASCII {
+	if s.owner == checkNonASCII {
 		return true
 	}
 	for _, d := range s.inflight {
@@ -469,18 +469,18 @@ func (s *session) handle(ev event) {
 	r.add(&r.messages, 1)
 	switch m.Type {
 	case stdio.TypeReady:
-		r.fail(CheckSilence, "a second ready, after the first: say ready once, after hello")
+		r.fail(checkSilence, "a second ready, after the first: say ready once, after hello")
 		return
 	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown:
-		r.fail(CheckFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, done, error or abstain", m.Type))
+		r.fail(checkFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, done, error or abstain", m.Type))
 		return
 	}
 	terminal := m.Type == stdio.TypeDone || m.Type == stdio.TypeError || m.Type == stdio.TypeAbstain
 	if m.Delivery == "" {
 		if terminal {
-			r.fail(CheckAnswers, fmt.Sprintf("a %s without \"delivery\": %s; every answer names the delivery it answers, as received", m.Type, quote(ev.raw)))
+			r.fail(checkAnswers, fmt.Sprintf("a %s without \"delivery\": %s; every answer names the delivery it answers, as received", m.Type, quote(ev.raw)))
 		} else {
-			r.fail(CheckSilence, fmt.Sprintf("a %s that belongs to no delivery: %s; write only for the delivery in flight", m.Type, quote(ev.raw)))
+			r.fail(checkSilence, fmt.Sprintf("a %s that belongs to no delivery: %s; write only for the delivery in flight", m.Type, quote(ev.raw)))
 		}
 		return
 	}
@@ -503,13 +503,13 @@ func (s *session) handle(ev event) {
 	}
 	if d, ok := s.answered[m.Delivery]; ok {
 		if terminal {
-			r.fail(CheckAnswers, fmt.Sprintf("delivery %s answered twice (%s, then %s): answer each delivery exactly once", m.Delivery, d.answer.Type, m.Type))
+			r.fail(checkAnswers, fmt.Sprintf("delivery %s answered twice (%s, then %s): answer each delivery exactly once", m.Delivery, d.answer.Type, m.Type))
 		} else {
-			r.fail(CheckSilence, fmt.Sprintf("a %s for delivery %s after it was answered %s: write everything of a delivery before its answer", m.Type, m.Delivery, d.answer.Type))
+			r.fail(checkSilence, fmt.Sprintf("a %s for delivery %s after it was answered %s: write everything of a delivery before its answer", m.Type, m.Delivery, d.answer.Type))
 		}
 		return
 	}
-	r.fail(CheckAnswers, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
+	r.fail(checkAnswers, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
 }
 
 // splice inserts extra (",\"k\":v…") before the closing brace of a protocol line.

@@ -31,8 +31,8 @@ func padding(n int) string {
 // large: the exemplar with a payload of about 1 MiB.
 func (r *runner) large() {
 	t0 := time.Now()
-	s := r.open(CheckLarge, r.a.Config, "")
-	if !r.awaitMain(CheckLarge, s, false) {
+	s := r.open(checkLarge, r.a.Config, "")
+	if !r.awaitMain(checkLarge, s, false) {
 		return
 	}
 	it := r.exemplar()
@@ -42,12 +42,12 @@ func (r *runner) large() {
 	if d == nil {
 		return
 	}
-	echoed := roundTrip(r, d, CheckLarge, []string{pad})
+	echoed := roundTrip(r, d, checkLarge, []string{pad})
 	what := ""
 	if echoed > 0 {
 		what = ", and it came back unchanged"
 	}
-	r.passed(CheckLarge, fmt.Sprintf("a %s payload answered %s in %s%s", sizeName(len(it.Payload)), d.outcome(), roundDur(d.latency), what), time.Since(t0))
+	r.passed(checkLarge, fmt.Sprintf("a %s payload answered %s in %s%s", sizeName(len(it.Payload)), d.outcome(), roundDur(d.latency), what), time.Since(t0))
 }
 
 func sizeName(n int) string {
@@ -60,12 +60,12 @@ func sizeName(n int) string {
 // burst: many copies of the exemplar written at once; every one answered, in order.
 func (r *runner) burst() {
 	if r.a.PerItem {
-		r.passed(CheckBurst, "does not apply with --per-item (one process per item)", 0)
+		r.passed(checkBurst, "does not apply with --per-item (one process per item)", 0)
 		return
 	}
 	t0 := time.Now()
-	s := r.open(CheckBurst, r.a.Config, "")
-	if !r.awaitMain(CheckBurst, s, false) || !s.ok() {
+	s := r.open(checkBurst, r.a.Config, "")
+	if !r.awaitMain(checkBurst, s, false) || !s.ok() {
 		return
 	}
 	ex := r.exemplar()
@@ -76,7 +76,7 @@ func (r *runner) burst() {
 		it.Offset = int64(10000 + i)
 		it.ID = fmt.Sprintf("%s/%d/%d", it.Topic, it.Partition, it.Offset)
 		it.IdempotencyKey = r.a.idempotencyKey(&it)
-		sent = append(sent, s.send(-1, it, CheckBurst))
+		sent = append(sent, s.send(-1, it, checkBurst))
 	}
 	s.await()
 	took := time.Since(tw)
@@ -86,24 +86,24 @@ func (r *runner) burst() {
 	}
 	for i, d := range s.order {
 		if d != sent[i] {
-			r.fail(CheckBurst, fmt.Sprintf("answers out of order: the answer to item %d of %d came where item %d's was due; answer items in the order they arrive (millrace writes items ahead with --window)", slices.Index(sent, d)+1, len(sent), i+1))
+			r.fail(checkBurst, fmt.Sprintf("answers out of order: the answer to item %d of %d came where item %d's was due; answer items in the order they arrive (millrace writes items ahead with --window)", slices.Index(sent, d)+1, len(sent), i+1))
 			return
 		}
 	}
-	r.passed(CheckBurst, fmt.Sprintf("%d items written at once, all answered in order in %s (%.0f items/s)", len(sent), roundDur(took), float64(len(sent))/took.Seconds()), time.Since(t0))
+	r.passed(checkBurst, fmt.Sprintf("%d items written at once, all answered in order in %s (%.0f items/s)", len(sent), roundDur(took), float64(len(sent))/took.Seconds()), time.Since(t0))
 }
 
-// burstSize is Options.Burst, or DefaultBurst cut down for a slow action: about two seconds
-// of items at the main conversation's mean answer time, at least MinBurst.
+// burstSize is Options.Burst, or defaultBurst cut down for a slow action: about two seconds
+// of items at the main conversation's mean answer time, at least minBurst.
 func (r *runner) burstSize() int {
 	if r.opts.Burst > 0 {
 		return r.opts.Burst
 	}
 	if r.mainItems == 0 || r.mainLatency <= 0 {
-		return DefaultBurst
+		return defaultBurst
 	}
 	mean := r.mainLatency / time.Duration(r.mainItems)
-	return max(MinBurst, min(DefaultBurst, int(2*time.Second/max(mean, time.Microsecond))))
+	return max(minBurst, min(defaultBurst, int(2*time.Second/max(mean, time.Microsecond))))
 }
 
 // single delivers it alone in the session (a conversation of the session owner's own) and

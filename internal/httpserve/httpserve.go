@@ -12,21 +12,21 @@ import (
 	"time"
 )
 
-// ShutdownTimeout bounds a server's graceful stop: requests still running after it are cut by
+// shutdownTimeout bounds a server's graceful stop: requests still running after it are cut by
 // closing their connections.
-const ShutdownTimeout = 5 * time.Second
+const shutdownTimeout = 5 * time.Second
 
 // readHeaderTimeout bounds how long a client may take to send a request's headers, so a
 // connection that sends nothing cannot hold a server's goroutine.
 const readHeaderTimeout = 10 * time.Second
 
 // Serve serves h on lis until ctx is done, then shuts the server down: it stops accepting,
-// waits up to ShutdownTimeout for the requests in progress, and closes every connection still
+// waits up to shutdownTimeout for the requests in progress, and closes every connection still
 // open after that. It closes lis, and returns once the server has ended: nil after a stop ctx
 // asked for and every request finished, otherwise the error that ended the server or cut its
 // requests (wrapping context.DeadlineExceeded when the timeout passed).
 func Serve(ctx context.Context, lis net.Listener, h http.Handler) error {
-	return serve(ctx, lis, h, ShutdownTimeout)
+	return serve(ctx, lis, h, shutdownTimeout)
 }
 
 func serve(ctx context.Context, lis net.Listener, h http.Handler, grace time.Duration) error {

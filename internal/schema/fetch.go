@@ -59,17 +59,26 @@ func (r *Registry) byID(ctx context.Context, id int) (codec, error) {
 	return r.compiled(ctx, key{writer: id}, func(ctx context.Context) (codec, error) { return r.compile(ctx, id) })
 }
 
-// compiled returns k's codec from the cache, or makes it with make once.
-func (r *Registry) compiled(ctx context.Context, k key, make func(context.Context) (codec, error)) (codec, error) {
+// compiled returns k's codec from the cache, or makes it with build once.
+func (r *Registry) compiled(ctx context.Context, k key, build func(context.Context) (codec, error)) (codec, error) {
 	e, owner := r.cache.get(k)
 	if owner && ctx.Err() != nil {
 		// A caller already gone starts no fetch.
 		r.cache.fill(k, e, nil, fmt.Errorf("%w: schema id %d: %w", ErrUnavailable, k.writer, ctx.Err()), false)
 	} else if owner {
 		go func() {
-			c, err := make(context.WithoutCancel(ctx))
-			var f *fault
-			r.cache.fill(k, e, c, err, errors.As(err, &f))
+			var c codec
+			var err error
+			defer func() {
+				if p := recover(); p != nil {
+					// A compiler's panic on a schema it should have refused: that schema's
+					// records are not decodable here, and the bridge goes on.
+					c, err = nil, &fault{reason: fmt.Sprintf("schema id %d does not compile (the compiler gave up: %v)", k.writer, p)}
+				}
+				var f *fault
+				r.cache.fill(k, e, c, err, errors.As(err, &f))
+			}()
+			c, err = build(context.WithoutCancel(ctx))
 		}()
 	}
 	select {

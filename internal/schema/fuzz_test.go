@@ -74,3 +74,33 @@ func sameJSONValue(a, b []byte) bool {
 	yb, _ := json.Marshal(y)
 	return bytes.Equal(xb, yb)
 }
+
+// FuzzEncode: any payload encodes or is the record's fault (a *DataError), never a panic or
+// another error; what encodes decodes.
+func FuzzEncode(f *testing.F) {
+	reg := newFake(f, schema.Settings{})
+	reg.register(f, "avro-value", sr.Schema{Schema: readTestdata(f, "order.avsc")})
+	registerShop(f, reg, "proto-value")
+	reg.register(f, "json-value", sr.Schema{Type: sr.TypeJSON, Schema: readTestdata(f, "user.schema.json")})
+	topics := []string{"avro", "proto", "json"}
+	codecs := []schema.Codec{{Format: schema.Avro}, {Format: schema.Protobuf}, {Format: schema.JSONSchema}}
+	for i, js := range []string{orderJSON, orderProtoJSON, `{"name":"ann","age":30,"tags":["a","b"]}`} {
+		f.Add(uint8(i), []byte(js))
+	}
+	f.Add(uint8(0), []byte(`{"note":{"shop.Address":{"zip":"1","lines":[]}}}`))
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, which uint8, js []byte) {
+		i := int(which) % len(topics)
+		enc, err := reg.reg.Encode(ctx, topics[i], false, codecs[i], js)
+		var de *schema.DataError
+		if errors.As(err, &de) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("Encode(%s) = %v; want bytes or a *DataError", js, err)
+		}
+		if _, err := reg.reg.Decode(ctx, topics[i], false, codecs[i], enc); err != nil {
+			t.Fatalf("Decode(Encode(%s) = %x): %v", js, enc, err)
+		}
+	})
+}

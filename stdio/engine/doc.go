@@ -1,9 +1,15 @@
 // Package engine runs a Millstream action: it supervises the action's processes, pools them,
 // hands them items over the wire of package stdio, writes deliveries ahead in a window (in
 // batch envelopes to an action that declares them), retries
-// failed attempts with backoff and reports every item's final Result. Only the bridge needs
-// it, and the fixture runner of `millrace test action`, which runs fixtures as production does;
-// an action (and its Go SDK, stdio/action) needs the wire alone.
+// failed attempts with backoff and reports every item's final Result.
+//
+// It is the host side of the action protocol, offered as an API: the bridge embeds it, the
+// fixture runner of `millrace test action` runs fixtures through it as production does, and a
+// Go program may use it to supervise actions of its own, with no Kafka and no gRPC. Its
+// exports are that API: the Config with its knobs and their defaults (the bridge sets only
+// what an action line can say), the results, stats and hooks a caller reads, the sentinels a
+// caller tests with errors.Is, and the [Child] a supervisor of other processes may reuse. An
+// action (and its Go SDK, stdio/action) needs the wire alone.
 //
 // A [Pool] is started from a [Config] whose values the action config has already settled:
 // concurrency, the ready and item timeouts, retries and the window are taken as given (an

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ankka-flow/millrace/internal/codec"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-	"github.com/ankka-flow/millrace/protocol/codec"
 )
 
 // samples are messages of the Run stream in both directions, with the shapes that matter: a
@@ -230,7 +230,7 @@ func FuzzUnmarshal(f *testing.F) {
 // into a held message, as the sidecar receives one per record: each from a frame of its own,
 // as gRPC hands a message of 1 KiB or less to the codec.
 //
-//	go test -run '^$' -bench BenchmarkUnmarshalEmit -benchmem ./protocol/codec/
+//	go test -run '^$' -bench BenchmarkUnmarshalEmit -benchmem ./internal/codec/
 func BenchmarkUnmarshalEmit(b *testing.B) {
 	value := bytes.Repeat([]byte("x"), 200)
 	wire, err := proto.Marshal(&flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 7, Outlet: "out", Record: &flowv1.Record{Value: value,

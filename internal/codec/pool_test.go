@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ankka-flow/millrace/internal/codec"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-	"github.com/ankka-flow/millrace/protocol/codec"
 )
 
 // TestPoolSizes checks that Pool hands out buffers of the length asked for, in capacities
@@ -98,7 +98,7 @@ func TestUnmarshalFrames(t *testing.T) {
 // BenchmarkMarshalEmit measures encoding one Emit of a 200-byte record with a traceparent, as
 // the bridge sends one per record, and handing its buffer back as gRPC's transport does.
 //
-//	go test -run '^$' -bench BenchmarkMarshalEmit -benchmem ./protocol/codec/
+//	go test -run '^$' -bench BenchmarkMarshalEmit -benchmem ./internal/codec/
 func BenchmarkMarshalEmit(b *testing.B) {
 	value := bytes.Repeat([]byte("x"), 200)
 	m := &flowv1.FromProcess{Message: &flowv1.FromProcess_Emit{Emit: &flowv1.Emit{BatchId: 7, Outlet: "out", Record: &flowv1.Record{Value: value,

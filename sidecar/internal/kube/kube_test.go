@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ankka-flow/millrace/sidecar/kube"
+	"github.com/ankka-flow/millrace/sidecar/internal/kube"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,8 +1,9 @@
 // Package codec is the gRPC codec of the Run stream: the messages of ankka.flow.v1 are encoded
 // by their vtprotobuf-generated methods (SizeVT, MarshalToSizedBufferVT: no reflection) and
-// decoded by this package's own decoder (see [Codec.Unmarshal]); any other message is left to
+// decoded by this package's own decoder (see [streamCodec.Unmarshal]); any other message is left to
 // the protobuf runtime, as gRPC's own codec does. The bytes on the wire are the same; it is
-// still the "proto" content subtype.
+// still the "proto" content subtype. The bridge and the sidecar both use it; it is no API,
+// since the wire is the spec's protobuf, which any gRPC codec reads and writes.
 package codec
 
 import (
@@ -23,23 +24,23 @@ type vtMessage interface {
 	MarshalToSizedBufferVT([]byte) (int, error)
 }
 
-// Codec encodes with vtprotobuf's methods when a message has them.
-type Codec struct{}
+// streamCodec encodes with vtprotobuf's methods when a message has them.
+type streamCodec struct{}
 
-var _ encoding.CodecV2 = Codec{}
+var _ encoding.CodecV2 = streamCodec{}
 
-// CallOption makes a client stream use Codec.
-func CallOption() grpc.CallOption { return grpc.ForceCodecV2(Codec{}) }
+// CallOption makes a client stream use streamCodec.
+func CallOption() grpc.CallOption { return grpc.ForceCodecV2(streamCodec{}) }
 
-// ServerOption makes a server use Codec.
-func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec{}) }
+// ServerOption makes a server use streamCodec.
+func ServerOption() grpc.ServerOption { return grpc.ForceServerCodecV2(streamCodec{}) }
 
 // Name is gRPC's name of the protobuf codec: the content subtype does not change.
-func (Codec) Name() string { return "proto" }
+func (streamCodec) Name() string { return "proto" }
 
 // Marshal encodes v into one buffer of Pool, which gRPC's transport returns to it once the
 // message is written.
-func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+func (streamCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(vtMessage)
 	if !ok {
 		return encoding.GetCodecV2("proto").Marshal(v)
@@ -63,7 +64,7 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 // Decoding an Emit into a FromProcess that holds one already reuses its Emit, Record and
 // Header messages: a caller that decodes into the same message again must keep only their
 // fields' values (strings, byte slices), never the messages.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+func (streamCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch v.(type) {
 	case *flowv1.ToProcess, *flowv1.FromProcess:
 	default:

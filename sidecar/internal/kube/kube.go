@@ -22,17 +22,17 @@ import (
 
 // The in-cluster paths of the pod's service account, mounted by Kubernetes.
 const (
-	DefaultTokenFile     = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	DefaultCAFile        = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-	DefaultNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+	defaultTokenFile     = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	defaultCAFile        = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	defaultNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 )
 
-// Component is the reporting component named in every Event.
-const Component = "millrace-sidecar"
+// component is the reporting component named in every Event.
+const component = "millrace-sidecar"
 
 var (
-	// ErrPost is wrapped by Warn when the API server refuses or cannot be reached.
-	ErrPost = errors.New("kube: posting the event failed")
+	// errPost is wrapped by Warn when the API server refuses or cannot be reached.
+	errPost = errors.New("kube: posting the event failed")
 )
 
 // Pod names the pod an Event is about, from the downward API.
@@ -96,7 +96,7 @@ func InCluster(getenv func(string) string, readFile func(string) ([]byte, error)
 	}
 	pod := Pod{Name: getenv("FLOW_POD_NAME"), Namespace: getenv("FLOW_POD_NAMESPACE"), UID: getenv("FLOW_POD_UID")}
 	if pod.Namespace == "" {
-		if ns, err := readFile(DefaultNamespaceFile); err == nil {
+		if ns, err := readFile(defaultNamespaceFile); err == nil {
 			pod.Namespace = strings.TrimSpace(string(ns))
 		}
 	}
@@ -113,11 +113,11 @@ func InCluster(getenv func(string) string, readFile func(string) ([]byte, error)
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("running in Kubernetes but %s missing: set them from the downward API so stall warnings can name the pod", strings.Join(missing, ", "))
 	}
-	ca, err := readFile(DefaultCAFile)
+	ca, err := readFile(defaultCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("running in Kubernetes but the service account's CA cannot be read (%w): mount the service account token (automountServiceAccountToken)", err)
 	}
-	return New(Options{URL: "https://" + net.JoinHostPort(host, port), TokenFile: DefaultTokenFile, CA: ca, Pod: pod})
+	return New(Options{URL: "https://" + net.JoinHostPort(host, port), TokenFile: defaultTokenFile, CA: ca, Pod: pod})
 }
 
 // Pod returns the pod the Client's Events are about.
@@ -155,13 +155,13 @@ type objectRef struct {
 
 // Warn records a Warning Event with reason and message on the pod: one POST to
 // /api/v1/namespaces/NAMESPACE/events with the service account's bearer token. It returns an
-// error wrapping ErrPost when the API server cannot be reached or answers other than 2xx; the
+// error wrapping errPost when the API server cannot be reached or answers other than 2xx; the
 // cause is in the chain too (the token file's error, or the request's: context.Canceled or
 // context.DeadlineExceeded when ctx ended first).
 func (c *Client) Warn(ctx context.Context, reason, message string) error {
 	token, err := os.ReadFile(c.opts.TokenFile)
 	if err != nil {
-		return fmt.Errorf("%w: the service account token cannot be read: %w", ErrPost, err)
+		return fmt.Errorf("%w: the service account token cannot be read: %w", errPost, err)
 	}
 	now := c.now().UTC().Format(time.RFC3339)
 	p := c.opts.Pod
@@ -173,32 +173,32 @@ func (c *Client) Warn(ctx context.Context, reason, message string) error {
 		Reason:             reason,
 		Message:            message,
 		Type:               "Warning",
-		Source:             map[string]any{"component": Component},
+		Source:             map[string]any{"component": component},
 		FirstTimestamp:     now,
 		LastTimestamp:      now,
 		Count:              1,
-		ReportingComponent: Component,
+		ReportingComponent: component,
 		ReportingInstance:  p.Name,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPost, err)
+		return fmt.Errorf("%w: %w", errPost, err)
 	}
 	u := strings.TrimSuffix(c.opts.URL, "/") + "/api/v1/namespaces/" + url.PathEscape(p.Namespace) + "/events"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPost, err)
+		return fmt.Errorf("%w: %w", errPost, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPost, err)
+		return fmt.Errorf("%w: %w", errPost, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%w: %s answered %s: %s (does the pod's service account have RBAC permission to create events in %s?)", ErrPost, u, resp.Status, strings.TrimSpace(string(msg)), p.Namespace)
+		return fmt.Errorf("%w: %s answered %s: %s (does the pod's service account have RBAC permission to create events in %s?)", errPost, u, resp.Status, strings.TrimSpace(string(msg)), p.Namespace)
 	}
 	return nil
 }

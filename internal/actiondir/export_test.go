@@ -1,0 +1,4 @@
+package actiondir
+
+// ErrNoAction is Load's sentinel, for the tests.
+var ErrNoAction = errNoAction

@@ -1,0 +1,4 @@
+package codec
+
+// Codec is the stream's codec, which the package hands out only as gRPC options.
+type Codec = streamCodec

@@ -1,0 +1,27 @@
+package conformance
+
+// The check names, their list and the sentinel errors, for the tests.
+const (
+	CheckReady       = checkReady
+	CheckFraming     = checkFraming
+	CheckStdout      = checkStdout
+	CheckAnswers     = checkAnswers
+	CheckUnknownKeys = checkUnknownKeys
+	CheckOutputs     = checkOutputs
+	CheckSilence     = checkSilence
+	CheckConfig      = checkConfig
+	CheckNonASCII    = checkNonASCII
+	CheckLarge       = checkLarge
+	CheckBurst       = checkBurst
+	CheckBatch       = checkBatch
+	CheckStderr      = checkStderr
+	CheckShutdown    = checkShutdown
+
+	FixtureTopic = fixtureTopic
+)
+
+var (
+	Checks     = checkList
+	ErrAction  = errAction
+	ErrFixture = errFixture
+)
