@@ -46,7 +46,7 @@ func registrySettings() []settings.Var {
 // RegistryFor returns the schema registry client of s ([Config].SchemaRegistry) for a, for
 // [Options].Registry: nil when a declares no encoded port (nothing is contacted), an error
 // wrapping [ErrNoRegistry] when it does and s has no URL.
-func RegistryFor(s schema.Settings, a *Action, log *slog.Logger) (*schema.Registry, error) {
+func RegistryFor(s schema.Settings, a *actionconf.Action, log *slog.Logger) (*schema.Registry, error) {
 	if !a.Encoded() {
 		return nil, nil
 	}
