@@ -22,6 +22,14 @@ type FixtureOptions struct {
 	// Update rewrites every NAME.out.jsonl with the answers the action gave, instead of
 	// comparing, each error's message and abstain's reason with it.
 	Update bool
+	// RoundTrip, when set, passes the payloads of registry-encoded ports (--decode, --encode)
+	// through their encoding and back, as production does around the program: each item's
+	// payload on its inlet before the program sees it, each emit's on its outlet before it is
+	// compared. It returns the JSON after the round trip, or the port's error: an input that
+	// does not fit fails its fixture file, naming the line; an emit that does not fit makes
+	// the item's answer the non-retryable error production gives it. Plain ports are left
+	// alone (it returns the payload as it is). Fixtures stay JSON either way.
+	RoundTrip func(ctx context.Context, port string, inlet bool, payload json.RawMessage) (json.RawMessage, error)
 }
 
 // FixtureReport is the result of RunFixtures.
@@ -149,6 +157,14 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 	states := fixtureStates{}
 	for _, in := range inputs {
 		states.read(a, &in)
+		if opts.RoundTrip != nil {
+			p, err := opts.RoundTrip(ctx, in.Item.Inlet, true, in.Item.Payload)
+			if err != nil {
+				res.Error = fmt.Sprintf("%s: the payload does not fit inlet %s's schema: %v; fix the fixture's payload", in.Source, in.Item.Inlet, err)
+				return res, nil
+			}
+			in.Item.Payload = p
+		}
 		r, err := submitOne(ctx, pool, in.Item)
 		if err != nil {
 			return res, err
@@ -157,6 +173,12 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 		if fault != "" {
 			res.Error = fmt.Sprintf("%s: %s", in.Source, fault)
 			return res, nil
+		}
+		if opts.RoundTrip != nil {
+			if rt := roundTripEmits(ctx, opts.RoundTrip, ans); rt != ans {
+				r.State = nil // an emit does not fit: the record fails, and nothing it staged applies
+				ans = rt
+			}
 		}
 		ans.State = states.after(a, &in.Item, r)
 		got = append(got, ans)
@@ -375,4 +397,20 @@ func (s fixtureStates) after(a *Action, it *stdio.Item, r engine.Result) json.Ra
 		return v
 	}
 	return json.RawMessage("null")
+}
+
+// roundTripEmits passes ans's emits through their outlets' encoding (FixtureOptions.RoundTrip);
+// an emit that does not fit turns the answer into the non-retryable error production gives
+// the record.
+func roundTripEmits(ctx context.Context, rt func(context.Context, string, bool, json.RawMessage) (json.RawMessage, error), ans *answer) *answer {
+	for i := range ans.Emits {
+		e := &ans.Emits[i]
+		p, err := rt(ctx, e.Outlet, false, e.Payload)
+		if err != nil {
+			no := false
+			return &answer{Outcome: stdio.TypeError, Retryable: &no, Message: fmt.Sprintf("emit %d to outlet %q does not fit its schema: %v", i+1, e.Outlet, err)}
+		}
+		e.Payload = p
+	}
+	return ans
 }
