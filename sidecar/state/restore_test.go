@@ -284,3 +284,16 @@ func TestRestoreRefusesAStateOverTheLimit(t *testing.T) {
 		t.Fatalf("Restore of a 100-byte state under a 64-byte limit = %v; want ErrTooLarge naming the topic and offset", err)
 	}
 }
+
+func TestRestoreEmptyChangelog(t *testing.T) {
+	c := newChangelog(t)
+	p := c.open(t, t.TempDir(), state.Options{})
+	if r := c.restore(t, p, state.RestoreOptions{}); r != (state.Restored{Full: true, Reason: state.ReasonEmpty}) {
+		t.Fatalf("Restore of an empty changelog = %+v; want full, nothing read", r)
+	}
+	// The file now knows the topic: the first record is a catch-up, not another full restore.
+	c.produce(t, rec("a", "1", time.Time{}))
+	if r := c.restore(t, p, state.RestoreOptions{}); r != (state.Restored{From: 0, To: 1, Records: 1}) {
+		t.Fatalf("Restore after the first record = %+v; want a catch-up of it", r)
+	}
+}
