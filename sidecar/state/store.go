@@ -141,32 +141,49 @@ func Open(dir, topic string, partition int32, o Options) (*Partition, Checkpoint
 	if err != nil {
 		return nil, Checkpoint{}, err
 	}
+	p.db = db
+	cp, err := p.adopt(existed)
+	if err != nil {
+		if p.db != nil {
+			p.db.Close()
+			p.db = nil
+		}
+		if !existed {
+			os.Remove(p.path) // a refused Open leaves no file it made
+		}
+		return nil, Checkpoint{}, err
+	}
+	p.discarded = cp.Discarded
+	return p, cp, nil
+}
+
+// adopt reads the checkpoint of the file Open opened, deletes and recreates it when it cannot
+// be trusted, and marks it in use by this boot.
+func (p *Partition) adopt(existed bool) (Checkpoint, error) {
 	var cp Checkpoint
 	if existed {
 		var trusted bool
-		cp, trusted, err = readCheckpoint(db, p.path, o.BootID)
-		if err != nil {
-			db.Close()
-			return nil, Checkpoint{}, err
+		var err error
+		if cp, trusted, err = readCheckpoint(p.db, p.path, p.opts.BootID); err != nil {
+			return Checkpoint{}, err
 		}
 		if !trusted {
-			o.Log.Warn("state: a store file left unclean under another boot, deleted for a full restore", "file", p.path, "position", cp.Position)
-			db.Close()
+			p.opts.Log.Warn("state: a store file left unclean under another boot, deleted for a full restore", "file", p.path, "position", cp.Position)
+			p.db.Close()
+			p.db = nil
 			if err := os.Remove(p.path); err != nil {
-				return nil, Checkpoint{}, fmt.Errorf("state: delete the unclean file %s: %w", p.path, err)
+				return Checkpoint{}, fmt.Errorf("state: delete the unclean file %s: %w", p.path, err)
 			}
-			if db, err = p.openFile(); err != nil {
-				return nil, Checkpoint{}, err
+			if p.db, err = p.openFile(); err != nil {
+				return Checkpoint{}, err
 			}
 			cp = Checkpoint{Discarded: true}
 		}
 	}
-	if err := db.Update(func(tx *bbolt.Tx) error { return initFile(tx, o.BootID) }); err != nil {
-		db.Close()
-		return nil, Checkpoint{}, fmt.Errorf("state: mark %s in use: %w", p.path, err)
+	if err := p.db.Update(func(tx *bbolt.Tx) error { return initFile(tx, p.opts.BootID) }); err != nil {
+		return Checkpoint{}, fmt.Errorf("state: mark %s in use: %w", p.path, err)
 	}
-	p.db, p.discarded = db, cp.Discarded
-	return p, cp, nil
+	return cp, nil
 }
 
 // openFile opens or creates the bbolt file, translating bbolt's refusals into the package's.

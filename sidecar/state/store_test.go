@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ankka-flow/millrace/sidecar/state"
 	"go.etcd.io/bbolt"
@@ -237,7 +238,7 @@ func TestForeignFileRefused(t *testing.T) {
 func TestLockedFile(t *testing.T) {
 	dir := t.TempDir()
 	open(t, dir, state.Options{})
-	_, _, err := state.Open(dir, topic, 3, state.Options{LockTimeout: 50e6})
+	_, _, err := state.Open(dir, topic, 3, state.Options{LockTimeout: 50 * time.Millisecond})
 	if !errors.Is(err, state.ErrLocked) || !strings.Contains(err.Error(), state.Path(dir, topic, 3)) || !strings.Contains(err.Error(), "FLOW_STATE_DIR") {
 		t.Fatalf("a second Open of a held file = %v; want ErrLocked naming the file and the variable", err)
 	}
