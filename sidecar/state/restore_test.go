@@ -297,3 +297,20 @@ func TestRestoreEmptyChangelog(t *testing.T) {
 		t.Fatalf("Restore after the first record = %+v; want a catch-up of it", r)
 	}
 }
+
+func TestRestoreCanceled(t *testing.T) {
+	c := newChangelog(t)
+	c.produce(t, rec("a", "1", time.Time{}))
+	p := c.open(t, t.TempDir(), state.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := state.Restore(ctx, p, []kgo.Opt{kgo.SeedBrokers(c.b.Addrs...)}, state.RestoreOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Restore with a canceled context = %v; want context.Canceled", err)
+	}
+	if cp := checkpoint(t, p); cp != (state.Checkpoint{}) {
+		t.Fatalf("Checkpoint after a canceled restore = %+v; want it untouched", cp)
+	}
+	if r := c.restore(t, p, state.RestoreOptions{}); !r.Full || r.Records != 1 {
+		t.Fatalf("Restore after a canceled one = %+v; want a full restore of 1 record", r)
+	}
+}
