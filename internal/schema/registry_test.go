@@ -68,3 +68,8 @@ func (tg *target) register(t testing.TB, subject string, s sr.Schema) int {
 	}
 	return ss.ID
 }
+
+// registrar registers a schema under a subject and returns its id: a *fake or a *target.
+type registrar interface {
+	register(t testing.TB, subject string, s sr.Schema) int
+}
