@@ -1,5 +1,6 @@
 // Package state is the sidecar's store of per-key state: one bbolt file per changelog
-// partition the sidecar owns, restored from the changelog and written as commits land.
+// partition the sidecar owns, restored from the changelog and written as commits land. It is
+// the sidecar's own, no API: what a peer sees of state is the callback service, not the file.
 //
 // The file is a cache of a compacted log: Kafka holds the durable copy, so the file is written
 // without fsync and trusted only when it was closed cleanly or last written in this boot.
