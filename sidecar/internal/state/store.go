@@ -38,6 +38,9 @@ var (
 	ErrTooLarge = errors.New("state: an entry over the store's limits")
 	// ErrClosed is returned by a method of a Partition that was closed or removed.
 	ErrClosed = errors.New("state: the store is closed")
+	// errDataLoss is the restore's own: the log start passed what it was reading. Restore
+	// retries it once as a full restore.
+	errDataLoss = errors.New("state: the changelog's start moved past the restore")
 )
 
 // MaxKeyBytes is the longest record key the store keeps: bbolt's key limit (32 KiB) less the
