@@ -22,9 +22,6 @@ import (
 	"github.com/ankka-flow/millrace/internal/schema"
 )
 
-// errSchema is returned when an encoded port's schema is missing or cannot be registered.
-var errSchema = errors.New("schema of an encoded port")
-
 // SchemaDir is the folder of an action directory that holds the schemas of its encoded ports:
 // schemas/PORT.avsc, .proto or .json for the values, schemas/PORT.key.EXT for the keys.
 const SchemaDir = "schemas"
