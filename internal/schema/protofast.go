@@ -21,7 +21,7 @@ import (
 // once per message descriptor, byte for byte what protojson writes of the message dynamicpb
 // decodes. It gives up (and the record goes the protojson way, which also makes every error)
 // on what it does not cover: a message of a file that is not proto3, a well-known type other
-// than Timestamp and Duration (in range), the NullValue enum, an unknown field or one of
+// than Timestamp and Duration (in range), the NullValue enum and closed enums, an unknown field or one of
 // another wire type than its declaration's, a singular message field given twice (merged),
 // two members of one oneof, a map entry that lacks or repeats its key or value or repeats a
 // key of the map, invalid UTF-8, malformed bytes, nesting deeper than pbMaxDepth.
@@ -180,8 +180,10 @@ func pbFieldPlan(fd protoreflect.FieldDescriptor, plans map[protoreflect.FullNam
 
 func pbEnumPlan(ed protoreflect.EnumDescriptor) *pbEnum {
 	e := &pbEnum{sparse: map[int32][]byte{}}
-	if ed.FullName() == "google.protobuf.NullValue" {
-		return nil // written as null by protojson: the slow path's
+	if ed.FullName() == "google.protobuf.NullValue" || ed.IsClosed() {
+		// NullValue is written null; a closed (proto2) enum keeps an unknown number among the
+		// unknown fields, which protojson leaves out: both the slow path's.
+		return nil
 	}
 	vs := ed.Values()
 	for i := 0; i < vs.Len(); i++ {
