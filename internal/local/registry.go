@@ -309,33 +309,37 @@ func ParseSchemaFlag(files map[string]string, v string) error {
 	return nil
 }
 
-// FixtureRoundTrip is what `millrace test` passes fixture payloads through for a's encoded
-// ports (conformance.FixtureOptions.RoundTrip): each payload encoded with its port's schema (from
-// files or the action directory's schemas/, as millrace run finds them) in an embedded
+// FixtureRoundTrip is what `millrace test` passes fixture payloads and keys through for a's
+// encoded ports (conformance.FixtureOptions.RoundTrip): each encoded with its port's schema
+// (from files or the action directory's schemas/, as millrace run finds them) in an embedded
 // registry, and decoded again. It returns nil and a no-op stop when a declares no encoded
 // port.
-func FixtureRoundTrip(a *actiondir.Action, files map[string]string, log *slog.Logger) (func(ctx context.Context, port string, inlet bool, payload json.RawMessage) (json.RawMessage, error), func(), error) {
+func FixtureRoundTrip(a *actiondir.Action, files map[string]string, log *slog.Logger) (func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error), func(), error) {
 	p := actiondir.Single(a)
 	lr, err := startRegistry(p, files, log)
 	if err != nil || lr == nil {
 		return nil, func() {}, err
 	}
 	bindings := p.Streamlets[0].Bindings
-	rt := func(ctx context.Context, port string, inlet bool, payload json.RawMessage) (json.RawMessage, error) {
+	rt := func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error) {
 		codecs := lr.prints
 		if inlet {
 			codecs = lr.inputs
 		}
 		topic := bindings[port]
-		tc, ok := codecs[topic]
-		if !ok || tc.value == nil || len(payload) == 0 || string(payload) == "null" {
-			return payload, nil
+		tc := codecs[topic]
+		c := tc.value
+		if key {
+			c = tc.key
 		}
-		wire, err := lr.reg.Encode(ctx, topic, false, *tc.value, payload)
+		if c == nil || len(data) == 0 || (!key && string(data) == "null") {
+			return data, nil
+		}
+		wire, err := lr.reg.Encode(ctx, topic, key, *c, data)
 		if err != nil {
 			return nil, err
 		}
-		return lr.reg.Decode(ctx, topic, false, *tc.value, wire)
+		return lr.reg.Decode(ctx, topic, key, *c, wire)
 	}
 	return rt, lr.close, nil
 }
