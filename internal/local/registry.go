@@ -107,14 +107,22 @@ func startRegistry(p *actiondir.Pipeline, files map[string]string, log *slog.Log
 						name += ".key"
 					}
 					used[name] = true
-					text, err := schemaText(s.Action, name, k.enc.Format, files)
+					path, text, err := schemaText(s.Action, name, k.enc.Format, files)
 					if err != nil {
 						return fail(err)
 					}
-					if err := seeded.seed(subjectOf(topic, k.key, k.enc), k.enc, sr.Schema{Schema: text, Type: schemaExt[k.enc.Format].typ}); err != nil {
+					refs, err := seeded.references(k.enc.Format, path, text)
+					if err != nil {
+						return fail(fmt.Errorf("%s port %s: %w", s.Action.Name, name, err))
+					}
+					if err := seeded.seed(subjectOf(topic, k.key, k.enc), k.enc, sr.Schema{Schema: text, Type: schemaExt[k.enc.Format].typ, References: refs}); err != nil {
 						return fail(fmt.Errorf("%w: %s port %s: %w", errSchema, s.Action.Name, name, err))
 					}
-					*k.slot = &schema.Codec{Format: schema.Format(k.enc.Format), Strategy: schema.Strategy(k.enc.Strategy), Record: k.enc.Record, Subject: k.enc.Subject, Version: k.enc.Version, ID: k.enc.ID}
+					c := &schema.Codec{Format: schema.Format(k.enc.Format), Strategy: schema.Strategy(k.enc.Strategy), Record: k.enc.Record, Subject: k.enc.Subject, Version: k.enc.Version, ID: k.enc.ID}
+					if err := usable(reg, topic, k.key, *c); err != nil {
+						return fail(fmt.Errorf("%w: %s port %s: %s cannot be its schema: %w; fix the file or the action line", errSchema, s.Action.Name, name, path, err))
+					}
+					*k.slot = c
 				}
 				if tc.value != nil || tc.key != nil {
 					side.into[topic] = tc
@@ -136,27 +144,38 @@ func (lr *localRegistry) close() {
 	}
 }
 
-// schemaText reads the schema of an encoded port (PORT or PORT.key): the --schema file, else
-// the action directory's schemas/NAME.EXT.
-func schemaText(a *actiondir.Action, name, format string, files map[string]string) (string, error) {
+// usable reports why the embedded registry's codec cannot use the schema c selects for topic
+// (it does not compile, it lacks c's Record), before any line is read: the schema is asked to
+// encode a null, and only the codec's own fault (schema.ErrCodec) counts, not the null's.
+func usable(reg *schema.Registry, topic string, key bool, c schema.Codec) error {
+	_, err := reg.Encode(context.Background(), topic, key, c, []byte("null"))
+	if errors.Is(err, schema.ErrCodec) {
+		return err
+	}
+	return nil
+}
+
+// schemaText reads the schema of an encoded port (PORT or PORT.key), and says where from: the
+// --schema file, else the action directory's schemas/NAME.EXT.
+func schemaText(a *actiondir.Action, name, format string, files map[string]string) (string, string, error) {
 	ext := schemaExt[format].ext
 	path, given := files[name]
 	if !given {
 		if a.Dir == "" {
-			return "", fmt.Errorf("%w: %s declares port %s %s-encoded and has no action directory: give its schema with --schema %s=FILE%s", errSchema, a.Name, name, format, name, ext)
+			return "", "", fmt.Errorf("%w: %s declares port %s %s-encoded and has no action directory: give its schema with --schema %s=FILE%s", errSchema, a.Name, name, format, name, ext)
 		}
 		path = filepath.Join(a.Dir, SchemaDir, name+ext)
 	} else if filepath.Ext(path) != ext {
-		return "", fmt.Errorf("%w: --schema %s=%s: port %s is %s-encoded, whose schemas are %s files", errSchema, name, path, name, format, ext)
+		return "", "", fmt.Errorf("%w: --schema %s=%s: port %s is %s-encoded, whose schemas are %s files", errSchema, name, path, name, format, ext)
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && !given {
-		return "", fmt.Errorf("%w: %s declares port %s %s-encoded and %s does not exist: put the port's schema there, or give it with --schema %s=FILE%s", errSchema, a.Name, name, format, path, name, ext)
+		return "", "", fmt.Errorf("%w: %s declares port %s %s-encoded and %s does not exist: put the port's schema there, or give it with --schema %s=FILE%s", errSchema, a.Name, name, format, path, name, ext)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", errSchema, err)
+		return "", "", fmt.Errorf("%w: %s port %s: %w; make it a readable file, or give another with --schema %s=FILE%s", errSchema, a.Name, name, err, name, ext)
 	}
-	return string(b), nil
+	return path, string(b), nil
 }
 
 // subjectOf is the subject a port's schema is registered under, as the Confluent serializers
