@@ -84,7 +84,7 @@ func startRegistry(p *actiondir.Pipeline, files map[string]string, log *slog.Log
 		return fail(fmt.Errorf("the embedded schema registry's client: %w", err))
 	}
 	lr.reg = reg
-	seeded := &seeds{fake: fake, ids: map[int]string{}, versions: map[string]string{}}
+	seeded := &seeds{fake: fake, ids: map[int]string{}, versions: map[string]string{}, latest: map[string]string{}}
 	used := map[string]bool{}
 	for _, s := range p.Streamlets {
 		for _, side := range []struct {
@@ -202,10 +202,17 @@ type seeds struct {
 	fake     *srfake.Registry
 	ids      map[int]string    // id → its schema text
 	versions map[string]string // "subject/version" → its schema text
+	latest   map[string]string // subject → the schema text its ports register unpinned
 }
 
 func (s *seeds) seed(subject string, e actionconf.Encoding, sch sr.Schema) error {
 	if e.Version == 0 && e.ID == 0 {
+		// Two schemas would make two versions, and which one is the latest an encoder uses
+		// would depend on the order of the ports and on its client's cache.
+		if text, ok := s.latest[subject]; ok && text != sch.Schema {
+			return fmt.Errorf("subject %s is registered by two ports with different schemas (ports sharing a topic share its subject): give them the same schema", subject)
+		}
+		s.latest[subject] = sch.Schema
 		if _, _, err := s.fake.RegisterSchema(subject, sch); err != nil {
 			return fmt.Errorf("registering it under subject %s: %w", subject, err)
 		}
