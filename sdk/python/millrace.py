@@ -335,7 +335,7 @@ class Item:
         it = self.raw
         inlet = it.get("inlet", "")
         lim = self._s.state_inlets.get(inlet)
-        if "key" not in it and not it.get("keyBase64"):
+        if it.get("key") is None and not it.get("keyBase64"):
             err = ("item %s has no key, so it has no state: a state message is only for keyed records "
                    "(route keyless ones elsewhere, or stage no state for them)" % it.get("id", ""))
         elif lim is None:
@@ -347,7 +347,7 @@ class Item:
             n = len(text.encode("utf-8", "surrogatepass"))
             cap = lim.get("maxBytes") if type(lim) is dict else None
             if value is not None and type(cap) is int and 0 < cap < n:
-                key = it.get("key") if "key" in it else it.get("keyBase64", "")
+                key = it.get("key") if it.get("key") is not None else it.get("keyBase64", "")
                 err = ("the state staged for key %s is %s bytes, over max-bytes %s (--state %s,max-bytes=…): "
                        "keep less per key, or raise max-bytes (at most %s)"
                        % (_dumps(key), format(n, ","), _size_text(cap), inlet, _size_text(_MAX_STATE)))

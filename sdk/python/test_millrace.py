@@ -590,6 +590,10 @@ class SDKTest(unittest.TestCase):
                 got, ans = c.ask({"do": "set-state", "state": state, "ignore": ignore}, **fields)
                 self.assertEqual(ans, {"type": "error", "delivery": ans["delivery"], "message": want, "retryable": False})
                 self.assertNotIn("state", [m["type"] for m in got])  # emits, if any, the engine drops
+        it = c.item({"do": "set-state", "state": 1}, inlet="events")
+        it["key"] = None  # "key": null is no key either
+        c.send(it)
+        self.assertIn("has no key, so it has no state", c.answer()[1]["message"])
         got, ans = c.ask({"do": "set-state", "state": "x" * 62}, inlet="events")  # 64 bytes: at the limit
         self.assertEqual((got[1]["state"], ans["type"]), ("x" * 62, "done"))
         got, ans = c.ask({"do": "set-state", "state": "x" * 63}, keyBase64="/w==", key=None, inlet="events")
