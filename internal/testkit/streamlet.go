@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 // ErrClose, returned by a Streamlet's OnBatch, ends the stream normally without being asked.
@@ -63,8 +64,8 @@ func Echo(c *Call) error {
 // it keeps what it was sent for the test to read (Starts, Batches, Stops, Reports); Started
 // and Reported, when not nil, get each conversation's number and each ReportError as they come.
 type Streamlet struct {
-	flowv1.UnimplementedDiscoveryServer
-	flowv1.UnimplementedStreamletServer
+	flowv1grpc.UnimplementedDiscoveryServer
+	flowv1grpc.UnimplementedStreamletServer
 
 	Spec       *flowv1.Spec
 	OnBatch    func(*Call) error                         // nil: Echo
@@ -118,8 +119,8 @@ func (f *Streamlet) serve(lis net.Listener) {
 
 func (f *Streamlet) server() *grpc.Server {
 	srv := grpc.NewServer(f.Options...)
-	flowv1.RegisterDiscoveryServer(srv, f)
-	flowv1.RegisterStreamletServer(srv, f)
+	flowv1grpc.RegisterDiscoveryServer(srv, f)
+	flowv1grpc.RegisterStreamletServer(srv, f)
 	f.mu.Lock()
 	f.srv = srv
 	f.mu.Unlock()
@@ -183,7 +184,7 @@ func (f *Streamlet) ReportError(_ context.Context, ps *flowv1.Problems) (*flowv1
 	return &flowv1.Empty{}, nil
 }
 
-func (f *Streamlet) Run(stream flowv1.Streamlet_RunServer) error {
+func (f *Streamlet) Run(stream flowv1grpc.Streamlet_RunServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
