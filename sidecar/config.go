@@ -13,11 +13,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar/internal/kube"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,

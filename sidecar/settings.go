@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/protocol"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // This file is the sidecar's one table of settings: each default written once (the constants

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 )
 
 // Sentinel errors. A person reads them after "millrace replay:", so only ErrUsage, which the

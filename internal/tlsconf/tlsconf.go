@@ -1,7 +1,7 @@
 // Package tlsconf reads a client's TLS settings and its secrets from the environment, the one
 // way every millrace client of a secured server reads them: a CA bundle, a client certificate
 // and key for mutual TLS, and secrets given inline or in a file (NAME_FILE, as Kubernetes
-// mounts a Secret). The Kafka connection (sidecar/kafkaconn) reads FLOW_KAFKA_* with it, the
+// mounts a Secret). The Kafka connection (internal/kafkaconn) reads FLOW_KAFKA_* with it, the
 // schema-registry client its own prefix, so both check the same things the same way. Every
 // problem names its variable and never shows a secret.
 package tlsconf
