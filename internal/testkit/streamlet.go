@@ -47,9 +47,9 @@ func (c *Call) Fail(msg string) error {
 	return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{BatchId: c.Batch.BatchId, Error: &flowv1.Error{Message: msg}}}})
 }
 
-// Echo answers a batch as a plain streamlet would: each record emitted to "out" with its key
+// echo answers a batch as a plain streamlet would: each record emitted to "out" with its key
 // and value, then the Ack.
-func Echo(c *Call) error {
+func echo(c *Call) error {
 	for _, r := range c.Batch.GetRecords() {
 		if err := c.Emit("out", &flowv1.Record{Key: r.GetRecord().GetKey(), Value: r.GetRecord().GetValue()}); err != nil {
 			return err
@@ -68,7 +68,7 @@ type Streamlet struct {
 	flowv1grpc.UnimplementedStreamletServer
 
 	Spec       *flowv1.Spec
-	OnBatch    func(*Call) error                         // nil: Echo
+	OnBatch    func(*Call) error                         // nil: echo
 	OnStart    func(conv int, start *flowv1.Start) error // nil: fine
 	OnDiscover func()
 	Async      bool
@@ -241,7 +241,7 @@ func (f *Streamlet) Run(stream flowv1grpc.Streamlet_RunServer) error {
 			h := f.OnBatch
 			f.mu.Unlock()
 			if h == nil {
-				h = Echo
+				h = echo
 			}
 			c := &Call{Ctx: stream.Context(), Conv: conv, Start: start, Batch: m.Batch, send: send}
 			if !f.Async {
