@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge"
@@ -55,5 +58,18 @@ func TestBothSidesParseAlike(t *testing.T) {
 	}
 	if b.Port != s.ProcessPort || b.MaxHeldBytes != s.MaxHeldEmitBytes {
 		t.Errorf("defaults: the bridge serves on %d and holds %d bytes, the sidecar dials %d and holds %d; want the same", b.Port, b.MaxHeldBytes, s.ProcessPort, s.MaxHeldEmitBytes)
+	}
+}
+
+// TestBridgeBadSettingsOnce: a bad deploy setting of `millrace bridge` exits 2 with the
+// problem after the command's own prefix, which names the side, so "bridge:" is said once.
+func TestBridgeBadSettingsOnce(t *testing.T) {
+	var out, errOut bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
+		getenv: func(k string) string { return map[string]string{protocol.EnvProcessPort: "90x"}[k] }}
+	code := dispatch(context.Background(), e, []string{"bridge", "s", "--in", "in=a.v1", "--", "cat"})
+	got := errOut.String()
+	if code != 2 || !strings.HasPrefix(got, "millrace bridge: bad deploy settings") || strings.Count(got, "bridge:") != 1 || !strings.Contains(got, protocol.EnvProcessPort+"=90x") {
+		t.Errorf("millrace bridge with %s=90x = %d, %q; want 2 and \"millrace bridge: bad deploy settings\", the side named once, the variable named", protocol.EnvProcessPort, code, got)
 	}
 }
