@@ -173,9 +173,7 @@ func withKafkaVars(own []settings.Var) []settings.Var {
 	var out []settings.Var
 	for _, v := range own {
 		if v.Name == "FLOW_POD_NAME" {
-			for _, k := range kafkaconn.Vars {
-				out = append(out, settings.Var{Name: k.Name, Default: k.Default, Meaning: k.Help})
-			}
+			out = append(out, kafkaconn.Vars...)
 		}
 		out = append(out, v)
 	}
