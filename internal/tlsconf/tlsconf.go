@@ -28,12 +28,6 @@ type Vars struct {
 	KeyFile  string // the client certificate's key
 }
 
-// Prefixed are the variables PREFIX_TLS, PREFIX_TLS_CA_FILE, PREFIX_TLS_CERT_FILE and
-// PREFIX_TLS_KEY_FILE, prefix given with its trailing underscore.
-func Prefixed(prefix string) Vars {
-	return Vars{Enable: prefix + "TLS", CAFile: prefix + "TLS_CA_FILE", CertFile: prefix + "TLS_CERT_FILE", KeyFile: prefix + "TLS_KEY_FILE"}
-}
-
 // Read reads the TLS variables v through getenv, the files they name with readFile, checking
 // the client certificate's validity at now, and reports every bad value through bad (one
 // problem each, naming its variable). It returns nil when v.Enable is set and not true.
