@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,7 +18,11 @@ func deps(t *testing.T, pkg string) []string {
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v", pkg, err)
 	}
-	return strings.Fields(string(out))
+	pkgs := strings.Fields(string(out))
+	if !slices.Contains(pkgs, pkg) {
+		t.Fatalf("go list -deps %s does not list %s itself: %q", pkg, pkg, pkgs)
+	}
+	return pkgs
 }
 
 // TestLinksNoServer: the conformance kit, the action config it reads, the loader behind
