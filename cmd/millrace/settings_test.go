@@ -61,15 +61,25 @@ func TestBothSidesParseAlike(t *testing.T) {
 	}
 }
 
-// TestBridgeBadSettingsOnce: a bad deploy setting of `millrace bridge` exits 2 with the
-// problem after the command's own prefix, which names the side, so "bridge:" is said once.
-func TestBridgeBadSettingsOnce(t *testing.T) {
-	var out, errOut bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
-		getenv: func(k string) string { return map[string]string{protocol.EnvProcessPort: "90x"}[k] }}
-	code := dispatch(context.Background(), e, []string{"bridge", "s", "--in", "in=a.v1", "--", "cat"})
-	got := errOut.String()
-	if code != 2 || !strings.HasPrefix(got, "millrace bridge: bad deploy settings") || strings.Count(got, "bridge:") != 1 || !strings.Contains(got, protocol.EnvProcessPort+"=90x") {
-		t.Errorf("millrace bridge with %s=90x = %d, %q; want 2 and \"millrace bridge: bad deploy settings\", the side named once, the variable named", protocol.EnvProcessPort, code, got)
+// TestBadSettingsNameTheSideOnce: a bad deploy setting of `millrace bridge` (exit 2) or
+// `millrace sidecar` (exit 1) is reported after the command's own prefix, which names the side,
+// so "bridge:" or "sidecar:" is said once, and the variable is named.
+func TestBadSettingsNameTheSideOnce(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bridge", "s", "--in", "in=a.v1", "--", "cat"}, 2, "millrace bridge: bad deploy settings"},
+		{[]string{"sidecar"}, 1, "millrace sidecar: bad deploy configuration"},
+	} {
+		var out, errOut bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
+			getenv: func(k string) string { return map[string]string{protocol.EnvProcessPort: "90x"}[k] }}
+		code := dispatch(context.Background(), e, tt.args)
+		got := errOut.String()
+		if code != tt.code || !strings.HasPrefix(got, tt.want) || strings.Count(got, tt.args[0]+":") != 1 || !strings.Contains(got, protocol.EnvProcessPort) {
+			t.Errorf("millrace %s with %s=90x = %d, %q; want %d and %q, the side named once, the variable named", tt.args[0], protocol.EnvProcessPort, code, got, tt.code, tt.want)
+		}
 	}
 }
