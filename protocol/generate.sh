@@ -7,8 +7,8 @@
 # proto.Unmarshal), so vtproto's unmarshal would be dead code.
 # The .proto files are the spec's, verbatim, so they carry no go_package: the M options set it.
 # protoc-gen-go-grpc writes the Discovery and Streamlet stubs into the messages' package and has
-# no option to put them elsewhere, so anything that needed one message type linked all of gRPC
-# (the conformance kit and `millrace describe` among them). The stubs are therefore generated
+# no option to put them elsewhere, so a program needing only the messages would link all of
+# gRPC (the conformance kit and `millrace describe` need only those). The stubs are therefore generated
 # into a scratch directory and internal/splitgrpc moves them into flowv1grpc: it changes their
 # package clause and qualifies the message types with the flowv1 import, nothing else, so the
 # files stay the generator's text. A rewrite of the generator's output was chosen over a
