@@ -171,6 +171,11 @@ var benchTraceparent = &flowv1.Header{Key: "traceparent", Value: []byte("00-4bf9
 // benchStreamlet drives the streamlet at addr as a sidecar: Start, then rounds of one batch
 // per partition, each round waiting for every Ack. header, when not nil, is on every record.
 func benchStreamlet(b *testing.B, addr string, cmd *exec.Cmd, partitions int, header *flowv1.Header) {
+	benchStreamletOf(b, addr, cmd, partitions, header, benchValue)
+}
+
+// benchStreamletOf is benchStreamlet with value as every record's value.
+func benchStreamletOf(b *testing.B, addr string, cmd *exec.Cmd, partitions int, header *flowv1.Header, value []byte) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
 	if err != nil {
@@ -217,7 +222,7 @@ func benchStreamlet(b *testing.B, addr string, cmd *exec.Cmd, partitions int, he
 	for p := range batches {
 		recs := make([]*flowv1.InputRecord, benchBatch)
 		for i := range recs {
-			recs[i] = &flowv1.InputRecord{Offset: int64(i), Record: &flowv1.Record{Value: benchValue}}
+			recs[i] = &flowv1.InputRecord{Offset: int64(i), Record: &flowv1.Record{Value: value}}
 			if header != nil {
 				recs[i].Record.Headers = []*flowv1.Header{header}
 			}

@@ -8,7 +8,11 @@
 // [actionconf.Action], whose Descriptor and Spec are what discovery answers. A [Server] serves one
 // action: each conversation (a Streamlet.Run stream opened with Start) gets a fresh pool of the
 // action's processes (package stdio/engine); every record of a batch becomes one item; a batch
-// is answered with its records' emits in record order and then Ack, or with Fail.
+// is answered with its records' emits in record order and then Ack, or with Fail. The records
+// of a port the line declares registry-encoded (--decode, --encode: Avro, Protobuf or JSON
+// Schema in the Confluent wire format) are decoded into the items' JSON and the emits encoded
+// back, with package internal/schema and the registry of [Options].Registry; the sidecar moves
+// bytes either way.
 //
 // [ListenAndServe] is the process: the services on loopback, the Prometheus metrics when the
 // line asks for them, a graceful stop. [ConfigFromEnv] reads its deploy settings, every one

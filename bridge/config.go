@@ -1,10 +1,12 @@
 package bridge
 
 import (
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/schema"
 	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/protocol"
 )
@@ -41,6 +43,9 @@ type Config struct {
 	// ExportSpans is whether the standard OTEL_* variables ask for span export: then
 	// [NewTracer] builds the exporter (see [SpanExportFromEnv]).
 	ExportSpans bool
+	// SchemaRegistry is the client settings of the schema registry (MILLRACE_SCHEMA_REGISTRY_*),
+	// for the ports of --decode and --encode ([RegistryFor]); no URL is no registry.
+	SchemaRegistry schema.Settings
 }
 
 // defaultConfig is the one table of the bridge's defaults: what each variable means unset.
@@ -52,18 +57,19 @@ func defaultConfig() Config {
 // `millrace bridge -h` and of the README's table of the bridge's environment
 // (TestREADMEBridgeSettings holds the two together). A new setting is a field of [Config], its
 // default in defaultConfig, a row here and a line in ConfigFromEnv.
-var Settings = []settings.Var{
+var Settings = append([]settings.Var{
 	{Name: protocol.EnvProcessPort, Default: strconv.Itoa(defaultConfig().Port), Meaning: "the port to serve on, on 127.0.0.1"},
 	{Name: EnvMaxHeldBytes, Default: settings.FormatSize(defaultConfig().MaxHeldBytes), Meaning: "the budget of held output (emit lines staged and not yet sent), a size such as 64Mi or 67108864"},
 	{Name: envMaxHeldMiB, Default: "—", Meaning: "the older name of " + EnvMaxHeldBytes + ", in whole MiB (64); still read, and refused together with it"},
 	{Name: envReplayGeneration, Default: strconv.FormatUint(defaultConfig().ReplayGeneration, 10), Meaning: "part of every idempotencyKey; bump it by one before a deliberate replay (0 keeps the keys of no replay)"},
 	{Name: actionconf.EnvAction, Default: "—", Meaning: "the action config line, when neither arguments nor --config FILE give one"},
 	{Name: envOTelEndpoint, Default: "—", Meaning: "where to export a span per item attempt over OTLP/HTTP (or " + envOTelTracesEndpoint + "); unset, none is exported"},
-}
+}, registrySettings()...)
 
 // ConfigFromEnv reads the bridge's deploy configuration through getenv (os.Getenv in
 // production) and checks it: every bad value is listed at once in the error, which matches
-// settings.ErrSettings, each line naming the variable and a form it takes. MILLRACE_ACTION is read by actionconf.FromEnv, when the arguments give no line.
+// settings.ErrSettings, each line naming the variable and a form it takes. MILLRACE_ACTION is
+// read by actionconf.FromEnv, when the arguments give no line.
 func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	r := settings.NewReader(getenv)
 	c := defaultConfig()
@@ -71,6 +77,7 @@ func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	c.MaxHeldBytes = readMaxHeld(r, c.MaxHeldBytes)
 	c.ReplayGeneration = r.Uint(envReplayGeneration, c.ReplayGeneration)
 	c.ExportSpans = readSpanExport(r)
+	c.SchemaRegistry = schema.SettingsFromEnv(getenv, os.ReadFile, r.Badf)
 	if err := r.Err(); err != nil {
 		return nil, err
 	}

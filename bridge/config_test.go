@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"errors"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -64,7 +65,7 @@ func TestConfigFromEnv(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || *c != tt.want {
+			if err != nil || !reflect.DeepEqual(*c, tt.want) {
 				t.Fatalf("ConfigFromEnv(%v) = %+v, %v; want %+v", tt.env, c, err, tt.want)
 			}
 			on, err := bridge.SpanExportFromEnv(func(k string) string { return tt.env[k] })

@@ -204,14 +204,30 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 		items[i] = c.item(b, topic, in, all[start:ends[i]])
 		start = ends[i]
 	}
-	errs := c.pool.SubmitBatch(c.ctx, items, r.finished)
+	if c.s.dec != nil {
+		if pc, ok := c.s.dec[b.GetInlet()]; ok {
+			c.submitDecoded(r, pc, topic, items)
+			return
+		}
+	}
+	c.submit(r, items, nil)
+}
+
+// submit hands items to the pool for r; index, when not nil, maps each item to its record in
+// r's batch (some records were not handed over).
+func (c *conversation) submit(r *batchRun, items []stdio.Item, index []int) {
+	finished := r.finished
+	if index != nil {
+		finished = func(i int, res engine.Result) { r.finished(index[i], res) }
+	}
+	errs := c.pool.SubmitBatch(c.ctx, items, finished)
 	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, engine.ErrBadItem): // not JSON, or too large for a line
-			r.finished(i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)})
+			finished(i, engine.Result{Outcome: engine.Failed, Err: fmt.Errorf("the value cannot be handed to the action: %w; produce JSON values to the inlet, or route such records away with --dead-letter", err)})
 		default: // the pool is closed or the conversation over
-			r.finished(i, engine.Result{Outcome: engine.Abandoned, Err: err})
+			finished(i, engine.Result{Outcome: engine.Abandoned, Err: err})
 		}
 	}
 }

@@ -36,6 +36,21 @@ const (
 	// EventRecordDeadLettered: Record failed for good after Attempts and was sent to the
 	// --dead-letter outlet; Err is the cause, as for EventRecordRefused.
 	EventRecordDeadLettered
+	// EventDecodeFailed: Record, of a registry-encoded inlet (--decode), cannot be decoded (no
+	// magic byte, an id the registry does not know, bytes that do not fit the schema) and never
+	// reaches the program; Err wraps the *schema.DataError. EventRecordDeadLettered or
+	// EventRecordRefused follows, as for any record that failed for good.
+	EventDecodeFailed
+	// EventEncodeFailed: an emit of Record to a registry-encoded outlet (--encode) does not fit
+	// the outlet's schema; Err wraps the *schema.DataError (its Path, its Reason). The record
+	// failed for good: EventRecordDeadLettered or EventRecordRefused follows.
+	EventEncodeFailed
+	// EventRegistryFailed: the schema registry did not answer for Options.RegistryRetryFor
+	// (Err wraps schema.ErrUnavailable), or holds no schema for a port's subject
+	// (schema.ErrNoSubject): the batch is answered with Fail, nothing of it is committed and the
+	// sidecar redelivers it; no record is dead-lettered for it. Record is the record whose emit
+	// could not be encoded, "" when the batch could not be decoded.
+	EventRegistryFailed
 )
 
 // String names the kind.
@@ -55,6 +70,12 @@ func (k EventKind) String() string {
 		return "record-refused"
 	case EventRecordDeadLettered:
 		return "record-dead-lettered"
+	case EventDecodeFailed:
+		return "decode-failed"
+	case EventEncodeFailed:
+		return "encode-failed"
+	case EventRegistryFailed:
+		return "registry-failed"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/schema"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -141,8 +142,16 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 			return settled{kind: "done"}, emits
 		}
 		cause = err
-		if errors.Is(err, stdio.ErrProtocol) {
+		var dataErr *schema.DataError
+		switch {
+		case errors.Is(err, stdio.ErrProtocol):
 			c.s.emit(Event{Kind: EventProtocolViolation, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Attempts: res.Attempts, Err: err})
+		case configFault(err): // not the record's fault: never dead-lettered, the batch fails and is redelivered
+			c.s.emit(Event{Kind: EventRegistryFailed, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Err: err})
+			c.log.Warn("batch failed: an emit cannot be encoded: the schema registry did not answer, or lacks the outlet's schema; the sidecar redelivers it", "batch", id, "error", err)
+			return settled{kind: "failed", cause: err, attempts: res.Attempts}, out
+		case errors.As(err, &dataErr):
+			c.s.emit(Event{Kind: EventEncodeFailed, Conversation: c.id, Record: recordID(topic, b.GetPartition(), in.GetOffset()), Attempts: res.Attempts, Err: err})
 		}
 	case engine.Abstained:
 		if a.Fallback != "" {
@@ -300,6 +309,13 @@ func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceCont
 				return nil, fmt.Errorf("emit %d: %w", i+1, err)
 			}
 			rec.Headers = append(rec.Headers, &flowv1.Header{Key: h.Key, Value: v})
+		}
+		if c.s.enc != nil {
+			if pc, ok := c.s.enc[outlet]; ok {
+				if err := c.encodeEmit(i+1, pc, outlet, rec, e.Key != nil); err != nil {
+					return nil, err
+				}
+			}
 		}
 		emitTrace(rec, tc, state, &m.trace)
 		m.emit.BatchId, m.emit.Outlet, m.emit.Record = id, outlet, rec

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ import (
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/lifetime"
+	"github.com/ankka-flow/millrace/internal/schema"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
@@ -65,6 +67,13 @@ type Options struct {
 	// sees things happen; it must return quickly and must not call the Server (a process, or a
 	// batch's answer, waits for it).
 	Events func(Event)
+	// Registry decodes and encodes the action's registry-encoded ports (--decode, --encode; see
+	// [RegistryFor]); NewServer refuses such an action without one. Plain JSON ports never
+	// use it.
+	Registry *schema.Registry
+	// RegistryRetryFor is how long a registry that does not answer is retried, with backoff,
+	// before the batch is failed (default DefaultRegistryRetryFor).
+	RegistryRetryFor time.Duration
 }
 
 // Server is the streamlet process of one action: the Discovery and Streamlet services of
@@ -79,6 +88,12 @@ type Server struct {
 	log    *slog.Logger
 	budget *engine.Budget
 	spec   *flowv1.Spec
+	dec    map[string]portCodecs // inlet → its codecs; nil when no inlet is encoded
+	enc    map[string]portCodecs // outlet → its codecs; nil when no outlet is encoded
+	// registryGaveUp is when withRegistry last gave up on the registry (unix ns, 0: never):
+	// for RegistryRetryFor after it, a registry that does not answer fails at once, so that
+	// the records after the first of a batch do not each wait the whole retry again.
+	registryGaveUp atomic.Int64
 
 	mu          sync.Mutex
 	current     *conversation
@@ -107,7 +122,23 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.Budget == nil {
 		opts.Budget = engine.NewBudget(DefaultMaxHeldBytes)
 	}
+	if opts.RegistryRetryFor <= 0 {
+		opts.RegistryRetryFor = DefaultRegistryRetryFor
+	}
+	if opts.Action.Encoded() && opts.Registry == nil {
+		return nil, ErrNoRegistry
+	}
+	dec, err := codecsOf(opts.Action.Inlets)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := codecsOf(opts.Action.Outlets)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
+		dec:    dec,
+		enc:    enc,
 		opts:   opts,
 		tracer: opts.Tracer,
 		budget: opts.Budget,

@@ -156,7 +156,7 @@ func SplitBatch(line []byte, fn func(msg []byte) error) (ok bool, err error) {
 // FastFunc takes one message as FastAnswer recognises it (see there), msg being its bytes.
 type FastFunc func(typ string, delivery, key, payload []byte, hasKey bool, msg []byte) error
 
-// SplitAnswers is SplitBatch with FastAnswer applied: a message in one of FastAnswer's two
+// SplitAnswers is SplitBatch with FastAnswer applied: a message in one of FastAnswer's
 // shapes goes to fast with what FastAnswer returns of it, read in the pass that finds where
 // it ends; any other message goes to fn. It is how the engine reads an action's envelopes.
 func SplitAnswers(line []byte, fast FastFunc, fn func(msg []byte) error) (ok bool, err error) {

@@ -139,20 +139,22 @@ func decodeObject(b []byte, m *Message, noun string) *ProtocolError {
 		return NewProtocolError(rule, b, fmt.Sprintf("%s that is not a valid JSON object (%v)", noun, shortErr(err)))
 	}
 	switch m.Type {
-	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch:
+	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch, TypeState:
 		return nil
 	case "":
 		return NewProtocolError(RuleNoType, b, `a JSON object without "type"`)
 	}
-	return NewProtocolError(RuleUnknownType, b, fmt.Sprintf("unknown message type %q (want emit, metric, done, error, abstain, batch or ready)", m.Type))
+	return NewProtocolError(RuleUnknownType, b, fmt.Sprintf("unknown message type %q (want emit, metric, state, done, error, abstain, batch or ready)", m.Type))
 }
 
-// FastAnswer recognises, without the general decoder and without allocating, the two lines
+// FastAnswer recognises, without the general decoder and without allocating, the three lines
 // an action writes most, when written exactly as AppendMessage writes them:
-// {"type":"done","delivery":"<id>"} and
-// {"type":"emit","delivery":"<id>",["key":"<key>",]"payload":<value>}, with an id and key free
-// of escapes and non-ASCII bytes and one valid JSON value. The slices point into line. ok is
-// false for any other line, which the general decoder then reads.
+// {"type":"done","delivery":"<id>"},
+// {"type":"emit","delivery":"<id>",["key":"<key>",]"payload":<value>} and
+// {"type":"state","delivery":"<id>","state":<value>}, with an id and key free of escapes and
+// non-ASCII bytes and one valid JSON value, returned as payload (a state's "null" included).
+// The slices point into line. ok is false for any other line, which the general decoder
+// then reads.
 func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey, ok bool) {
 	const donePrefix, emitPrefix = `{"type":"done","delivery":"`, `{"type":"emit","delivery":"`
 	if len(line) < len(donePrefix)+2 || line[len(line)-1] != '}' {
@@ -167,7 +169,18 @@ func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey,
 		return TypeDone, id, nil, nil, false, true
 	case emitPrefix:
 	default:
-		return "", nil, nil, nil, false, false
+		if !bytes.HasPrefix(line, []byte(statePrefix)) {
+			return "", nil, nil, nil, false, false
+		}
+		id, rest, ok := plainString(line[len(statePrefix):])
+		if !ok || !bytes.HasPrefix(rest, []byte(`,"state":`)) {
+			return "", nil, nil, nil, false, false
+		}
+		value := trimSpace(rest[len(`,"state":`) : len(rest)-1])
+		if len(value) == 0 || !utf8.Valid(value) || !json.Valid(value) {
+			return "", nil, nil, nil, false, false
+		}
+		return TypeState, id, nil, value, false, true
 	}
 	id, rest, ok := plainString(line[len(emitPrefix):])
 	if !ok {
@@ -188,6 +201,9 @@ func FastAnswer(line []byte) (typ string, delivery, key, payload []byte, hasKey,
 	}
 	return TypeEmit, id, key, payload, hasKey, true
 }
+
+// statePrefix begins a state message as AppendMessage writes it: FastAnswer's third shape.
+const statePrefix = `{"type":"state","delivery":"`
 
 // trimSpace cuts JSON's whitespace (not every Unicode space: a line padded with those is
 // no JSON) from both ends of b.
@@ -211,7 +227,10 @@ func decodeFast(line []byte, m *Message) bool {
 		k := string(key)
 		m.Key = &k
 	}
-	if payload != nil {
+	switch {
+	case typ == TypeState:
+		m.State = append(json.RawMessage(nil), payload...)
+	case payload != nil:
 		m.Payload = append(json.RawMessage(nil), payload...)
 	}
 	return true
@@ -270,6 +289,7 @@ func appendBody(dst []byte, m *Message) []byte {
 				dst = append(dst, vars...)
 			}
 		}
+		dst = appendState(dst, m.State)
 	case TypeReady:
 		if m.Window != 0 {
 			dst = append(dst, `,"window":`...)
@@ -278,6 +298,9 @@ func appendBody(dst []byte, m *Message) []byte {
 		if m.Batch {
 			dst = append(dst, `,"batch":true`...)
 		}
+		dst = appendState(dst, m.State)
+	case TypeState:
+		dst = appendState(dst, m.State)
 	case TypeBatch:
 		dst = append(dst, `,"messages":`...)
 		dst = appendRaw(dst, m.Messages, "[]")
@@ -286,6 +309,7 @@ func appendBody(dst []byte, m *Message) []byte {
 			ID: m.ID, Run: m.Run, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload,
 			Headers: m.Headers, Inlet: m.Inlet, Topic: m.Topic, Partition: m.Partition,
 			Offset: m.Offset, Timestamp: m.Timestamp, Attempt: m.Attempt, IdempotencyKey: m.IdempotencyKey,
+			State: m.State,
 		})
 		dst = appendField(dst, "traceparent", m.Traceparent)
 		dst = appendField(dst, "tracestate", m.Tracestate)
@@ -347,7 +371,7 @@ func AppendItem(dst []byte, it *Item) []byte {
 	return append(dst, '}', '\n')
 }
 
-// appendItemFields appends the fields of an item line from "id" to "idempotencyKey".
+// appendItemFields appends the fields of an item line from "id" to "state".
 func appendItemFields(dst []byte, it *Item) []byte {
 	dst = append(dst, `,"id":`...)
 	dst = appendString(dst, it.ID)
@@ -366,7 +390,19 @@ func appendItemFields(dst []byte, it *Item) []byte {
 	dst = strconv.AppendInt(dst, it.Timestamp, 10)
 	dst = append(dst, `,"attempt":`...)
 	dst = strconv.AppendInt(dst, int64(it.Attempt), 10)
-	return appendField(dst, "idempotencyKey", it.IdempotencyKey)
+	dst = appendField(dst, "idempotencyKey", it.IdempotencyKey)
+	return appendState(dst, it.State)
+}
+
+// appendState appends a "state" member holding raw as given, or nothing when raw is empty:
+// a state message's "state": null is written, a missing one is not.
+func appendState(dst, raw []byte) []byte {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return dst
+	}
+	dst = append(dst, `,"state":`...)
+	return append(dst, raw...)
 }
 
 func appendField(dst []byte, name, v string) []byte {

@@ -1,7 +1,9 @@
 package stdio
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 )
 
 // Protocol is the action protocol version sent in hello.
@@ -21,6 +23,10 @@ const (
 	TypeError    = "error"
 	TypeAbstain  = "abstain"
 	TypeShutdown = "shutdown"
+	// TypeState stages a new state for the key of a delivery in flight,
+	// {"type":"state","delivery":…,"state":V} (V null deletes it), applied only when the
+	// delivery ends done. Only an action whose ready declared "state": true may send it.
+	TypeState = "state"
 	// TypeBatch is the batch envelope, {"type":"batch","messages":[…]}: several messages on
 	// one line, each meaning what it means on its own line (see Packer and SplitBatch).
 	TypeBatch = "batch"
@@ -63,6 +69,9 @@ type Item struct {
 	Timestamp      int64           `json:"timestamp"` // milliseconds since the epoch
 	Attempt        int             `json:"attempt"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	// State is the key's state, the JSON value the action last staged for it; nil (never
+	// null) when the key has none, which leaves "state" out of the line.
+	State json.RawMessage `json:"state,omitempty"`
 	// Trace is the W3C trace context of the attempt, sent as "traceparent" naming its SpanID
 	// (none when zero); Tracestate, the input's tracestate, is sent as "tracestate" beside it.
 	Trace      TraceContext `json:"-"`
@@ -77,6 +86,19 @@ type Emit struct {
 	KeyBase64 string          `json:"keyBase64,omitempty"`
 	Payload   json.RawMessage `json:"payload"`
 	Headers   []Header        `json:"headers,omitempty"`
+}
+
+// StagedState is the state a delivery staged with its last state message: Value is the JSON
+// the action wrote, nil when it deleted the state (wrote null).
+type StagedState struct {
+	Value json.RawMessage
+}
+
+// StateInlet is what hello says of one inlet whose items keep state: its TTL as a Go duration
+// ("" when states never expire) and the most bytes one state may be.
+type StateInlet struct {
+	TTL      string `json:"ttl,omitempty"`
+	MaxBytes int    `json:"maxBytes"`
 }
 
 // Metric is a custom measurement an action recorded with an attempt.
@@ -103,6 +125,12 @@ type Message struct {
 	// it reads and writes batch envelopes.
 	Window int  `json:"window,omitempty"`
 	Batch  bool `json:"batch,omitempty"`
+
+	// state, raw as given. item: the key's state (nil: none). state: the new state, null to
+	// delete it; nil when the message has no "state" member, which is not the same. ready:
+	// true when the action keeps state (DeclaresState). hello: one StateInlet per inlet that
+	// keeps state, by inlet (HelloState).
+	State json.RawMessage `json:"state,omitempty"`
 
 	// batch: the envelope's messages, the raw JSON array as given (SplitBatch reads a line's
 	// messages without copying them).
@@ -140,4 +168,20 @@ type Message struct {
 
 	// abstain
 	Reason string `json:"reason,omitempty"`
+}
+
+// DeclaresState reports whether a ready message declares "state": true.
+func (m *Message) DeclaresState() bool { return string(bytes.TrimSpace(m.State)) == "true" }
+
+// HelloState decodes a hello's "state": the inlets whose items keep state; nil when it has
+// none.
+func (m *Message) HelloState() (map[string]StateInlet, error) {
+	if len(m.State) == 0 {
+		return nil, nil
+	}
+	var s map[string]StateInlet
+	if err := json.Unmarshal(m.State, &s); err != nil {
+		return nil, fmt.Errorf("hello's \"state\" is not an object of inlets ({\"PORT\":{\"maxBytes\":N}}): %w", err)
+	}
+	return s, nil
 }

@@ -209,8 +209,8 @@ func validNumber(b []byte, i int) int {
 	return j
 }
 
-// fastAt recognises at b[i] an answer in one of FastAnswer's two shapes and returns where it
-// ends; ok is false for anything else.
+// fastAt recognises at b[i] an answer in one of FastAnswer's three shapes and returns where
+// it ends; ok is false for anything else.
 func fastAt(b []byte, i int) (typ string, delivery, key, payload []byte, hasKey bool, end int, ok bool) {
 	const donePrefix, emitPrefix = `{"type":"done","delivery":"`, `{"type":"emit","delivery":"`
 	rest := b[i:]
@@ -226,7 +226,22 @@ func fastAt(b []byte, i int) (typ string, delivery, key, payload []byte, hasKey 
 		return TypeDone, id, nil, nil, false, len(b) - len(after) + 1, true
 	case emitPrefix:
 	default:
-		return "", nil, nil, nil, false, 0, false
+		if !bytes.HasPrefix(rest, []byte(statePrefix)) {
+			return "", nil, nil, nil, false, 0, false
+		}
+		id, after, ok := plainString(rest[len(statePrefix):])
+		if !ok || !bytes.HasPrefix(after, []byte(`,"state":`)) {
+			return "", nil, nil, nil, false, 0, false
+		}
+		start := skipSpace(b, len(b)-len(after)+len(`,"state":`))
+		stop := validEnd(b, start)
+		if stop < 0 {
+			return "", nil, nil, nil, false, 0, false
+		}
+		if end = skipSpace(b, stop); end >= len(b) || b[end] != '}' {
+			return "", nil, nil, nil, false, 0, false
+		}
+		return TypeState, id, nil, b[start:stop], false, end + 1, true
 	}
 	id, rest, ok := plainString(rest[len(emitPrefix):])
 	if !ok {

@@ -26,6 +26,7 @@ const (
 	RuleUndeclaredOutlet Rule = "undeclared-outlet"  // an emit to an outlet the action config does not declare
 	RuleMalformedBatch   Rule = "malformed-batch"    // a batch envelope that breaks its rules
 	RuleUndeclaredBatch  Rule = "undeclared-batch"   // an envelope from an action whose ready did not declare "batch": true
+	RuleUndeclaredState  Rule = "undeclared-state"   // a state message from an action whose ready did not declare "state": true
 )
 
 // Fix says, in a sentence for the action's author, how to mend a line that breaks r.
@@ -46,15 +47,17 @@ func (r Rule) Fix() string {
 	case RuleBadField:
 		return `give each field the JSON type docs/protocol.md says ("type", "delivery", "message" strings, "retryable" a boolean)`
 	case RuleNoType, RuleUnknownType:
-		return `give every message a "type": ready, then emit, metric, done, error or abstain`
+		return `give every message a "type": ready, then emit, metric, state, done, error or abstain`
 	case RuleUnexpected:
-		return "answer hello with one ready, then send only emit, metric, done, error or abstain"
+		return "answer hello with one ready, then send only emit, metric, state, done, error or abstain"
 	case RuleNotInFlight:
 		return `answer each delivery exactly once, copying "delivery" from its item, and write nothing between deliveries`
 	case RuleMalformedBatch:
-		return `write an envelope as {"type":"batch","messages":[…]} holding emit, metric, done, error and abstain objects only, or one message per line`
+		return `write an envelope as {"type":"batch","messages":[…]} holding emit, metric, state, done, error and abstain objects only, or one message per line`
 	case RuleUndeclaredBatch:
 		return `declare "batch": true in the ready line to answer in envelopes, or write one message per line`
+	case RuleUndeclaredState:
+		return `declare "state": true in the ready line to stage state (and read item.state), or send no state messages`
 	case RuleUndeclaredOutlet:
 		return "emit to a declared outlet, or declare it with --out PORT=SCHEMA on the config line"
 	}

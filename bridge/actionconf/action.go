@@ -48,10 +48,14 @@ var defaults = Action{
 	Retries:      3,
 }
 
-// Port is one inlet or outlet of an action: its name and the schema name of its JSON contract.
+// Port is one inlet or outlet of an action: its name and the schema name of its JSON contract,
+// and, when its values or keys are registry-encoded on Kafka (--decode, --encode), how. The
+// descriptor's contract is the program's side, JSON, either way.
 type Port struct {
 	Name   string
 	Schema string
+	Value  Encoding // of the record values; the zero Encoding is plain JSON
+	Key    Encoding // of the record keys, likewise
 }
 
 // Param is one config parameter of an action. Default is "" when the parameter has none and is
@@ -213,6 +217,7 @@ func (a *Action) Line() string {
 		}
 		w = append(w, "--param", s)
 	}
+	w = append(w, a.encodingWords()...)
 	if a.Concurrency != defaults.Concurrency {
 		w = append(w, "--concurrency", strconv.Itoa(a.Concurrency))
 	}

@@ -63,6 +63,9 @@ func typeName(t flowv1.ConfigType) string {
 //
 //	NAME [--in PORT=SCHEMA]… [--out PORT=SCHEMA]… [--param KEY:TYPE[=DEFAULT]]… [FLAG…] -- COMMAND [ARG…]
 //
+// A registry-encoded port adds --decode (an inlet) or --encode (an outlet)
+// PORT[.key]=FORMAT[:RECORD][,OPTION…] (see [Encoding]).
+//
 // A flag's value is the next word or follows an = (--retries=5). Every mistake is a
 // *lineError naming the word and what was expected. The result's descriptor is accepted by
 // protocol.Validate.
@@ -179,6 +182,7 @@ func (p *lineParser) parse() (*Action, error) {
 	a.Name = name
 	ports := map[string]int{} // port name → word index, unique across inlets and outlets
 	deadLetterAt, fallbackAt := -1, -1
+	var codecs []codecFlag
 	for p.i = 1; p.i < len(p.words); p.i++ {
 		w := p.words[p.i]
 		if w == "--" {
@@ -213,6 +217,16 @@ func (p *lineParser) parse() (*Action, error) {
 			} else {
 				a.Outlets = append(a.Outlets, Port{Name: port, Schema: schema})
 			}
+		case "--decode", "--encode":
+			v, at, err := p.value(flag, encodingForm)
+			if err != nil {
+				return nil, err
+			}
+			f, err := p.parseCodecFlag(flag, v, at)
+			if err != nil {
+				return nil, err
+			}
+			codecs = append(codecs, f)
 		case "--param":
 			v, at, err := p.value(flag, "KEY:TYPE[=DEFAULT] (e.g. --param min-rooms:integer=2)")
 			if err != nil {
@@ -343,7 +357,7 @@ func (p *lineParser) parse() (*Action, error) {
 			a.Metrics = v
 		default:
 			if strings.HasPrefix(w, "-") {
-				return nil, p.errAt(p.i, "unknown flag; expected one of --in, --out, --param, --concurrency, --per-item, --timeout, --ready-timeout, --window, --retries, --dead-letter, --fallback, --effects, --description, --metrics, or -- before the command")
+				return nil, p.errAt(p.i, "unknown flag; expected one of --in, --out, --decode, --encode, --param, --concurrency, --per-item, --timeout, --ready-timeout, --window, --retries, --dead-letter, --fallback, --effects, --description, --metrics, or -- before the command")
 			}
 			return nil, p.errAt(p.i, "expected a flag or -- before the command (write -- %s if this is the program)", w)
 		}
@@ -359,6 +373,9 @@ func (p *lineParser) parse() (*Action, error) {
 	}
 	if a.Fallback != "" && !a.hasOutlet(a.Fallback) {
 		return nil, p.errAt(fallbackAt, "--fallback names no outlet: declare it with --out %s=SCHEMA, or name one of %s", a.Fallback, portList(a.Outlets))
+	}
+	if err := p.resolveCodecs(a, codecs); err != nil {
+		return nil, err
 	}
 	if a.PerItem && a.Window > 1 {
 		return nil, p.errAt(p.seen["--window"], "--window has no use with --per-item (one process per item); remove one of them")

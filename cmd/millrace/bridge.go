@@ -53,6 +53,10 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 2, msg: err.Error()}
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	registry, err := bridge.RegistryFor(cfg.SchemaRegistry, a, logger) // nil unless the line has --decode/--encode
+	if err != nil {
+		return &exitError{code: 2, msg: err.Error()}
+	}
 	var tracer *bridge.Tracer
 	if cfg.ExportSpans {
 		if tracer, err = bridge.NewTracer(ctx, a.Name, Version(), logger); err != nil {
@@ -67,6 +71,7 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 		Budget:  engine.NewBudget(cfg.MaxHeldBytes),
 
 		ReplayGeneration: cfg.ReplayGeneration,
+		Registry:         registry,
 	}, nil)
 }
 
@@ -79,6 +84,8 @@ var configLineFlags = []struct {
 }{
 	{"--in PORT=SCHEMA", "an inlet (at least one)", nil},
 	{"--out PORT=SCHEMA", "an outlet", nil},
+	{"--decode PORT[.key]=FORMAT[:RECORD][,OPTION…]", "the inlet's values (keys) are registry-encoded: FORMAT avro, protobuf or jsonschema; options strategy=topic|record|topic-record, subject=NAME (docs/encoded-topics.md)", func(*actionconf.Action) string { return "plain JSON" }},
+	{"--encode PORT[.key]=FORMAT[:RECORD][,OPTION…]", "the outlet's values (keys) are encoded with the subject's latest schema, or version=N, or id=N", func(*actionconf.Action) string { return "plain JSON" }},
 	{"--param KEY:TYPE[=DEFAULT]", "a config parameter: TYPE string, integer, double, boolean, duration or memory-size; no default: required at deploy time", nil},
 	{"--concurrency N", "processes of the program", func(a *actionconf.Action) string { return strconv.Itoa(a.Concurrency) }},
 	{"--per-item", "a fresh process for every item", func(*actionconf.Action) string { return "off" }},

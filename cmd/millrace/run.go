@@ -20,7 +20,7 @@ import (
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [--exactly-once] [-v]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [--exactly-once] [--schema PORT[.key]=FILE]… [-v]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
@@ -32,6 +32,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
 	exactlyOnce := fs.Bool("exactly-once", false, "run the sidecars with FLOW_DELIVERY=exactly-once: each commit round one Kafka transaction")
 	set := keyValues{}
+	schemas := schemaFiles{}
+	fs.Var(schemas, "schema", "PORT[.key]=FILE: the schema of an encoded port (--decode/--encode), .avsc, .proto or .json (repeatable; default: the action directory's schemas/PORT.EXT); the run starts an embedded schema registry")
 	fs.Var(set, "set", "KEY=VALUE: a deploy-time config value of the action (repeatable; in a pipeline file, --set goes on the streamlet's line)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -72,7 +74,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	opts := local.Options{
 		Bare: *bare, Follow: *follow, DataDir: *data, Partitions: *partitions, StallAfter: *stall,
 		Out: e.stdout, Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})),
-		Version: Version(), Getenv: e.getenv, ExactlyOnce: *exactlyOnce,
+		Version: Version(), Getenv: e.getenv, ExactlyOnce: *exactlyOnce, Schemas: schemas,
 	}
 	if *metrics != "" {
 		lis, err := net.Listen("tcp", *metrics)
@@ -171,3 +173,10 @@ func (p progressWriter) Write(b []byte) (int, error) {
 	defer p.t.mu.Unlock()
 	return p.t.w.Write(b)
 }
+
+// schemaFiles are the --schema flags of millrace run.
+type schemaFiles map[string]string
+
+func (s schemaFiles) String() string { return "" }
+
+func (s schemaFiles) Set(v string) error { return local.ParseSchemaFlag(s, v) }

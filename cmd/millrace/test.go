@@ -4,20 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/local"
 )
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the
 // protocol checks.
 func runTest(ctx context.Context, e *env, args []string) (err error) {
-	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D] [--set KEY=VALUE]…")
+	fs := newFlagSet(e, "test", "action DIR|LINE [--conformance] [--update] [--json] [--timeout D] [--set KEY=VALUE]… [--schema PORT[.key]=FILE]…")
 	conf := fs.Bool("conformance", false, "check the program against the action protocol instead of running the fixtures")
 	update := fs.Bool("update", false, "rewrite fixtures/NAME.out.jsonl with the answers the action gives")
 	asJSON := fs.Bool("json", false, "print a machine-readable report on stdout")
 	timeout := fs.Duration("timeout", 0, "how long an item may take to be answered (default: the action's --timeout; with --conformance the kit waits at most 10s, or this)")
+	schemas := schemaFiles{}
+	fs.Var(schemas, "schema", "PORT[.key]=FILE: the schema of an encoded port (--decode/--encode) the fixtures' payloads pass through (repeatable; default: the action directory's schemas/PORT.EXT)")
 	set := keyValues{}
 	fs.Var(set, "set", "KEY=VALUE: a config value for hello instead of the parameter's default (repeatable); fixtures with NAME.config.json still use theirs")
 	pos, err := parseInterleaved(fs, args)
@@ -78,7 +82,13 @@ func runTest(ctx context.Context, e *env, args []string) (err error) {
 		}
 		return err
 	}
-	rep, err := conformance.RunFixtures(ctx, ca, conformance.FixtureOptions{Update: *update})
+	// encoded ports: the fixtures' payloads pass through their schemas, as the bridge passes them
+	roundTrip, stopRegistry, err := local.FixtureRoundTrip(a, schemas, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer stopRegistry()
+	rep, err := conformance.RunFixtures(ctx, ca, conformance.FixtureOptions{Update: *update, RoundTrip: roundTrip})
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ var behaviours = []struct {
 
 // child runs the behaviour named by its argument as an action on stdin/stdout.
 func child(b string) int {
+	if strings.HasPrefix(b, "state-") {
+		return stateChild(b)
+	}
 	out := bufio.NewWriter(os.Stdout)
 	var collect *[]any // answers gathered for one envelope
 	flushEnvelope := func(key string) {

@@ -63,6 +63,10 @@ type Action struct {
 	Env           []string        // extra environment, "K=V"
 	Config        json.RawMessage // hello's config: every declared parameter resolved ({} when none)
 	ShutdownGrace time.Duration   // shutdown → exit (default the engine's, 5s)
+	// State holds the inlets whose items keep state per key, with their limits (nil: none).
+	// The action line's --state will fill it; until the sidecar keeps state, it is set only
+	// by callers of this package (see docs/state.md, slice 1).
+	State map[string]engine.StateLimits
 }
 
 func (a *Action) defaults() {
@@ -180,6 +184,8 @@ type Options struct {
 type Input struct {
 	Item   stdio.Item
 	Source string
+
+	stateSet bool // the fixture line gives "state", which Item.State holds (nil: null, none)
 }
 
 // The checks, in the order they are reported.
@@ -196,6 +202,7 @@ const (
 	checkLarge       = "large-payload"
 	checkBurst       = "burst"
 	checkBatch       = "batch"
+	checkState       = "state"
 	checkStderr      = "stderr"
 	checkShutdown    = "shutdown"
 )
@@ -214,6 +221,7 @@ var checkList = []struct{ Name, Rule string }{
 	{checkLarge, "a 1 MiB payload is read and answered"},
 	{checkBurst, "items written at once are all answered, in order"},
 	{checkBatch, "declaring \"batch\": true in ready, items in envelopes, on lines of their own and in an envelope at the 8 MiB line limit are all answered"},
+	{checkState, "declaring \"state\": true in ready, items with a state of every JSON type and with none are answered; each state message names a delivery in flight, carries \"state\" and comes before its answer; a key fed its own state three times is answered; no state for a keyless item nor over the limit hello names"},
 	{checkStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
 	{checkShutdown, "exits with status 0 on shutdown, within the grace period"},
 }

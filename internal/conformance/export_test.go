@@ -14,6 +14,7 @@ const (
 	CheckLarge       = checkLarge
 	CheckBurst       = checkBurst
 	CheckBatch       = checkBatch
+	CheckState       = checkState
 	CheckStderr      = checkStderr
 	CheckShutdown    = checkShutdown
 

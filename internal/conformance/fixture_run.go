@@ -22,6 +22,16 @@ type FixtureOptions struct {
 	// Update rewrites every NAME.out.jsonl with the answers the action gave, instead of
 	// comparing, each error's message and abstain's reason with it.
 	Update bool
+	// RoundTrip, when set, passes the payloads and keys of registry-encoded ports (--decode,
+	// --encode) through their encoding and back, as production does around the program: each
+	// item's payload and key on its inlet before the program sees it, each emit's on its
+	// outlet before it is compared. key says data is a key (its JSON text, as "key" carries
+	// an encoded key), else a payload. It returns the JSON after the round trip, or the port's
+	// error: an input that does not fit fails its fixture file, naming the line; an emit that
+	// does not fit makes the item's answer the non-retryable error production gives it. Plain
+	// ports (and plain keys) are left alone: it returns data as it is. Fixtures stay JSON
+	// either way.
+	RoundTrip func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error)
 }
 
 // FixtureReport is the result of RunFixtures.
@@ -58,6 +68,9 @@ type answer struct {
 	Message   string    `json:"message,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	Emits     []emitOut `json:"emits,omitempty"`
+	// State is, for an item of an inlet that keeps state, its key's state after it: what it
+	// staged when done, else what it saw; null when none. Nil (left out) for other inlets.
+	State json.RawMessage `json:"state,omitempty"`
 }
 
 type emitOut struct {
@@ -114,6 +127,7 @@ func fixtureConfig(a *Action, config json.RawMessage) engine.Config {
 	cfg.Concurrency, cfg.Retries = 1, 0
 	cfg.ReadyTimeout = 2*cmp.Or(a.ReadyTimeout, engine.DefaultReadyTimeout) + 5*time.Second
 	cfg.Hello = stdio.Hello{Action: a.Name, Version: a.Version, Config: config, Vars: a.vars()}
+	cfg.State = a.State
 	return cfg
 }
 
@@ -142,7 +156,15 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 		_ = pool.Close(cctx, true)
 	}()
 	var got []*answer
+	states := fixtureStates{}
 	for _, in := range inputs {
+		states.read(a, &in)
+		if opts.RoundTrip != nil {
+			if fault := roundTripInput(ctx, opts.RoundTrip, &in.Item); fault != "" {
+				res.Error = fmt.Sprintf("%s: %s", in.Source, fault)
+				return res, nil
+			}
+		}
 		r, err := submitOne(ctx, pool, in.Item)
 		if err != nil {
 			return res, err
@@ -152,6 +174,13 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 			res.Error = fmt.Sprintf("%s: %s", in.Source, fault)
 			return res, nil
 		}
+		if opts.RoundTrip != nil {
+			if rt := roundTripEmits(ctx, opts.RoundTrip, ans); rt != ans {
+				r.State = nil // an emit does not fit: the record fails, and nothing it staged applies
+				ans = rt
+			}
+		}
+		ans.State = states.after(a, &in.Item, r)
 		got = append(got, ans)
 	}
 	res.Elapsed = time.Since(t0)
@@ -258,6 +287,8 @@ func toAnswer(a *Action, r engine.Result) (*answer, string) {
 		return &answer{Outcome: stdio.TypeError, Retryable: &retryable, Message: act.Message}, ""
 	case errors.As(r.Err, &pe):
 		return nil, "no answer: the action broke the protocol " + violation(pe) + stopped
+	case errors.Is(r.Err, engine.ErrState):
+		return nil, fmt.Sprintf("the action staged a state production cannot keep: %v (production fails such a record for good)", r.Err)
 	case errors.Is(r.Err, engine.ErrTimeout):
 		return nil, fmt.Sprintf("no answer: %v; answer every item, end each line with \\n, %s", r.Err, streamHint)
 	}
@@ -322,4 +353,99 @@ func (rep *FixtureReport) differs() bool {
 		}
 	}
 	return false
+}
+
+// fixtureStates is the state a fixture file keeps per key across its lines, as production
+// does: applied when an item is done, nothing of a failure.
+type fixtureStates map[string]json.RawMessage
+
+func stateKey(it *stdio.Item) (string, bool) {
+	switch {
+	case it.Key != nil:
+		return it.Inlet + "\x00" + *it.Key, true
+	case it.KeyBase64 != "":
+		return it.Inlet + "\x00\x00" + it.KeyBase64, true
+	}
+	return "", false
+}
+
+// read gives in's item the state it sees: the line's own, else what the file kept.
+func (s fixtureStates) read(a *Action, in *Input) {
+	k, keyed := stateKey(&in.Item)
+	if _, ok := a.State[in.Item.Inlet]; !ok || !keyed {
+		in.Item.State = nil
+		return
+	}
+	if in.stateSet {
+		s[k] = in.Item.State
+		return
+	}
+	in.Item.State = s[k]
+}
+
+// after records what r staged and returns the item's state after it, null when none; nil for
+// an item of an inlet that keeps no state.
+func (s fixtureStates) after(a *Action, it *stdio.Item, r engine.Result) json.RawMessage {
+	if _, ok := a.State[it.Inlet]; !ok {
+		return nil
+	}
+	k, keyed := stateKey(it)
+	if keyed && r.Outcome == engine.Done && r.State != nil {
+		s[k] = r.State.Value
+	}
+	if v := s[k]; keyed && v != nil {
+		return v
+	}
+	return json.RawMessage("null")
+}
+
+// roundTripFunc is FixtureOptions.RoundTrip.
+type roundTripFunc = func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error)
+
+// roundTripInput passes item's payload and key through its inlet's encoding
+// (FixtureOptions.RoundTrip), in place; it returns why the fixture's line does not fit, or "".
+func roundTripInput(ctx context.Context, rt roundTripFunc, item *stdio.Item) string {
+	p, err := rt(ctx, item.Inlet, true, false, item.Payload)
+	if err != nil {
+		return fmt.Sprintf("the payload does not fit inlet %s's schema: %v; fix the fixture's payload", item.Inlet, err)
+	}
+	item.Payload = p
+	if item.Key == nil {
+		return ""
+	}
+	k, err := rt(ctx, item.Inlet, true, true, json.RawMessage(*item.Key))
+	if err != nil {
+		return fmt.Sprintf("the key does not fit the schema of inlet %s's keys: %v; fix the fixture's key (an encoded key is its JSON text: \"key\": \"\\\"k1\\\"\" for an Avro string)", item.Inlet, err)
+	}
+	s := string(k)
+	item.Key = &s
+	return ""
+}
+
+// roundTripEmits passes ans's emits, payloads and keys, through their outlets' encoding
+// (FixtureOptions.RoundTrip); an emit that does not fit turns the answer into the
+// non-retryable error production gives the record.
+func roundTripEmits(ctx context.Context, rt roundTripFunc, ans *answer) *answer {
+	misfit := func(i int, outlet, what string, err error) *answer {
+		no := false
+		return &answer{Outcome: stdio.TypeError, Retryable: &no, Message: fmt.Sprintf("emit %d to outlet %q does not fit its %s: %v", i+1, outlet, what, err)}
+	}
+	for i := range ans.Emits {
+		e := &ans.Emits[i]
+		p, err := rt(ctx, e.Outlet, false, false, e.Payload)
+		if err != nil {
+			return misfit(i, e.Outlet, "schema", err)
+		}
+		e.Payload = p
+		if e.Key == nil {
+			continue
+		}
+		k, err := rt(ctx, e.Outlet, false, true, json.RawMessage(*e.Key))
+		if err != nil {
+			return misfit(i, e.Outlet, "keys' schema", err)
+		}
+		s := string(k)
+		e.Key = &s
+	}
+	return ans
 }

@@ -47,6 +47,9 @@ type inLine struct {
 	Partition *int32          `json:"partition"`
 	Offset    *int64          `json:"offset"`
 	Timestamp *int64          `json:"timestamp"`
+	// State is the state the item sees, overriding what the file kept so far: nil when the
+	// line has none, "null" for no state.
+	State json.RawMessage `json:"state"`
 }
 
 // LoadFixtures reads every fixtures/*.in.jsonl under dir, sorted by name. No fixtures folder
@@ -142,7 +145,10 @@ func (f *Fixture) Inputs(a *Action) []Input {
 			it.ID = *l.ID
 		}
 		it.IdempotencyKey = a.idempotencyKey(&it)
-		in = append(in, Input{Item: it, Source: fmt.Sprintf("%s:%d", filepath.Join("fixtures", filepath.Base(f.In)), l.line)})
+		if l.State != nil && string(bytes.TrimSpace(l.State)) != "null" {
+			it.State = bytes.TrimSpace(l.State)
+		}
+		in = append(in, Input{Item: it, Source: fmt.Sprintf("%s:%d", filepath.Join("fixtures", filepath.Base(f.In)), l.line), stateSet: l.State != nil})
 	}
 	return in
 }

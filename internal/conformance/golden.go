@@ -71,7 +71,7 @@ func marshal(v any) ([]byte, error) {
 }
 
 var (
-	answerFields = []string{"outcome", "emits", "retryable", "message", "reason"}
+	answerFields = []string{"outcome", "emits", "retryable", "message", "reason", "state"}
 	emitFields   = []string{"outlet", "key", "keyBase64", "payload", "headers"}
 )
 
@@ -101,7 +101,7 @@ func compareAnswer(a *Action, wantRaw json.RawMessage, got *answer) []string {
 		}
 		return append(p, fmt.Sprintf("outcome: want %s, got %s%s", show(want["outcome"]), got.Outcome, extra))
 	}
-	for _, k := range []string{"retryable", "message", "reason"} {
+	for _, k := range []string{"retryable", "message", "reason", "state"} {
 		if w, ok := want[k]; ok {
 			diff(k, w, gotV[k], &p)
 		}

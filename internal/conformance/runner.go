@@ -58,6 +58,7 @@ type runner struct {
 
 	main        map[int]string // outcome of each input in the main conversation
 	mainCounts  map[string]int
+	mainState   bool          // the main conversation's ready declared "state": true
 	mainItems   int           // answered in the main conversation
 	mainLatency time.Duration // their answer times, summed
 }
@@ -235,7 +236,7 @@ func (r *runner) run() error {
 	steps := []struct {
 		check string
 		run   func()
-	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}}
+	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}, {checkState, r.stateCheck}}
 	prev := checkAnswers
 	for _, step := range steps {
 		r.turns[step.check], r.previous[step.check] = make(chan struct{}), prev
@@ -303,6 +304,7 @@ func (r *runner) mainConversation() {
 	if s.cause == checkFraming {
 		r.blocked = checkFraming // every conversation would end on the same unreadable line
 	}
+	r.mainState = s.state
 	close(r.mainDone)
 	s.shutdown()
 	r.passed(checkAnswers, fmt.Sprintf("%s answered exactly once (%s)", plural(len(r.main), "item", "items"), counts(r.mainCounts)), time.Since(t0))

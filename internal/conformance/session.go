@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // delivery is one item written to a process and what it answered.
@@ -18,6 +19,7 @@ type delivery struct {
 	latency time.Duration
 	text    bool // the item carries non-ASCII text, so an answer that is not UTF-8 broke it
 	emits   []stdio.Message
+	states  []stdio.Message // its state messages, in order
 	metrics int
 	answer  *stdio.Message // done, error or abstain
 }
@@ -48,12 +50,20 @@ type session struct {
 	cause      string      // the check charged when it broke
 	batch      bool        // the process declared "batch": true in ready
 	seq        int
+
+	hState json.RawMessage // hello's "state": the inlets that keep state (nil: none)
+	state  bool            // the process declared "state": true in ready
 }
 
 // open starts a process and says hello, with helloExtra spliced in (then items get unknown
 // keys too); a session that got no ready is broken, its owner charged.
 func (r *runner) open(owner string, cfg json.RawMessage, helloExtra string) *session {
-	s := &session{r: r, owner: owner, cfg: cfg, helloExtra: helloExtra, inflight: map[string]*delivery{}, answered: map[string]*delivery{}, started: time.Now()}
+	return r.openState(owner, cfg, helloExtra, r.a.State)
+}
+
+// openState is open with hello naming inlets as the inlets that keep state.
+func (r *runner) openState(owner string, cfg json.RawMessage, helloExtra string, inlets map[string]engine.StateLimits) *session {
+	s := &session{r: r, owner: owner, cfg: cfg, helloExtra: helloExtra, inflight: map[string]*delivery{}, answered: map[string]*delivery{}, started: time.Now(), hState: helloState(inlets)}
 	s.start()
 	return s
 }
@@ -70,7 +80,7 @@ func (s *session) start() {
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	s.p, s.count = p, 0
-	hello := stdio.Message{Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: r.a.Name, Version: r.a.Version, Config: s.cfg, Vars: r.a.vars()}
+	hello := stdio.Message{Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: r.a.Name, Version: r.a.Version, Config: s.cfg, Vars: r.a.vars(), State: s.hState}
 	line := stdio.AppendMessage(nil, &hello)
 	if s.helloExtra != "" {
 		line = splice(line, s.helloExtra)
@@ -96,6 +106,7 @@ func (s *session) start() {
 			if ev.kind == evMessage && ev.msg.Type == stdio.TypeReady {
 				s.observe(ev)
 				s.batch = ev.msg.Batch
+				s.state = ev.msg.DeclaresState()
 				s.readyIn = ev.at.Sub(t0)
 				r.mu.Lock()
 				r.readyTimes = append(r.readyTimes, s.readyIn)
@@ -472,8 +483,11 @@ func (s *session) handle(ev event) {
 		r.fail(checkSilence, "a second ready, after the first: say ready once, after hello")
 		return
 	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown:
-		r.fail(checkFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, done, error or abstain", m.Type))
+		r.fail(checkFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, state, done, error or abstain", m.Type))
 		return
+	}
+	if m.Type == stdio.TypeState {
+		s.stateMessage(&m, ev.raw)
 	}
 	terminal := m.Type == stdio.TypeDone || m.Type == stdio.TypeError || m.Type == stdio.TypeAbstain
 	if m.Delivery == "" {
@@ -486,9 +500,12 @@ func (s *session) handle(ev event) {
 	}
 	if d, ok := s.inflight[m.Delivery]; ok {
 		if !terminal {
-			if m.Type == stdio.TypeEmit {
+			switch m.Type {
+			case stdio.TypeEmit:
 				d.emits = append(d.emits, m)
-			} else {
+			case stdio.TypeState:
+				d.states = append(d.states, m)
+			default:
 				d.metrics++
 			}
 			return
@@ -502,14 +519,21 @@ func (s *session) handle(ev event) {
 		return
 	}
 	if d, ok := s.answered[m.Delivery]; ok {
-		if terminal {
+		switch {
+		case terminal:
 			r.fail(checkAnswers, fmt.Sprintf("delivery %s answered twice (%s, then %s): answer each delivery exactly once", m.Delivery, d.answer.Type, m.Type))
-		} else {
+		case m.Type == stdio.TypeState:
+			r.fail(checkState, fmt.Sprintf("a state for delivery %s after it was answered %s: write the state message before the answer (the engine refuses it after)", m.Delivery, d.answer.Type))
+		default:
 			r.fail(checkSilence, fmt.Sprintf("a %s for delivery %s after it was answered %s: write everything of a delivery before its answer", m.Type, m.Delivery, d.answer.Type))
 		}
 		return
 	}
-	r.fail(checkAnswers, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
+	check := checkAnswers
+	if m.Type == stdio.TypeState {
+		check = checkState // the state row: a state names a delivery in flight
+	}
+	r.fail(check, fmt.Sprintf("a %s for delivery %q, which was never given: copy \"delivery\" from the item", m.Type, m.Delivery))
 }
 
 // splice inserts extra (",\"k\":v…") before the closing brace of a protocol line.
@@ -526,7 +550,7 @@ func appendItem(dst []byte, it *stdio.Item) []byte {
 		Type: stdio.TypeItem, Delivery: it.Delivery, ID: it.ID, Run: it.Run, Key: it.Key,
 		KeyBase64: it.KeyBase64, Payload: it.Payload, Headers: it.Headers, Inlet: it.Inlet,
 		Topic: it.Topic, Partition: it.Partition, Offset: it.Offset, Timestamp: it.Timestamp,
-		Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey,
+		Attempt: it.Attempt, IdempotencyKey: it.IdempotencyKey, State: it.State,
 	}
 	return stdio.AppendMessage(dst, &m)
 }

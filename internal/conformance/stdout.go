@@ -207,7 +207,7 @@ func (p *proc) envelope(line []byte, at time.Time) {
 		}
 		switch m.Type {
 		case stdio.TypeHello, stdio.TypeReady, stdio.TypeItem, stdio.TypeShutdown:
-			return fmt.Errorf("%w: %w: a %q message inside an envelope (an action's envelope holds emit, metric, done, error and abstain): %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, m.Type, quote(msg))
+			return fmt.Errorf("%w: %w: a %q message inside an envelope (an action's envelope holds emit, metric, state, done, error and abstain): %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, m.Type, quote(msg))
 		}
 		msgs = append(msgs, event{kind: evMessage, at: at, msg: m, raw: bytes.Clone(msg)})
 		return nil
@@ -221,7 +221,7 @@ func (p *proc) envelope(line []byte, at time.Time) {
 }
 
 // envelopeHint is the way out for a malformed envelope.
-const envelopeHint = `write an envelope as {"type":"batch","messages":[…]}, holding emit, metric, done, error and abstain messages, each as it would be on its own line`
+const envelopeHint = `write an envelope as {"type":"batch","messages":[…]}, holding emit, metric, state, done, error and abstain messages, each as it would be on its own line`
 
 // jsonPrefix reports whether text is the start of a JSON value that more lines could complete
 // (a pretty-printed object's first lines), rather than JSON already broken.

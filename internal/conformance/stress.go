@@ -21,6 +21,9 @@ func padding(n int) string {
 		b.WriteString(unit)
 	}
 	s := b.String()
+	if n >= len(s) { // the units ended exactly at n
+		return s
+	}
 	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--

@@ -123,6 +123,9 @@ func (r *runner) produceInput(ctx context.Context, done chan<- struct{}) {
 			continue
 		}
 		rec, rerr := parseRecord(line, r.opts.Bare, n, r.p.Input)
+		if rerr == nil {
+			rerr = r.lr.encodeInput(ctx, rec, n)
+		}
 		if rerr != nil {
 			finish(rerr)
 			return

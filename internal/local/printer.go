@@ -55,6 +55,7 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 					return
 				}
 				who := r.outlets[rec.Topic]
+				r.lr.decodeOutput(ctx, rec)
 				line := outputLine(rec, who, several)
 				w.Write(line)
 				w.WriteByte('\n')

@@ -60,6 +60,10 @@ type Options struct {
 	// BrokerStarted, when set, is called with the in-process broker's addresses once it listens
 	// (never with Brokers), so that the caller can say where other tools (millrace replay) find it.
 	BrokerStarted func(addrs []string)
+	// Schemas are the schema files of encoded ports (--decode, --encode) by PORT or PORT.key,
+	// over the action directory's schemas/PORT.EXT (millrace run --schema). A run with an
+	// encoded port starts an embedded schema registry with them.
+	Schemas map[string]string
 }
 
 // runner is one Run.
@@ -82,6 +86,7 @@ type runner struct {
 	inputEOF bool
 
 	streamlets []*running
+	lr         *localRegistry // the embedded schema registry; nil without encoded ports
 }
 
 // Run runs the pipeline: it starts the broker (unless opts.Brokers names one), creates the
@@ -114,6 +119,12 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 		defer opts.Metrics.Close() // also when Run fails before serving it
 	}
 	r := &runner{p: p, opts: opts, log: opts.Logger, start: time.Now(), outlets: map[string]outletName{}, out: map[string]int{}, pos: map[string]map[int32]int64{}}
+	lr, err := startRegistry(p, opts.Schemas, opts.Logger.With("part", "schema-registry"))
+	if err != nil {
+		return nil, err
+	}
+	defer lr.close()
+	r.lr = lr
 	for _, s := range p.Streamlets {
 		for _, o := range s.Action.Outlets {
 			r.outlets[s.Bindings[o.Name]] = outletName{s.Action.Name, o.Name}

@@ -84,7 +84,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 		}
 	}
 	events := func(e bridge.Event) { st.faults.event(context.WithoutCancel(ctx), e) }
-	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events})
+	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events, Registry: r.lr.registryOf(s)})
 	if err != nil {
 		_ = tracer.Shutdown(ctx)
 		return nil, err

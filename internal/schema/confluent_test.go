@@ -29,7 +29,8 @@ func python(t *testing.T, args ...string) {
 // TestConfluentPython: what confluent-kafka-python's AvroSerializer, ProtobufSerializer and
 // JSONSerializer write against the registry decodes to the documented JSON; what Encode makes
 // of that JSON, their deserializers read back as the value produced (for the evolved Avro
-// record: as the pinned newer schema's value). It needs python3 with confluent-kafka and
+// record: as the pinned newer schema's value). It runs against the real registry
+// MILLRACE_SCHEMA_REGISTRY_TEST_URL names, if set, else srfake. It needs python3 with confluent-kafka and
 // protoc, which scripts/setup installs; without them it fails, saying so.
 func TestConfluentPython(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -51,8 +52,8 @@ func TestConfluentPython(t *testing.T) {
 		t.Fatalf("protoc: %v\n%s", err, out)
 	}
 
-	f := newFake(t, schema.Settings{})
-	python(t, "testdata/confluent.py", "produce", f.URL(), dir)
+	tg := newTarget(t)
+	python(t, "testdata/confluent.py", "produce", tg.url, dir, tg.prefix)
 	ctx := context.Background()
 	avroV2 := schema.Codec{Format: schema.Avro, Version: 2}
 	for _, tc := range []struct {
@@ -73,13 +74,13 @@ func TestConfluentPython(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := f.reg.Decode(ctx, tc.topic, false, tc.decode, data)
+		got, err := tg.reg.Decode(ctx, tg.name(tc.topic), false, tc.decode, data)
 		if err != nil {
 			t.Errorf("%s: Decode of confluent-kafka-python's %x: %v", tc.name, data, err)
 			continue
 		}
 		sameJSON(t, tc.name+": Decode", got, tc.want)
-		enc, err := f.reg.Encode(ctx, tc.topic, false, tc.encode, got)
+		enc, err := tg.reg.Encode(ctx, tg.name(tc.topic), false, tc.encode, got)
 		if err != nil {
 			t.Errorf("%s: Encode(%s): %v", tc.name, got, err)
 			continue
@@ -91,5 +92,5 @@ func TestConfluentPython(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	python(t, "testdata/confluent.py", "consume", f.URL(), dir)
+	python(t, "testdata/confluent.py", "consume", tg.url, dir, tg.prefix)
 }

@@ -16,9 +16,11 @@ const userJSONSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","ti
 	"required":["name"],"additionalProperties":false}`
 
 // TestJSONSchema: the JSON passes through, checked against the schema (with a reference) both
-// ways; what does not fit names its path.
+// ways; what does not fit names its path. It runs against the real registry
+// MILLRACE_SCHEMA_REGISTRY_TEST_URL names, if set.
 func TestJSONSchema(t *testing.T) {
-	f := newFake(t, schema.Settings{})
+	f := newTarget(t)
+	users := f.name("users")
 	f.register(t, "address", sr.Schema{Type: sr.TypeJSON, Schema: addressJSONSchema})
 	id := f.register(t, "users-value", sr.Schema{Type: sr.TypeJSON, Schema: userJSONSchema,
 		References: []sr.SchemaReference{{Name: "address.json", Subject: "address", Version: 1}}})
@@ -26,14 +28,14 @@ func TestJSONSchema(t *testing.T) {
 	c := schema.Codec{Format: schema.JSONSchema}
 	const user = `{"name":"ann","age":30,"address":{"zip":"00100"}}`
 
-	enc, err := f.reg.Encode(ctx, "users", false, c, []byte(user))
+	enc, err := f.reg.Encode(ctx, users, false, c, []byte(user))
 	if err != nil {
 		t.Fatalf("Encode: %v", err)
 	}
 	if string(enc) != string(wire(id, []byte(user))) {
 		t.Errorf("Encode = %q; want the header and the JSON itself", enc)
 	}
-	got, err := f.reg.Decode(ctx, "users", false, c, enc)
+	got, err := f.reg.Decode(ctx, users, false, c, enc)
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
@@ -47,9 +49,9 @@ func TestJSONSchema(t *testing.T) {
 		{"not JSON", `{"name":`, "", "is not JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := f.reg.Encode(ctx, "users", false, c, []byte(tc.json))
+			_, err := f.reg.Encode(ctx, users, false, c, []byte(tc.json))
 			dataErr(t, "Encode", err, tc.path, tc.reason)
-			_, err = f.reg.Decode(ctx, "users", false, c, wire(id, []byte(tc.json)))
+			_, err = f.reg.Decode(ctx, users, false, c, wire(id, []byte(tc.json)))
 			dataErr(t, "Decode", err, tc.path, tc.reason)
 		})
 	}

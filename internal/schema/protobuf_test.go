@@ -21,7 +21,7 @@ func readTestdata(t testing.TB, name string) string {
 
 // registerShop registers testdata/shop/order.proto under subject, with shop/common.proto as
 // its reference (the well-known timestamp.proto comes with the compiler).
-func registerShop(t testing.TB, f *fake, subject string) int {
+func registerShop(t testing.TB, f registrar, subject string) int {
 	t.Helper()
 	f.register(t, "shop/common.proto", sr.Schema{Type: sr.TypeProtobuf, Schema: readTestdata(t, "shop/common.proto")})
 	return f.register(t, subject, sr.Schema{Type: sr.TypeProtobuf, Schema: readTestdata(t, "shop/order.proto"),
@@ -33,28 +33,30 @@ func registerShop(t testing.TB, f *fake, subject string) int {
 const orderProtoJSON = `{"orderId":"7","total":{"currency":"EUR","units":"12"},"lines":[{"sku":"a-1","qty":2}],
 	"state":"STATE_PAID","at":"2023-11-14T22:13:20.123Z","blob":"/wBh","counts":{"apples":3}}`
 
-// TestProtobuf: messages by their indexes, nested and imported types, the proto3 JSON mapping.
+// TestProtobuf: messages by their indexes, nested and imported types, the proto3 JSON mapping;
+// against the real registry MILLRACE_SCHEMA_REGISTRY_TEST_URL names, if set.
 func TestProtobuf(t *testing.T) {
-	f := newFake(t, schema.Settings{})
+	f := newTarget(t)
 	id := registerShop(t, f, "orders-value")
 	ctx := context.Background()
 	c := schema.Codec{Format: schema.Protobuf}
+	orders := f.name("orders")
 
-	enc, err := f.reg.Encode(ctx, "orders", false, c, []byte(orderProtoJSON))
+	enc, err := f.reg.Encode(ctx, orders, false, c, []byte(orderProtoJSON))
 	if err != nil {
 		t.Fatalf("Encode: %v", err)
 	}
 	if enc[5] != 0 {
 		t.Errorf("Encode of the first message wrote indexes %x; want the single 0 of [0]", enc[5])
 	}
-	got, err := f.reg.Decode(ctx, "orders", false, c, enc)
+	got, err := f.reg.Decode(ctx, orders, false, c, enc)
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
 	sameJSON(t, "Decode(Encode(order))", got, orderProtoJSON)
 
 	// Proto names are accepted on encode.
-	if _, err := f.reg.Encode(ctx, "orders", false, c, []byte(`{"order_id":"7"}`)); err != nil {
+	if _, err := f.reg.Encode(ctx, orders, false, c, []byte(`{"order_id":"7"}`)); err != nil {
 		t.Errorf("Encode with the proto field name: %v", err)
 	}
 
@@ -62,12 +64,12 @@ func TestProtobuf(t *testing.T) {
 	var h sr.ConfluentHeader
 	reason, _ := h.AppendEncode(nil, id, []int{1, 0})
 	reason = append(reason, 0x0a, 4, 'l', 'a', 't', 'e')
-	got, err = f.reg.Decode(ctx, "orders", false, c, reason)
+	got, err = f.reg.Decode(ctx, orders, false, c, reason)
 	if err != nil {
 		t.Fatalf("Decode of message [1, 0]: %v", err)
 	}
 	sameJSON(t, "Decode(Refund.Reason)", got, `{"text":"late"}`)
-	enc, err = f.reg.Encode(ctx, "orders", false, schema.Codec{Format: schema.Protobuf, Record: "shop.Refund.Reason"}, []byte(`{"text":"late"}`))
+	enc, err = f.reg.Encode(ctx, orders, false, schema.Codec{Format: schema.Protobuf, Record: "shop.Refund.Reason"}, []byte(`{"text":"late"}`))
 	if err != nil {
 		t.Fatalf("Encode of shop.Refund.Reason: %v", err)
 	}

@@ -203,20 +203,27 @@ func TestAvroDataErrors(t *testing.T) {
 }
 
 // TestAvroEvolution: a record written with an older or newer schema reads as the pinned one;
-// unpinned, it reads as its writer's.
+// unpinned, it reads as its writer's. It runs against the real registry
+// MILLRACE_SCHEMA_REGISTRY_TEST_URL names, if set.
 func TestAvroEvolution(t *testing.T) {
-	f := newFake(t, schema.Settings{})
-	f.SetCompat("users-value", sr.CompatNone)
+	f := newTarget(t)
+	users := f.name("users")
 	const v1 = `{"type":"record","name":"User","fields":[{"name":"name","type":"string"},{"name":"nick","type":"string"}]}`
 	const v2 = `{"type":"record","name":"User","fields":[{"name":"name","type":"string"},{"name":"email","type":"string","default":"none"}]}`
 	id1 := f.register(t, "users-value", sr.Schema{Schema: v1})
+	// After the first version: Apicurio Registry sets no level for a subject it lacks.
+	for _, r := range f.cl.SetCompatibility(context.Background(), sr.SetCompatibility{Level: sr.CompatNone}, users+"-value") {
+		if r.Err != nil {
+			t.Fatalf("SetCompatibility(%s, NONE): %v", r.Subject, r.Err)
+		}
+	}
 	id2 := f.register(t, "users-value", sr.Schema{Schema: v2})
 	ctx := context.Background()
-	old, err := f.reg.Encode(ctx, "users", false, schema.Codec{Format: schema.Avro, Version: 1}, []byte(`{"name":"ann","nick":"a"}`))
+	old, err := f.reg.Encode(ctx, users, false, schema.Codec{Format: schema.Avro, Version: 1}, []byte(`{"name":"ann","nick":"a"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur, err := f.reg.Encode(ctx, "users", false, schema.Codec{Format: schema.Avro}, []byte(`{"name":"bo","email":"b@x"}`))
+	cur, err := f.reg.Encode(ctx, users, false, schema.Codec{Format: schema.Avro}, []byte(`{"name":"bo","email":"b@x"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,16 +238,16 @@ func TestAvroEvolution(t *testing.T) {
 		{"v1 read as id2", schema.Codec{Format: schema.Avro, ID: id2}, old, `{"name":"ann","email":"none"}`},
 		{"v2 read as v2", schema.Codec{Format: schema.Avro, Version: 2}, cur, `{"name":"bo","email":"b@x"}`},
 	} {
-		got, err := f.reg.Decode(ctx, "users", false, tc.c, tc.data)
+		got, err := f.reg.Decode(ctx, users, false, tc.c, tc.data)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		sameJSON(t, tc.name, got, tc.want)
 	}
 	// v2 read as v1: nick has no default, so v2's records cannot be read as v1.
-	_, err = f.reg.Decode(ctx, "users", false, schema.Codec{Format: schema.Avro, ID: id1}, cur)
+	_, err = f.reg.Decode(ctx, users, false, schema.Codec{Format: schema.Avro, ID: id1}, cur)
 	dataErr(t, "v2 read as v1", err, "$.nick", "not compatible")
-	_, err = f.reg.Decode(ctx, "users", false, schema.Codec{Format: schema.Avro, Version: 9}, cur)
+	_, err = f.reg.Decode(ctx, users, false, schema.Codec{Format: schema.Avro, Version: 9}, cur)
 	if !errors.Is(err, schema.ErrNoSubject) {
 		t.Errorf("Decode pinned to a missing version: err = %v; want ErrNoSubject", err)
 	}
@@ -442,20 +449,22 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-// TestAvroReferences: a schema naming a type another subject defines compiles with it.
+// TestAvroReferences: a schema naming a type another subject defines compiles with it; against
+// the real registry MILLRACE_SCHEMA_REGISTRY_TEST_URL names, if set.
 func TestAvroReferences(t *testing.T) {
-	f := newFake(t, schema.Settings{})
+	f := newTarget(t)
+	pay := f.name("pay")
 	f.register(t, "shop.Money", sr.Schema{Schema: `{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":{"type":"long","logicalType":"timestamp-millis"}}]}`})
 	id := f.register(t, "pay-value", sr.Schema{Schema: `{"type":"record","name":"Pay","namespace":"shop","fields":[{"name":"amount","type":"shop.Money"}]}`,
 		References: []sr.SchemaReference{{Name: "shop.Money", Subject: "shop.Money", Version: 1}}})
 	ctx := context.Background()
 	c := schema.Codec{Format: schema.Avro}
-	got, err := f.reg.Decode(ctx, "pay", false, c, wire(id, []byte{0x04}))
+	got, err := f.reg.Decode(ctx, pay, false, c, wire(id, []byte{0x04}))
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
 	sameJSON(t, "Decode", got, `{"amount":{"cents":2}}`)
-	enc, err := f.reg.Encode(ctx, "pay", false, c, got)
+	enc, err := f.reg.Encode(ctx, pay, false, c, got)
 	if err != nil || !bytes.Equal(enc, wire(id, []byte{0x04})) {
 		t.Errorf("Encode(%s) = %x, %v; want %x", got, enc, err, wire(id, []byte{0x04}))
 	}

@@ -20,6 +20,13 @@
 // envelopes, so the items written together come on one line and their answers go back on
 // one (answers to an item that came on a line of its own go on lines, as do single
 // answers); it still handles one item at a time, in order. On shutdown, or when stdin ends, the program exits 0.
+//
+// State per key: when the action line keeps state (--state PORT, which hello names), the SDK
+// declares "state": true and a function reads its key's state with Context.State and stages a
+// new one with Context.SetState or Context.ClearState. What it stages is written only when it
+// returns without error, before its done; a state the engine would refuse (a keyless item, an
+// inlet that keeps no state, a state over the inlet's max-bytes) fails the item here, with the
+// engine's words. Not calling either leaves the state as it was.
 package action
 
 import (
@@ -119,6 +126,42 @@ func (c Context[C]) Traceparent() string { return c.s.item.Traceparent }
 
 // Tracestate returns the W3C tracestate that came with the item's traceparent ("" when none).
 func (c Context[C]) Tracestate() string { return c.s.item.Tracestate }
+
+// StateRaw returns the state of the item's key as the engine sent it, the JSON the action last
+// staged; nil when the key has none.
+func (c Context[C]) StateRaw() json.RawMessage { return c.s.item.State }
+
+// State decodes the key's state into v; ok is false, v untouched, when the key has none.
+func (c Context[C]) State(v any) (ok bool, err error) {
+	if len(c.s.item.State) == 0 {
+		return false, nil
+	}
+	if err := gojson.Unmarshal(c.s.item.State, v); err != nil {
+		return false, fmt.Errorf("the state of item %s does not decode into %T: %w", c.s.item.ID, v, err)
+	}
+	return true, nil
+}
+
+// SetState stages v, encoded as JSON, as the key's new state (nil deletes it, as ClearState);
+// the last call wins. It is applied only if the function returns without error. A state the
+// engine would refuse is returned as an error, and fails the item even if ignored.
+func (c Context[C]) SetState(v any) error {
+	var raw []byte
+	switch p := v.(type) {
+	case json.RawMessage:
+		raw = p
+	default:
+		b, err := gojson.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encoding the state as JSON: %w", err)
+		}
+		raw = b
+	}
+	return c.s.stage(raw)
+}
+
+// ClearState stages the deletion of the key's state: its next item has none.
+func (c Context[C]) ClearState() { _ = c.s.stage(nil) }
 
 // Abstain returns an error that answers the delivery with "abstain": the engine hands the
 // item to the step's fallback. Return it from the function.
@@ -230,6 +273,33 @@ type session[C any] struct {
 	vars      map[string]any
 	item      stdio.Message
 	emitted   int
+	inlets    map[string]stdio.StateInlet // from hello: the inlets that keep state
+	staged    bool                        // the function staged a state (state: nil deletes)
+	state     json.RawMessage
+	stateErr  error // a state the engine would refuse: the item's error
+}
+
+// stage stages raw (nil: delete) as the item's new state, refusing what the engine refuses.
+func (s *session[C]) stage(raw json.RawMessage) error {
+	it := &s.item
+	lim, ok := s.inlets[it.Inlet]
+	var err error
+	switch {
+	case it.Key == nil && it.KeyBase64 == "":
+		err = fmt.Errorf("item %s has no key, so it has no state: a state message is only for keyed records (route keyless ones elsewhere, or stage no state for them)", it.ID)
+	case !ok:
+		err = fmt.Errorf("inlet %s keeps no state: add --state %s to the action line, or stage no state for its items", it.Inlet, it.Inlet)
+	case string(raw) == "null":
+		raw = nil
+	case lim.MaxBytes > 0 && len(raw) > lim.MaxBytes:
+		err = fmt.Errorf("the state staged for item %s is %d bytes, over max-bytes %d (--state %s,max-bytes=…): keep less per key, or raise max-bytes", it.ID, len(raw), lim.MaxBytes, it.Inlet)
+	}
+	if err != nil {
+		s.stateErr = err
+		return err
+	}
+	s.staged, s.state = true, raw
+	return nil
 }
 
 func (s *session[C]) send(m *stdio.Message) { s.out.AppendMessage(m) }
@@ -281,10 +351,19 @@ func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C]
 					s.log.Error("bad config", "err", s.configErr.Error())
 				}
 			}
+			inlets, err := m.HelloState()
+			if err != nil {
+				s.log.Error("bad hello", "err", err.Error())
+			}
+			s.inlets = inlets
+			ready := stdio.Message{Type: stdio.TypeReady, Window: Window, Batch: true}
+			if len(inlets) > 0 { // declared only when the action line keeps state
+				ready.State = json.RawMessage(`true`)
+			}
 			// ready is a line of its own: the engine reads nothing else first.
 			s.w.Write(s.out.Bytes())
 			s.out.Reset()
-			s.w.Write(stdio.AppendMessage(nil, &stdio.Message{Type: stdio.TypeReady, Window: Window, Batch: true}))
+			s.w.Write(stdio.AppendMessage(nil, &ready))
 		case stdio.TypeShutdown:
 			stop = true
 		case stdio.TypeItem:
@@ -345,6 +424,7 @@ func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C]
 // answer runs the function for the current item and writes its answer line.
 func answer[C, In any](s *session[C], handle func(*session[C], In) error) {
 	s.emitted = 0
+	s.staged, s.state, s.stateErr = false, nil, nil
 	err := func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -363,12 +443,22 @@ func answer[C, In any](s *session[C], handle func(*session[C], In) error) {
 				return fmt.Errorf("the payload of item %s does not decode into %T: %w", s.item.ID, v, err)
 			}
 		}
-		return handle(s, v)
+		if err := handle(s, v); err != nil {
+			return err
+		}
+		return s.stateErr
 	}()
 	d := s.item.Delivery
 	var ab *abstainError
 	switch {
 	case err == nil:
+		if s.staged {
+			state := s.state
+			if state == nil {
+				state = json.RawMessage(`null`)
+			}
+			s.send(&stdio.Message{Type: stdio.TypeState, Delivery: d, State: state})
+		}
 		s.send(&stdio.Message{Type: stdio.TypeDone, Delivery: d})
 	case errors.As(err, &ab):
 		s.send(&stdio.Message{Type: stdio.TypeAbstain, Delivery: d, Reason: ab.reason})

@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 		if role == "score" {
 			action.Map(score)
 		}
+		if role == "count" {
+			action.Map(count)
+		}
 		return 2
 	}, nil)
 }

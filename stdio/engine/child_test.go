@@ -68,6 +68,9 @@ func runChild(mode string) int {
 	if strings.HasPrefix(mode, "batch") {
 		return runBatchChild(c, mode)
 	}
+	if strings.HasPrefix(mode, "state") {
+		return runStateChild(c, mode)
+	}
 	if mode == "stderrtags" {
 		return runStderrTagsChild(c)
 	}

@@ -73,6 +73,12 @@ type Config struct {
 	// retry); Submit blocks when it is reached. Default: 256, or 2 × processes × window if more.
 	QueueSize int
 
+	// State holds the inlets whose items keep state, with their limits; empty: no state. With
+	// it, hello says so, a process whose ready does not declare "state": true fails its start,
+	// and a state staged for an item of another inlet, or over the limits, fails the item
+	// (ErrState).
+	State map[string]StateLimits
+
 	Hello  stdio.Hello  // config and vars sent to every process; Action and Version default to Name and Version
 	Logger *slog.Logger // where the pool and every child's stderr log (default: discard)
 	Hooks  Hooks        // optional callbacks, for metrics

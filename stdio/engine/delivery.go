@@ -29,11 +29,15 @@ type task struct {
 	seq      uint64 // of the current attempt, for stderr attribution
 	emits    []stdio.Emit
 	emit1    [1]stdio.Emit  // room for the common single emit, saving an allocation
-	staged   int            // bytes of emit and metric lines of the current attempt
+	staged   int            // bytes of emit, metric and state lines of the current attempt
 	metrics  []stdio.Metric // of every attempt
 	written  time.Time
 	retry    timer // pending retry
 	bo       backoff.BackOff
+
+	stateOf  func(int) json.RawMessage // the batch's WithState hook, or nil
+	state    *stdio.StagedState        // the current attempt's last state message, or nil
+	stateErr error                     // a state message of the current attempt that fails the item
 }
 
 type lastDelivery struct {
@@ -70,6 +74,11 @@ func (pr *process) readStdout(stdout io.Reader) {
 		err = readError(err)
 		pr.fail(err)
 		pr.ready <- fmt.Errorf("before ready: %w", err)
+		return
+	}
+	if pr.state, err = pr.pool.readyState(&m, line); err != nil {
+		pr.fail(err)
+		pr.ready <- err
 		return
 	}
 	pr.window = settleWindow(pr.pool.cfg.Window, m.Window, pr.pool.cfg.PerItem)
@@ -162,10 +171,10 @@ func (pr *process) handleInBatch(msg []byte, m *stdio.Message) error {
 		return err
 	}
 	switch m.Type {
-	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
+	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeState, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 		return pr.handle(m, msg)
 	}
-	e := stdio.NewProtocolError(stdio.RuleMalformedBatch, msg, fmt.Sprintf("%s: a %q message, which an envelope from the action cannot hold (it may hold emit, metric, done, error and abstain messages)", stdio.ErrMalformedBatch, m.Type))
+	e := stdio.NewProtocolError(stdio.RuleMalformedBatch, msg, fmt.Sprintf("%s: a %q message, which an envelope from the action cannot hold (it may hold emit, metric, state, done, error and abstain messages)", stdio.ErrMalformedBatch, m.Type))
 	e.Err = stdio.ErrMalformedBatch
 	return e
 }
@@ -173,7 +182,7 @@ func (pr *process) handleInBatch(msg []byte, m *stdio.Message) error {
 // handle applies one answer line to the delivery it names.
 func (pr *process) handle(m *stdio.Message, line []byte) error {
 	switch m.Type {
-	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
+	case stdio.TypeEmit, stdio.TypeMetric, stdio.TypeState, stdio.TypeDone, stdio.TypeError, stdio.TypeAbstain:
 	case stdio.TypeBatch:
 		if pr.batch { // an envelope the decoder reads and SplitBatch did not: its keys repeat
 			e := stdio.NewProtocolError(stdio.RuleMalformedBatch, line, fmt.Sprintf(`%s: a line whose "type" is given more than once, the last one "batch"`, stdio.ErrMalformedBatch))
@@ -182,7 +191,7 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 		}
 		return stdio.NewProtocolError(stdio.RuleUndeclaredBatch, line, `a batch envelope from an action that did not declare "batch": true in its ready line (declare it there to answer in envelopes, or write one message per line)`)
 	default:
-		return stdio.NewProtocolError(stdio.RuleUnexpected, line, fmt.Sprintf("unexpected %q line from the action (it may send emit, metric, done, error or abstain)", m.Type))
+		return stdio.NewProtocolError(stdio.RuleUnexpected, line, fmt.Sprintf("unexpected %q line from the action (it may send emit, metric, state, done, error or abstain)", m.Type))
 	}
 	pr.mu.Lock()
 	t := pr.inflight[m.Delivery]
@@ -193,6 +202,8 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 	switch m.Type {
 	case stdio.TypeEmit:
 		return pr.stageLocked(t, line, stdio.Emit{Outlet: m.Outlet, Key: m.Key, KeyBase64: m.KeyBase64, Payload: m.Payload, Headers: m.Headers})
+	case stdio.TypeState:
+		return pr.stageStateLocked(t, line, m.State)
 	case stdio.TypeMetric:
 		if err := pr.stagedLocked(t, line); err != nil {
 			pr.mu.Unlock()
@@ -241,6 +252,9 @@ func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey 
 			e.Key = &k
 		}
 		return pr.stageLocked(t, line, e)
+	}
+	if typ == stdio.TypeState {
+		return pr.stageStateLocked(t, line, payload)
 	}
 	pr.answeredLocked(t)
 	pr.pool.attemptEnded(t, Done, nil, "")
@@ -372,6 +386,7 @@ func (pr *process) deliver(t *task) bool {
 // nothing, when the process takes no more deliveries or the pool is abandoning.
 func (pr *process) register(t *task, now time.Time) bool {
 	p := pr.pool
+	t.readState() // outside pr.mu: the caller's hook; harmless when the attempt is not written
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if pr.ended || p.abandoning.Load() || len(pr.inflight) >= pr.window {
@@ -387,6 +402,7 @@ func (pr *process) register(t *task, now time.Time) bool {
 	t.item.Delivery = string(strconv.AppendUint(append(id[:0], p.prefix...), t.seq, 36))
 	t.emits = t.emit1[:0:1]
 	t.staged = 0
+	t.state, t.stateErr = nil, nil
 	t.written = now
 	if p.cfg.ItemTimeout > 0 {
 		// One watchdog timer per process, armed for the oldest deadline: no timer is made

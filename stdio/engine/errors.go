@@ -29,6 +29,15 @@ var (
 	// ErrBadItem is returned by Submit for an item that cannot be written as one protocol line
 	// (a payload that is not valid JSON, or over MaxLineBytes once framed).
 	ErrBadItem = errors.New("engine: bad item")
+	// ErrStateUndeclared is wrapped, with ErrStart, by the error of a start whose process did
+	// not declare "state": true in ready while Config.State keeps state. Like ErrNoReady, it
+	// is a phrase read inside ErrStart's message.
+	ErrStateUndeclared = errors.New(`answered ready without "state": true`)
+	// ErrState is carried by a Failed result whose delivery was done with a state it cannot
+	// keep: for a keyless item, for an inlet that keeps no state, over the inlet's limit, or a
+	// state message without "state". It is not retried (the same input stages the same state),
+	// and the process keeps serving.
+	ErrState = errors.New("engine: a state the item cannot keep")
 	// ErrConfig is returned by Start for a Config it cannot run (no command, negative counts).
 	ErrConfig = errors.New("engine: bad config")
 )

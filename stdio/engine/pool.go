@@ -89,7 +89,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	p.lifeCtx, p.lifeCancel = context.WithCancel(context.Background())
 	p.hello = stdio.AppendMessage(nil, &stdio.Message{
 		Type: stdio.TypeHello, Protocol: stdio.Protocol, Action: cfg.Hello.Action, Version: cfg.Hello.Version,
-		Config: cfg.Hello.Config, Vars: cfg.Hello.Vars,
+		Config: cfg.Hello.Config, Vars: cfg.Hello.Vars, State: helloState(cfg.State),
 	})
 	if len(p.hello) > stdio.MaxLineBytes {
 		p.lifeCancel()
@@ -161,7 +161,7 @@ func (p *Pool) Submit(ctx context.Context, it stdio.Item, done func(Result)) err
 }
 
 // framePayload checks that it can be written as one line and returns its payload, compacted
-// if it holds raw newlines.
+// if it holds raw newlines (its State is compacted in place).
 func framePayload(it *stdio.Item) (json.RawMessage, error) {
 	payload := it.Payload
 	if len(payload) > 0 && !json.Valid(payload) {
@@ -174,7 +174,14 @@ func framePayload(it *stdio.Item) (json.RawMessage, error) {
 		}
 		payload = b.Bytes()
 	}
-	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + len(it.Tracestate) + 256
+	if bytes.IndexByte(it.State, '\n') >= 0 { // a state given with the item, as payloads
+		var b bytes.Buffer
+		if err := json.Compact(&b, it.State); err != nil {
+			return nil, fmt.Errorf("%w: item %s: the state is not valid JSON: %w", ErrBadItem, it.ID, err)
+		}
+		it.State = b.Bytes()
+	}
+	size := len(payload) + len(it.ID) + len(it.Run) + len(it.KeyBase64) + len(it.Inlet) + len(it.Topic) + len(it.IdempotencyKey) + len(it.Tracestate) + len(it.State) + 256
 	if it.Trace.IsValid() {
 		size += stdio.TraceparentLen + 32
 	}

@@ -36,6 +36,7 @@ type process struct {
 	wbuf    []byte
 	window  int
 	batch   bool          // the action declared "batch": true: items go in envelopes, answers may
+	state   bool          // the action declared "state": true: it may send state messages
 	room    chan struct{} // the reader tells a worker waiting in awaitRoom that the window has room
 
 	ready   chan error     // the ready phase's outcome (capacity 1)

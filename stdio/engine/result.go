@@ -46,6 +46,9 @@ type Result struct {
 	// Trace is the item's trace context with the span of its last attempt (zero when the item
 	// carried none): outputs of a Done item are children of that span.
 	Trace stdio.TraceContext
+	// State is what a Done item staged for its key's state (Value nil: delete it); nil when it
+	// staged nothing and the state stays as it was. Other outcomes never carry one.
+	State *stdio.StagedState
 	// Held is the bytes of Config.Budget this Done result holds (its emit and metric lines):
 	// the caller returns them with Budget.Release once it let go of Emits. 0 without a budget.
 	Held int64

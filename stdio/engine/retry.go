@@ -65,6 +65,11 @@ func isRetryable(err error) bool {
 // attemptEnded is called exactly once per attempt, by whoever took it out of a process's
 // in-flight map: it schedules a retry or finishes the item.
 func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
+	if out == Done {
+		if serr := p.checkState(t); serr != nil {
+			out, err = Failed, serr
+		}
+	}
 	if out != Done { // a Done result's output is held on for its caller (Result.Held)
 		p.cfg.Budget.Release(int64(t.staged))
 		t.staged = 0
@@ -98,7 +103,7 @@ func (p *Pool) attemptEnded(t *task, out Outcome, err error, reason string) {
 	res := Result{Outcome: out, Metrics: t.metrics, Attempts: t.attempts, Trace: t.item.Trace}
 	switch out {
 	case Done:
-		res.Emits = t.emits
+		res.Emits, res.State = t.emits, t.state
 		if p.cfg.Budget != nil {
 			res.Held = int64(t.staged)
 		}

@@ -15,7 +15,12 @@ import (
 // write at once. It returns nil when every item was accepted, else one
 // error per item (nil for those accepted): an error wrapping ErrBadItem, ErrClosed, or ctx's
 // error when the wait for room in the queue ended. done may run before SubmitBatch returns.
-func (p *Pool) SubmitBatch(ctx context.Context, items []stdio.Item, done func(int, Result)) []error {
+// WithState gives the items their state as each attempt is written.
+func (p *Pool) SubmitBatch(ctx context.Context, items []stdio.Item, done func(int, Result), opts ...SubmitOption) []error {
+	var o submitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tasks := make([]task, len(items))
 	var errs []error
 	fail := func(i int, err error) {
@@ -26,7 +31,7 @@ func (p *Pool) SubmitBatch(ctx context.Context, items []stdio.Item, done func(in
 	}
 	for i := range items {
 		t := &tasks[i]
-		t.item, t.each, t.index = &items[i], done, i
+		t.item, t.each, t.index, t.stateOf = &items[i], done, i, o.stateOf
 		payload, err := framePayload(t.item)
 		if err != nil {
 			fail(i, err)

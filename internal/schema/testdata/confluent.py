@@ -1,10 +1,11 @@
 """Cross-checks internal/schema against confluent-kafka-python's own serializers.
 
-    python3 confluent.py produce URL DIR   serializes each case to DIR/<case>.bin
-    python3 confluent.py consume URL DIR   deserializes DIR/go-<case>.bin, as millrace encoded it,
-                                           and checks it is the value produced
+    python3 confluent.py produce URL DIR [PREFIX]   serializes each case to DIR/<case>.bin
+    python3 confluent.py consume URL DIR [PREFIX]   deserializes DIR/go-<case>.bin, as millrace
+                                                    encoded it, and checks it is the value produced
 
-URL is the schema registry's; DIR/gen holds the _pb2 modules protoc generated from
+URL is the schema registry's; PREFIX starts each topic's name (so each run against a shared,
+real registry has subjects of its own); DIR/gen holds the _pb2 modules protoc generated from
 testdata/shop/*.proto. Exits 1 naming each case that differs.
 """
 import datetime
@@ -16,6 +17,7 @@ import uuid
 
 here = os.path.dirname(os.path.abspath(__file__))
 url, out = sys.argv[2], sys.argv[3]
+prefix = sys.argv[4] if len(sys.argv) > 4 else ""
 sys.path.insert(0, os.path.join(out, "gen"))
 
 from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: E402
@@ -80,7 +82,7 @@ cases = {
 
 
 def ctx(topic):
-    return SerializationContext(topic, MessageField.VALUE)
+    return SerializationContext(prefix + topic, MessageField.VALUE)
 
 
 def produce():
