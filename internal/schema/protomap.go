@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -35,9 +36,9 @@ func (w *pbWriter) mapField(f *pbField, b []byte, i, depth int) (wrote, ok bool)
 	case protoreflect.StringKind:
 		slices.SortFunc(ents, func(x, y pbMapEntry) int { return bytes.Compare(x.str, y.str) })
 	case protoreflect.BoolKind, protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
-		slices.SortFunc(ents, func(x, y pbMapEntry) int { return cmpU(x.u, y.u) })
+		slices.SortFunc(ents, func(x, y pbMapEntry) int { return cmp.Compare(x.u, y.u) })
 	default:
-		slices.SortFunc(ents, func(x, y pbMapEntry) int { return cmpI(x.num, y.num) })
+		slices.SortFunc(ents, func(x, y pbMapEntry) int { return cmp.Compare(x.num, y.num) })
 	}
 	w.out = append(w.out, '{')
 	for j, e := range ents {
@@ -70,26 +71,6 @@ func (w *pbWriter) mapField(f *pbField, b []byte, i, depth int) (wrote, ok bool)
 	}
 	w.out = append(w.out, '}')
 	return len(ents) > 0, true
-}
-
-func cmpU(x, y uint64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
-}
-
-func cmpI(x, y int64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
 }
 
 // pbEntry reads one map entry: exactly one key and one value, of their declared wire types;
