@@ -26,6 +26,7 @@ import (
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 const envNative = "BRIDGE_BENCH_NATIVE"
@@ -129,7 +130,7 @@ func startProc(b *testing.B, cmd *exec.Cmd, env string) (string, *exec.Cmd) {
 	defer conn.Close()
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := flowv1.NewDiscoveryClient(conn).Discover(ctx, &flowv1.SidecarInfo{})
+		_, err := flowv1grpc.NewDiscoveryClient(conn).Discover(ctx, &flowv1.SidecarInfo{})
 		cancel()
 		if err == nil {
 			return addr, cmd
@@ -183,7 +184,7 @@ func benchStreamletOf(b *testing.B, addr string, cmd *exec.Cmd, partitions int, 
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := flowv1.NewStreamletClient(conn).Run(ctx)
+	stream, err := flowv1grpc.NewStreamletClient(conn).Run(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

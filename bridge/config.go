@@ -67,9 +67,9 @@ var Settings = append([]settings.Var{
 }, registrySettings()...)
 
 // ConfigFromEnv reads the bridge's deploy configuration through getenv (os.Getenv in
-// production) and checks it: every bad value is listed at once in the error, a
-// *settings.Error (matching settings.ErrSettings), each line naming the variable and a form it
-// takes. MILLRACE_ACTION is read by actionconf.FromEnv, when the arguments give no line.
+// production) and checks it: every bad value is listed at once in the error, which matches
+// settings.ErrSettings, each line naming the variable and a form it takes. MILLRACE_ACTION is
+// read by actionconf.FromEnv, when the arguments give no line.
 func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	r := settings.NewReader(getenv)
 	c := defaultConfig()
@@ -78,7 +78,7 @@ func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	c.ReplayGeneration = r.Uint(envReplayGeneration, c.ReplayGeneration)
 	c.ExportSpans = readSpanExport(r)
 	c.SchemaRegistry = schema.SettingsFromEnv(getenv, os.ReadFile, r.Badf)
-	if err := r.Err("bridge"); err != nil {
+	if err := r.Err(); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -111,7 +111,7 @@ func readMaxHeld(r *settings.Reader, def int64) int64 {
 func SpanExportFromEnv(getenv func(string) string) (bool, error) {
 	r := settings.NewReader(getenv)
 	on := readSpanExport(r)
-	return on, r.Err("bridge")
+	return on, r.Err()
 }
 
 func readSpanExport(r *settings.Reader) bool {

@@ -208,7 +208,7 @@ func (c *conversation) submitDecoded(r *batchRun, pc portCodecs, topic string, i
 			c.log.Warn("batch failed: the schema registry did not answer, or lacks a schema the inlet needs; the sidecar redelivers it", "batch", b.GetBatchId(), "error", err)
 		}
 		c.s.opts.Metrics.batch("fail")
-		c.answer(b.GetBatchId(), []*flowv1.FromProcess{failMsg(b.GetBatchId(), fmt.Sprintf("batch %d of topic %s cannot be decoded: %v; nothing of it is committed and the sidecar redelivers it", b.GetBatchId(), topic, err))})
+		c.answer(b.GetBatchId(), []*flowv1.FromProcess{failMsg(b.GetBatchId(), fmt.Sprintf("batch %d of topic %s cannot be decoded: %v%s; nothing of it is committed and the sidecar redelivers it", b.GetBatchId(), topic, err, registryFix(err)))})
 		putBlocks(r.batchBlocks)
 		c.batches.Done()
 		return
@@ -260,9 +260,18 @@ func (c *conversation) encodeEmit(n int, pc portCodecs, outlet string, rec *flow
 	return nil
 }
 
+// registryFix is the fix of a registry that did not answer, for the message of the batch it
+// fails; the other faults of configuration name theirs in err already.
+func registryFix(err error) string {
+	if errors.Is(err, schema.ErrUnavailable) {
+		return "; check that the schema registry " + EnvSchemaRegistryURL + " names is up and reachable from the bridge"
+	}
+	return ""
+}
+
 func (c *conversation) encodeFailed(n int, outlet, topic string, err error) error {
 	if configFault(err) {
-		return fmt.Errorf("emit %d to outlet %q (topic %s) cannot be encoded: %w", n, outlet, topic, err)
+		return fmt.Errorf("emit %d to outlet %q (topic %s) cannot be encoded: %w%s", n, outlet, topic, err, registryFix(err))
 	}
 	return fmt.Errorf("emit %d to outlet %q (topic %s) does not fit its schema: %w; emit a payload the outlet's schema accepts", n, outlet, topic, err)
 }

@@ -169,8 +169,8 @@ func TestDecodeEncode(t *testing.T) {
 	var de *schema.DataError
 	for off := int64(2); off <= 4; off++ {
 		dl := a.emits[off-1]
-		if dl.GetOutlet() != "dlq" || string(dl.GetRecord().GetValue()) != bad[off].value || !strings.Contains(errorHeader(dl), "cannot be decoded") || !strings.Contains(errorHeader(dl), bad[off].reason) {
-			t.Errorf("dead letter of offset %d = %v, millrace-error %q; want the record unchanged and the decode error naming %q", off, dl, errorHeader(dl), bad[off].reason)
+		if dl.GetOutlet() != "dlq" || string(dl.GetRecord().GetValue()) != bad[off].value || !strings.Contains(errorHeader(dl), "cannot be decoded") || !strings.Contains(errorHeader(dl), bad[off].reason) || !strings.Contains(errorHeader(dl), "produce records in the format the action line's --decode names") {
+			t.Errorf("dead letter of offset %d = %v, millrace-error %q; want the record unchanged and the decode error naming %q and the fix", off, dl, errorHeader(dl), bad[off].reason)
 		}
 		id := fmt.Sprintf("in-topic/0/%d", off)
 		if ev, ok := got.record(bridge.EventDecodeFailed, id); !ok || !errors.As(ev.Err, &de) {
@@ -242,6 +242,9 @@ func TestRegistryDown(t *testing.T) {
 	if a.fail == nil || len(a.emits) != 0 {
 		t.Fatalf("answer = %v; want Fail and no dead letter", a)
 	}
+	if msg := a.fail.GetError().GetMessage(); !strings.Contains(msg, "check that the schema registry "+bridge.EnvSchemaRegistryURL+" names is up") || !strings.Contains(msg, "nothing of it is committed") {
+		t.Errorf("Fail message %q; want it naming the fix (%s) and that nothing is committed", msg, bridge.EnvSchemaRegistryURL)
+	}
 	evs := got.of(bridge.EventRegistryFailed)
 	if len(evs) != 1 || !errors.Is(evs[0].Err, schema.ErrUnavailable) {
 		t.Errorf("registry-failed events = %+v; want one wrapping schema.ErrUnavailable", evs)
@@ -280,6 +283,9 @@ func TestRegistryDownOnEncode(t *testing.T) {
 	a := s.wait(1)
 	if a.fail == nil || len(a.emits) != 0 {
 		t.Fatalf("answer = %v; want Fail and no dead letter", a)
+	}
+	if msg := a.fail.GetError().GetMessage(); !strings.Contains(msg, "cannot be encoded") || !strings.Contains(msg, "check that the schema registry "+bridge.EnvSchemaRegistryURL+" names is up") {
+		t.Errorf("Fail message %q; want the emit that cannot be encoded and the fix (%s)", msg, bridge.EnvSchemaRegistryURL)
 	}
 	if ev, ok := got.record(bridge.EventRegistryFailed, "in-topic/0/1"); !ok || !errors.Is(ev.Err, schema.ErrUnavailable) {
 		t.Errorf("registry-failed of in-topic/0/1 = %+v (found %v); want it wrapping schema.ErrUnavailable", ev, ok)
@@ -320,6 +326,28 @@ func TestEncodedKeys(t *testing.T) {
 	k, err := r.reg.Decode(context.Background(), "out-topic", true, schema.Codec{Format: schema.Avro}, a.emits[0].GetRecord().GetKey())
 	if err != nil || string(k) != `"k1"` {
 		t.Errorf("the emit's key decodes to %s, %v; want \"k1\"", k, err)
+	}
+	expectEOF(t, s.stop())
+	s.check()
+}
+
+// TestEncodeMisfitNamesField: an emit whose field does not fit the outlet's schema is
+// dead-lettered with the field's path, the reason and the fix in millrace-error.
+func TestEncodeMisfitNamesField(t *testing.T) {
+	const roomsAsText = `{"type":"record","name":"Listing","namespace":"acme","fields":[{"name":"id","type":"string"},{"name":"rooms","type":"string"}]}`
+	r := newRegistry(t, map[string]string{"in-topic-value": listingAvsc, "out-topic-value": roomsAsText})
+	b := startBridge(t, "t --in in=x.v1 --out out=y.v1 --out dlq=x.v1 --dead-letter dlq --decode in=avro --encode out=avro", func(o *bridge.Options) { o.Registry = r.reg })
+	s := dial(t, b.addr)
+	s.start(b, "c", 0)
+	s.batch(1, 0, rec(1, nil, r.encode(t, "in-topic", `{"id":"l-7","rooms":2}`)))
+	a := s.wait(1)
+	if !a.ack || len(a.emits) != 1 || a.emits[0].GetOutlet() != "dlq" {
+		t.Fatalf("answer = %v; want Ack after the record dead-lettered for its emit", a)
+	}
+	for _, want := range []string{`emit 1 to outlet "out"`, "does not fit its schema", "$.rooms", "emit a payload the outlet's schema accepts"} {
+		if !strings.Contains(errorHeader(a.emits[0]), want) {
+			t.Errorf("millrace-error %q; want it with %q", errorHeader(a.emits[0]), want)
+		}
 	}
 	expectEOF(t, s.stop())
 	s.check()

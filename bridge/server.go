@@ -22,6 +22,7 @@ import (
 	"github.com/ankka-flow/millrace/internal/schema"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -79,8 +80,8 @@ type Options struct {
 // ankka.flow.v1. It holds at most one live conversation: a new Start, on the same stream or
 // another, voids the previous one. Its methods are safe for concurrent use.
 type Server struct {
-	flowv1.UnimplementedDiscoveryServer
-	flowv1.UnimplementedStreamletServer
+	flowv1grpc.UnimplementedDiscoveryServer
+	flowv1grpc.UnimplementedStreamletServer
 
 	opts   Options
 	tracer *Tracer
@@ -103,8 +104,8 @@ type Server struct {
 }
 
 var (
-	_ flowv1.DiscoveryServer = (*Server)(nil)
-	_ flowv1.StreamletServer = (*Server)(nil)
+	_ flowv1grpc.DiscoveryServer = (*Server)(nil)
+	_ flowv1grpc.StreamletServer = (*Server)(nil)
 )
 
 // NewServer returns a server for opts.Action. It starts nothing: [Server.Serve] serves it.
@@ -158,8 +159,8 @@ func grpcOptions() []grpc.ServerOption {
 
 // register registers the Discovery and Streamlet services on gs.
 func (s *Server) register(gs grpc.ServiceRegistrar) {
-	flowv1.RegisterDiscoveryServer(gs, s)
-	flowv1.RegisterStreamletServer(gs, s)
+	flowv1grpc.RegisterDiscoveryServer(gs, s)
+	flowv1grpc.RegisterStreamletServer(gs, s)
 }
 
 // Serve serves on lis until ctx ends, then shuts down gracefully: in-flight batches are

@@ -18,6 +18,7 @@ import (
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 // waitLimit only turns a hang into a failure; no test relies on it for synchronisation.
@@ -124,7 +125,7 @@ func (a *answer) String() string {
 type sidecar struct {
 	t      *testing.T
 	fs     *testkit.FakeSidecar
-	disc   flowv1.DiscoveryClient
+	disc   flowv1grpc.DiscoveryClient
 	stream grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess]
 	cancel context.CancelFunc
 
@@ -141,7 +142,7 @@ type sidecar struct {
 func dial(t *testing.T, addr string) *sidecar {
 	t.Helper()
 	fs := testkit.DialProcess(t, addr)
-	return &sidecar{t: t, fs: fs, disc: flowv1.NewDiscoveryClient(fs.Conn)}
+	return &sidecar{t: t, fs: fs, disc: flowv1grpc.NewDiscoveryClient(fs.Conn)}
 }
 
 // open opens a Run stream and starts reading it.

@@ -6,11 +6,20 @@
 # records with). Only marshal+size: decoding is internal/codec's own (protowire, fuzzed against
 # proto.Unmarshal), so vtproto's unmarshal would be dead code.
 # The .proto files are the spec's, verbatim, so they carry no go_package: the M options set it.
+# protoc-gen-go-grpc writes the Discovery and Streamlet stubs into the messages' package and has
+# no option to put them elsewhere, so a program needing only the messages would link all of
+# gRPC (the conformance kit and `millrace describe` need only those). The stubs are therefore generated
+# into a scratch directory and internal/splitgrpc moves them into flowv1grpc: it changes their
+# package clause and qualifies the message types with the flowv1 import, nothing else, so the
+# files stay the generator's text. A rewrite of the generator's output was chosen over a
+# hand-written stub package (it would drift from the plugin) and over a second .proto (the
+# spec's files are verbatim): the plugin stays the one source of the stubs.
 set -euo pipefail
 cd "$(dirname "$0")"
 command -v protoc >/dev/null || { echo "generate.sh: protoc not found; install Debian's protobuf-compiler (apt-get install protobuf-compiler)" >&2; exit 1; }
 bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
+stubs=$(mktemp -d)
+trap 'rm -rf "$bin" "$stubs"' EXIT
 GOBIN="$bin" go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc \
   github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto
 pkg=github.com/ankka-flow/millrace/protocol/ankka/flow/v1
@@ -23,6 +32,8 @@ protoc --proto_path=. \
   --plugin=protoc-gen-go="$bin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
   --plugin=protoc-gen-go-vtproto="$bin/protoc-gen-go-vtproto" \
   --go_out=. --go_opt=paths=source_relative \
-  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+  --go-grpc_out="$stubs" --go-grpc_opt=paths=source_relative \
   --go-vtproto_out=. --go-vtproto_opt=paths=source_relative,features=marshal+size \
   "${opts[@]}" "${protos[@]}"
+go run ./internal/splitgrpc -messages ankka/flow/v1 -import "$pkg" -name flowv1 \
+  -out ankka/flow/v1/flowv1grpc -pkg flowv1grpc "$stubs"/ankka/flow/v1/*_grpc.pb.go

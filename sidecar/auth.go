@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 )
 
 // checkKafka connects once before anything else, so that a setting the broker refuses (a

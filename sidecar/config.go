@@ -13,11 +13,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	"github.com/ankka-flow/millrace/sidecar/internal/kube"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // batchOverhead is room kept under max message bytes for a Batch's own fields (id, inlet name,
@@ -114,13 +114,14 @@ type Backoff struct {
 	Max     time.Duration
 }
 
-// configError lists every problem found in the deploy configuration, one per line.
+// configError lists every problem found in the deploy configuration, one per line. It names no
+// side: its caller does (`millrace sidecar:` before it), so the side is said once.
 type configError struct {
 	Problems []string
 }
 
 func (e *configError) Error() string {
-	return "sidecar: bad deploy configuration (fix these environment variables):\n  " + strings.Join(e.Problems, "\n  ")
+	return "bad deploy configuration (fix these environment variables):\n  " + strings.Join(e.Problems, "\n  ")
 }
 
 func (e *configError) Is(target error) bool { return target == errConfig }

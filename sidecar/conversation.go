@@ -11,6 +11,7 @@ import (
 	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/internal/lifetime"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 // batch is one Batch sent in a conversation.
@@ -31,7 +32,7 @@ type batch struct {
 // Sidecar.mu.
 type conversation struct {
 	start   *flowv1.Start
-	stream  flowv1.Streamlet_RunClient
+	stream  flowv1grpc.Streamlet_RunClient
 	outlets map[string]string // port → topic
 	batches map[uint64]*batch // sent, not yet answered with Ack or Fail
 	lastID  uint64
@@ -113,7 +114,7 @@ func (s *Sidecar) kickSenderLocked() {
 func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStream()
-	stream, err := flowv1.NewStreamletClient(s.conn).Run(streamCtx, codec.CallOption())
+	stream, err := flowv1grpc.NewStreamletClient(s.conn).Run(streamCtx, codec.CallOption())
 	if err != nil {
 		return streamFailed(causeUnreachable, "cannot open Run on the process: %w", err)
 	}

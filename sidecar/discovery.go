@@ -10,6 +10,7 @@ import (
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 // discoverTimeout bounds one Discover call, so a process that accepts connections but never
@@ -21,7 +22,7 @@ const discoverTimeout = 10 * time.Second
 // process in one ReportError, logged one by one, and returned wrapping ErrRefused. It returns
 // ctx.Err() when ctx ends first.
 func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
-	client := flowv1.NewDiscoveryClient(s.conn)
+	client := flowv1grpc.NewDiscoveryClient(s.conn)
 	b := s.newBackoff(s.cfg.DiscoveryBackoff)
 	info := &flowv1.SidecarInfo{ProtocolVersion: protocol.Version, SidecarVersion: s.cfg.SidecarVersion}
 	var spec *flowv1.Spec
@@ -91,7 +92,7 @@ func (s *Sidecar) refuse(ctx context.Context, ps protocol.Problems) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discoverTimeout)
 	defer cancel()
-	if _, err := flowv1.NewDiscoveryClient(s.conn).ReportError(rctx, msg); err != nil {
+	if _, err := flowv1grpc.NewDiscoveryClient(s.conn).ReportError(rctx, msg); err != nil {
 		s.log.Warn("could not report the problems to the process", "error", err)
 	}
 }

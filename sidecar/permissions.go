@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 )
 
 // PermissionError is an operation the broker does not allow the sidecar's principal: the ACL

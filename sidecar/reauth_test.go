@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // TestReauthentication runs a sidecar across the broker's demand to re-authenticate

@@ -13,9 +13,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sidecar"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // securedBroker is the tests' secured kfake (testkit.NewSecuredBroker) with newBroker's

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/protocol"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // This file is the sidecar's one table of settings: each default written once (the constants
@@ -173,9 +173,7 @@ func withKafkaVars(own []settings.Var) []settings.Var {
 	var out []settings.Var
 	for _, v := range own {
 		if v.Name == "FLOW_POD_NAME" {
-			for _, k := range kafkaconn.Vars {
-				out = append(out, settings.Var{Name: k.Name, Default: k.Default, Meaning: k.Help})
-			}
+			out = append(out, kafkaconn.Vars...)
 		}
 		out = append(out, v)
 	}

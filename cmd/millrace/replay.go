@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/replay"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // int32List is a repeatable flag of partition numbers.
@@ -58,7 +58,7 @@ var replayKafkaHelp = func() string {
 	var b strings.Builder
 	b.WriteString("\n\nThe connection's TLS and SASL come from the sidecar's variables:\n")
 	for _, v := range kafkaconn.Vars {
-		fmt.Fprintf(&b, "  %s (%s)\n    \t%s\n", v.Name, v.Default, v.Help)
+		fmt.Fprintf(&b, "  %s (%s)\n    \t%s\n", v.Name, v.Default, v.Meaning)
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }()

@@ -45,8 +45,8 @@ func TestReplayCommand(t *testing.T) {
 }
 
 // TestReplayUnreachable: an address where nothing speaks Kafka (a listener that accepts and
-// says nothing, a closed port) is one error naming it, within replay.ReachTimeout, not after
-// the client's retries.
+// says nothing, a closed port) is one error naming it, within replay's reach timeout (5 s),
+// not after the client's retries.
 func TestReplayUnreachable(t *testing.T) {
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

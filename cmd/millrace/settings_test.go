@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge"
@@ -55,5 +58,28 @@ func TestBothSidesParseAlike(t *testing.T) {
 	}
 	if b.Port != s.ProcessPort || b.MaxHeldBytes != s.MaxHeldEmitBytes {
 		t.Errorf("defaults: the bridge serves on %d and holds %d bytes, the sidecar dials %d and holds %d; want the same", b.Port, b.MaxHeldBytes, s.ProcessPort, s.MaxHeldEmitBytes)
+	}
+}
+
+// TestBadSettingsNameTheSideOnce: a bad deploy setting of `millrace bridge` (exit 2) or
+// `millrace sidecar` (exit 1) is reported after the command's own prefix, which names the side,
+// so "bridge:" or "sidecar:" is said once, and the variable is named.
+func TestBadSettingsNameTheSideOnce(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bridge", "s", "--in", "in=a.v1", "--", "cat"}, 2, "millrace bridge: bad deploy settings"},
+		{[]string{"sidecar"}, 1, "millrace sidecar: bad deploy configuration"},
+	} {
+		var out, errOut bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
+			getenv: func(k string) string { return map[string]string{protocol.EnvProcessPort: "90x"}[k] }}
+		code := dispatch(context.Background(), e, tt.args)
+		got := errOut.String()
+		if code != tt.code || !strings.HasPrefix(got, tt.want) || strings.Count(got, tt.args[0]+":") != 1 || !strings.Contains(got, protocol.EnvProcessPort) {
+			t.Errorf("millrace %s with %s=90x = %d, %q; want %d and %q, the side named once, the variable named", tt.args[0], protocol.EnvProcessPort, code, got, tt.code, tt.want)
+		}
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/sidecar"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // runSidecar runs the standard Ankka Flow sidecar, configured by FLOW_* environment variables

@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,29 +18,29 @@ func deps(t *testing.T, pkg string) []string {
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v", pkg, err)
 	}
-	return strings.Fields(string(out))
+	pkgs := strings.Fields(string(out))
+	if !slices.Contains(pkgs, pkg) {
+		t.Fatalf("go list -deps %s does not list %s itself: %q", pkg, pkg, pkgs)
+	}
+	return pkgs
 }
 
-// TestLinksNoServer: the conformance kit, the action config it reads, and the loader behind
-// `millrace describe`, `test` and `init` (package actiondir) link none of the bridge's server,
-// the sidecar, OpenTelemetry or Prometheus, and gRPC only as far as the generated protocol
-// package (its service stubs share the message types' package) brings it: a tool that reads an
-// action line stays close to the engine it runs.
+// TestLinksNoServer: the conformance kit, the action config it reads, the loader behind
+// `millrace describe`, `test` and `init` (package actiondir) and the protocol's messages they
+// share link none of the bridge's server, the sidecar, gRPC, OpenTelemetry or Prometheus: a tool
+// that reads an action line stays close to the engine it runs (the service stubs are
+// flowv1grpc's, apart from the messages, for this).
 func TestLinksNoServer(t *testing.T) {
 	const mod = "github.com/ankka-flow/millrace/"
-	stubs := map[string]bool{}
-	for _, p := range deps(t, mod+"protocol/ankka/flow/v1") {
-		stubs[p] = true
-	}
-	for _, pkg := range []string{mod + "internal/conformance", mod + "bridge/actionconf", mod + "internal/actiondir"} {
+	for _, pkg := range []string{mod + "internal/conformance", mod + "bridge/actionconf", mod + "internal/actiondir", mod + "protocol/ankka/flow/v1"} {
 		for _, p := range deps(t, pkg) {
 			switch {
 			case p == mod+"bridge", p == mod+"sidecar", strings.HasPrefix(p, mod+"sidecar/"):
 				t.Errorf("%s links %s, the server of a container", pkg, p)
 			case strings.HasPrefix(p, "go.opentelemetry.io/"), strings.HasPrefix(p, "github.com/prometheus/"):
 				t.Errorf("%s links %s: spans and metrics are the bridge's, not a tool's", pkg, p)
-			case strings.HasPrefix(p, "google.golang.org/grpc") && !stubs[p]:
-				t.Errorf("%s links %s, more gRPC than the generated protocol package needs", pkg, p)
+			case p == "google.golang.org/grpc", strings.HasPrefix(p, "google.golang.org/grpc/"):
+				t.Errorf("%s links %s: gRPC is the bridge's and the sidecar's, not a tool's", pkg, p)
 			}
 		}
 	}

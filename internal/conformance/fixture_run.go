@@ -22,14 +22,16 @@ type FixtureOptions struct {
 	// Update rewrites every NAME.out.jsonl with the answers the action gave, instead of
 	// comparing, each error's message and abstain's reason with it.
 	Update bool
-	// RoundTrip, when set, passes the payloads of registry-encoded ports (--decode, --encode)
-	// through their encoding and back, as production does around the program: each item's
-	// payload on its inlet before the program sees it, each emit's on its outlet before it is
-	// compared. It returns the JSON after the round trip, or the port's error: an input that
-	// does not fit fails its fixture file, naming the line; an emit that does not fit makes
-	// the item's answer the non-retryable error production gives it. Plain ports are left
-	// alone (it returns the payload as it is). Fixtures stay JSON either way.
-	RoundTrip func(ctx context.Context, port string, inlet bool, payload json.RawMessage) (json.RawMessage, error)
+	// RoundTrip, when set, passes the payloads and keys of registry-encoded ports (--decode,
+	// --encode) through their encoding and back, as production does around the program: each
+	// item's payload and key on its inlet before the program sees it, each emit's on its
+	// outlet before it is compared. key says data is a key (its JSON text, as "key" carries
+	// an encoded key), else a payload. It returns the JSON after the round trip, or the port's
+	// error: an input that does not fit fails its fixture file, naming the line; an emit that
+	// does not fit makes the item's answer the non-retryable error production gives it. Plain
+	// ports (and plain keys) are left alone: it returns data as it is. Fixtures stay JSON
+	// either way.
+	RoundTrip func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error)
 }
 
 // FixtureReport is the result of RunFixtures.
@@ -158,12 +160,10 @@ func runFixture(ctx context.Context, a *Action, f *Fixture, opts FixtureOptions)
 	for _, in := range inputs {
 		states.read(a, &in)
 		if opts.RoundTrip != nil {
-			p, err := opts.RoundTrip(ctx, in.Item.Inlet, true, in.Item.Payload)
-			if err != nil {
-				res.Error = fmt.Sprintf("%s: the payload does not fit inlet %s's schema: %v; fix the fixture's payload", in.Source, in.Item.Inlet, err)
+			if fault := roundTripInput(ctx, opts.RoundTrip, &in.Item); fault != "" {
+				res.Error = fmt.Sprintf("%s: %s", in.Source, fault)
 				return res, nil
 			}
-			in.Item.Payload = p
 		}
 		r, err := submitOne(ctx, pool, in.Item)
 		if err != nil {
@@ -399,18 +399,53 @@ func (s fixtureStates) after(a *Action, it *stdio.Item, r engine.Result) json.Ra
 	return json.RawMessage("null")
 }
 
-// roundTripEmits passes ans's emits through their outlets' encoding (FixtureOptions.RoundTrip);
-// an emit that does not fit turns the answer into the non-retryable error production gives
-// the record.
-func roundTripEmits(ctx context.Context, rt func(context.Context, string, bool, json.RawMessage) (json.RawMessage, error), ans *answer) *answer {
+// roundTripFunc is FixtureOptions.RoundTrip.
+type roundTripFunc = func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error)
+
+// roundTripInput passes item's payload and key through its inlet's encoding
+// (FixtureOptions.RoundTrip), in place; it returns why the fixture's line does not fit, or "".
+func roundTripInput(ctx context.Context, rt roundTripFunc, item *stdio.Item) string {
+	p, err := rt(ctx, item.Inlet, true, false, item.Payload)
+	if err != nil {
+		return fmt.Sprintf("the payload does not fit inlet %s's schema: %v; fix the fixture's payload", item.Inlet, err)
+	}
+	item.Payload = p
+	if item.Key == nil {
+		return ""
+	}
+	k, err := rt(ctx, item.Inlet, true, true, json.RawMessage(*item.Key))
+	if err != nil {
+		return fmt.Sprintf("the key does not fit the schema of inlet %s's keys: %v; fix the fixture's key (an encoded key is its JSON text: \"key\": \"\\\"k1\\\"\" for an Avro string)", item.Inlet, err)
+	}
+	s := string(k)
+	item.Key = &s
+	return ""
+}
+
+// roundTripEmits passes ans's emits, payloads and keys, through their outlets' encoding
+// (FixtureOptions.RoundTrip); an emit that does not fit turns the answer into the
+// non-retryable error production gives the record.
+func roundTripEmits(ctx context.Context, rt roundTripFunc, ans *answer) *answer {
+	misfit := func(i int, outlet, what string, err error) *answer {
+		no := false
+		return &answer{Outcome: stdio.TypeError, Retryable: &no, Message: fmt.Sprintf("emit %d to outlet %q does not fit its %s: %v", i+1, outlet, what, err)}
+	}
 	for i := range ans.Emits {
 		e := &ans.Emits[i]
-		p, err := rt(ctx, e.Outlet, false, e.Payload)
+		p, err := rt(ctx, e.Outlet, false, false, e.Payload)
 		if err != nil {
-			no := false
-			return &answer{Outcome: stdio.TypeError, Retryable: &no, Message: fmt.Sprintf("emit %d to outlet %q does not fit its schema: %v", i+1, e.Outlet, err)}
+			return misfit(i, e.Outlet, "schema", err)
 		}
 		e.Payload = p
+		if e.Key == nil {
+			continue
+		}
+		k, err := rt(ctx, e.Outlet, false, true, json.RawMessage(*e.Key))
+		if err != nil {
+			return misfit(i, e.Outlet, "keys' schema", err)
+		}
+		s := string(k)
+		e.Key = &s
 	}
 	return ans
 }

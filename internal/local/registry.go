@@ -89,7 +89,7 @@ func startRegistry(p *actiondir.Pipeline, files map[string]string, log *slog.Log
 		return fail(fmt.Errorf("the embedded schema registry's client: %w", err))
 	}
 	lr.reg = reg
-	seeded := &seeds{fake: fake, ids: map[int]string{}, versions: map[string]string{}}
+	seeded := &seeds{fake: fake, ids: map[int]string{}, versions: map[string]string{}, latest: map[string]string{}}
 	used := map[string]bool{}
 	for _, s := range p.Streamlets {
 		for _, side := range []struct {
@@ -112,14 +112,22 @@ func startRegistry(p *actiondir.Pipeline, files map[string]string, log *slog.Log
 						name += ".key"
 					}
 					used[name] = true
-					text, err := schemaText(s.Action, name, k.enc.Format, files)
+					path, text, err := schemaText(s.Action, name, k.enc.Format, files)
 					if err != nil {
 						return fail(err)
 					}
-					if err := seeded.seed(subjectOf(topic, k.key, k.enc), k.enc, sr.Schema{Schema: text, Type: schemaExt[k.enc.Format].typ}); err != nil {
+					refs, err := seeded.references(k.enc.Format, path, text)
+					if err != nil {
+						return fail(fmt.Errorf("%s port %s: %w", s.Action.Name, name, err))
+					}
+					if err := seeded.seed(subjectOf(topic, k.key, k.enc), k.enc, sr.Schema{Schema: text, Type: schemaExt[k.enc.Format].typ, References: refs}); err != nil {
 						return fail(fmt.Errorf("%w: %s port %s: %w", errSchema, s.Action.Name, name, err))
 					}
-					*k.slot = &schema.Codec{Format: schema.Format(k.enc.Format), Strategy: schema.Strategy(k.enc.Strategy), Record: k.enc.Record, Subject: k.enc.Subject, Version: k.enc.Version, ID: k.enc.ID}
+					c := &schema.Codec{Format: schema.Format(k.enc.Format), Strategy: schema.Strategy(k.enc.Strategy), Record: k.enc.Record, Subject: k.enc.Subject, Version: k.enc.Version, ID: k.enc.ID}
+					if err := usable(reg, topic, k.key, *c); err != nil {
+						return fail(fmt.Errorf("%w: %s port %s: %s cannot be its schema: %w; fix the file or the action line", errSchema, s.Action.Name, name, path, err))
+					}
+					*k.slot = c
 				}
 				if tc.value != nil || tc.key != nil {
 					side.into[topic] = tc
@@ -142,27 +150,38 @@ func (lr *localRegistry) close() {
 	}
 }
 
-// schemaText reads the schema of an encoded port (PORT or PORT.key): the --schema file, else
-// the action directory's schemas/NAME.EXT.
-func schemaText(a *actiondir.Action, name, format string, files map[string]string) (string, error) {
+// usable reports why the embedded registry's codec cannot use the schema c selects for topic
+// (it does not compile, it lacks c's Record), before any line is read: the schema is asked to
+// encode a null, and only the codec's own fault (schema.ErrCodec) counts, not the null's.
+func usable(reg *schema.Registry, topic string, key bool, c schema.Codec) error {
+	_, err := reg.Encode(context.Background(), topic, key, c, []byte("null"))
+	if errors.Is(err, schema.ErrCodec) {
+		return err
+	}
+	return nil
+}
+
+// schemaText reads the schema of an encoded port (PORT or PORT.key), and says where from: the
+// --schema file, else the action directory's schemas/NAME.EXT.
+func schemaText(a *actiondir.Action, name, format string, files map[string]string) (string, string, error) {
 	ext := schemaExt[format].ext
 	path, given := files[name]
 	if !given {
 		if a.Dir == "" {
-			return "", fmt.Errorf("%w: %s declares port %s %s-encoded and has no action directory: give its schema with --schema %s=FILE%s", errSchema, a.Name, name, format, name, ext)
+			return "", "", fmt.Errorf("%w: %s declares port %s %s-encoded and has no action directory: give its schema with --schema %s=FILE%s", errSchema, a.Name, name, format, name, ext)
 		}
 		path = filepath.Join(a.Dir, SchemaDir, name+ext)
 	} else if filepath.Ext(path) != ext {
-		return "", fmt.Errorf("%w: --schema %s=%s: port %s is %s-encoded, whose schemas are %s files", errSchema, name, path, name, format, ext)
+		return "", "", fmt.Errorf("%w: --schema %s=%s: port %s is %s-encoded, whose schemas are %s files", errSchema, name, path, name, format, ext)
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && !given {
-		return "", fmt.Errorf("%w: %s declares port %s %s-encoded and %s does not exist: put the port's schema there, or give it with --schema %s=FILE%s", errSchema, a.Name, name, format, path, name, ext)
+		return "", "", fmt.Errorf("%w: %s declares port %s %s-encoded and %s does not exist: put the port's schema there, or give it with --schema %s=FILE%s", errSchema, a.Name, name, format, path, name, ext)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", errSchema, err)
+		return "", "", fmt.Errorf("%w: %s port %s: %w; make it a readable file, or give another with --schema %s=FILE%s", errSchema, a.Name, name, err, name, ext)
 	}
-	return string(b), nil
+	return path, string(b), nil
 }
 
 // subjectOf is the subject a port's schema is registered under, as the Confluent serializers
@@ -189,10 +208,17 @@ type seeds struct {
 	fake     *srfake.Registry
 	ids      map[int]string    // id → its schema text
 	versions map[string]string // "subject/version" → its schema text
+	latest   map[string]string // subject → the schema text its ports register unpinned
 }
 
 func (s *seeds) seed(subject string, e actionconf.Encoding, sch sr.Schema) error {
 	if e.Version == 0 && e.ID == 0 {
+		// Two schemas would make two versions, and which one is the latest an encoder uses
+		// would depend on the order of the ports and on its client's cache.
+		if text, ok := s.latest[subject]; ok && text != sch.Schema {
+			return fmt.Errorf("subject %s is registered by two ports with different schemas (ports sharing a topic share its subject): give them the same schema", subject)
+		}
+		s.latest[subject] = sch.Schema
 		if _, _, err := s.fake.RegisterSchema(subject, sch); err != nil {
 			return fmt.Errorf("registering it under subject %s: %w", subject, err)
 		}
@@ -315,33 +341,37 @@ func ParseSchemaFlag(files map[string]string, v string) error {
 	return nil
 }
 
-// FixtureRoundTrip is what `millrace test` passes fixture payloads through for a's encoded
-// ports (conformance.FixtureOptions.RoundTrip): each payload encoded with its port's schema (from
-// files or the action directory's schemas/, as millrace run finds them) in an embedded
+// FixtureRoundTrip is what `millrace test` passes fixture payloads and keys through for a's
+// encoded ports (conformance.FixtureOptions.RoundTrip): each encoded with its port's schema
+// (from files or the action directory's schemas/, as millrace run finds them) in an embedded
 // registry, and decoded again. It returns nil and a no-op stop when a declares no encoded
 // port.
-func FixtureRoundTrip(a *actiondir.Action, files map[string]string, log *slog.Logger) (func(ctx context.Context, port string, inlet bool, payload json.RawMessage) (json.RawMessage, error), func(), error) {
+func FixtureRoundTrip(a *actiondir.Action, files map[string]string, log *slog.Logger) (func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error), func(), error) {
 	p := actiondir.Single(a)
 	lr, err := startRegistry(p, files, log)
 	if err != nil || lr == nil {
 		return nil, func() {}, err
 	}
 	bindings := p.Streamlets[0].Bindings
-	rt := func(ctx context.Context, port string, inlet bool, payload json.RawMessage) (json.RawMessage, error) {
+	rt := func(ctx context.Context, port string, inlet, key bool, data json.RawMessage) (json.RawMessage, error) {
 		codecs := lr.prints
 		if inlet {
 			codecs = lr.inputs
 		}
 		topic := bindings[port]
-		tc, ok := codecs[topic]
-		if !ok || tc.value == nil || len(payload) == 0 || string(payload) == "null" {
-			return payload, nil
+		tc := codecs[topic]
+		c := tc.value
+		if key {
+			c = tc.key
 		}
-		wire, err := lr.reg.Encode(ctx, topic, false, *tc.value, payload)
+		if c == nil || len(data) == 0 || (!key && string(data) == "null") {
+			return data, nil
+		}
+		wire, err := lr.reg.Encode(ctx, topic, key, *c, data)
 		if err != nil {
 			return nil, err
 		}
-		return lr.reg.Decode(ctx, topic, false, *tc.value, wire)
+		return lr.reg.Decode(ctx, topic, key, *c, wire)
 	}
 	return rt, lr.close, nil
 }

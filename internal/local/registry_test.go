@@ -145,7 +145,7 @@ func TestFixtureRoundTrip(t *testing.T) {
 	if err != nil || !rep.Pass {
 		t.Fatalf("RunFixtures = %+v, %v; want every fixture to pass", rep, err)
 	}
-	out, err := rt(ctx, "bands", false, []byte(`{"listingId":"l-1","rooms":"three"}`))
+	out, err := rt(ctx, "bands", false, false, []byte(`{"listingId":"l-1","rooms":"three"}`))
 	if err == nil {
 		t.Errorf("round trip of an emit that does not fit = %s; want an error", out)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 )
 
 // Sentinel errors. A person reads them after "millrace replay:", so only ErrUsage, which the
@@ -27,13 +27,13 @@ var (
 	// ErrUsage marks a mistake in what was asked (a bad target, a filter that matches nothing).
 	ErrUsage = errors.New("replay: usage")
 	// ErrUnreachable is returned by Rewind and Redrive when no broker of --brokers answers
-	// as Kafka within ReachTimeout: nothing listens there, or something that is not Kafka.
+	// as Kafka within a few seconds (reachTimeout): nothing listens there, or something that is not Kafka.
 	ErrUnreachable = errors.New("no Kafka broker answers")
 )
 
-// ReachTimeout bounds how long Rewind and Redrive wait for the first answer of a broker, so a
+// reachTimeout bounds how long Rewind and Redrive wait for the first answer of a broker, so a
 // wrong address is an error in seconds, not after the client's retries.
-const ReachTimeout = 5 * time.Second
+const reachTimeout = 5 * time.Second
 
 // Kafka says how to reach the cluster.
 type Kafka struct {
@@ -47,19 +47,19 @@ type Kafka struct {
 var errNoBrokers = errors.New("no brokers: give --brokers host:port (or set FLOW_BROKERS)")
 
 // client connects once, so that a setting the broker refuses is named, and an address where
-// no Kafka answers is said within ReachTimeout, before anything is read or changed; then it
+// no Kafka answers is said within reachTimeout, before anything is read or changed; then it
 // returns a client of the cluster.
 func (k Kafka) client(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error) {
 	if len(k.Brokers) == 0 {
 		return nil, errNoBrokers
 	}
-	err := kafkaconn.Check(ctx, k.Brokers, k.Conn, ReachTimeout, k.Opts...)
+	err := kafkaconn.Check(ctx, k.Brokers, k.Conn, reachTimeout, k.Opts...)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.Is(err, kafkaconn.ErrUnreachable):
-		return nil, fmt.Errorf("%w at %s within %s (%w): check --brokers, host:port of a Kafka listener (millrace run prints its in-process broker's with --data or --follow)", ErrUnreachable, strings.Join(k.Brokers, ","), ReachTimeout, err)
+		return nil, fmt.Errorf("%w at %s within %s (%w): check --brokers, host:port of a Kafka listener (millrace run prints its in-process broker's with --data or --follow)", ErrUnreachable, strings.Join(k.Brokers, ","), reachTimeout, err)
 	default:
 		return nil, fmt.Errorf("cannot connect to Kafka: %w", err)
 	}

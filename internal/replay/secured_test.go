@@ -11,9 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/replay"
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // securedKafka reads vars as the sidecar does.

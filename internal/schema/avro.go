@@ -11,7 +11,8 @@ import (
 // is what the Avro JSON encoding writes, and no time.Time or big.Rat is made and dropped per
 // record.
 type avroCodec struct {
-	s *avro.Schema
+	s    *avro.Schema
+	fast *avNode // the fast path's plan (avrofast.go); nil: the library's way
 }
 
 // rawLogical leaves every logical type undecoded: a custom type with no Decode.
@@ -41,7 +42,7 @@ func compileAvro(text string, refs []ref) (codec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &avroCodec{s: s}, nil
+	return &avroCodec{s: s, fast: avPlan(s)}, nil
 }
 
 // resolveAvro is the codec that reads what writer wrote as reader's shape.
@@ -66,6 +67,16 @@ func resolveAvro(w, r codec, writerID, readerID int) (codec, error) {
 func (*avroCodec) format() Format { return Avro }
 
 func (c *avroCodec) decode(payload []byte) ([]byte, error) {
+	if c.fast != nil {
+		if out, ok := avroFast(c.fast, payload); ok {
+			return out, nil
+		}
+	}
+	return c.decodeSlow(payload)
+}
+
+// decodeSlow decodes to a Go value and writes that as JSON: every value, and every error.
+func (c *avroCodec) decodeSlow(payload []byte) ([]byte, error) {
 	var v any
 	rest, err := c.s.Decode(payload, &v)
 	if err != nil {

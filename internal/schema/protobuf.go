@@ -20,7 +20,8 @@ const maxIndexes = 64
 // protoCodec is a compiled .proto file.
 type protoCodec struct {
 	file  protoreflect.FileDescriptor
-	first protoreflect.MessageDescriptor // index [0], the common case
+	first protoreflect.MessageDescriptor   // index [0], the common case
+	plans map[protoreflect.FullName]*pbMsg // the fast path's (protofast.go)
 }
 
 // protoFile is the name of schema id's own file among its imports.
@@ -72,7 +73,7 @@ func compileProtobuf(id int, text string, refs []ref) (codec, error) {
 	if fd.Messages().Len() == 0 {
 		return nil, fmt.Errorf("the .proto %s declares no message", fd.Path())
 	}
-	return &protoCodec{file: fd, first: fd.Messages().Get(0)}, nil
+	return &protoCodec{file: fd, first: fd.Messages().Get(0), plans: pbPlans(fd)}, nil
 }
 
 // asDescriptor reads text as a base64 FileDescriptorProto, or returns nil.
@@ -147,7 +148,30 @@ func (c *protoCodec) message(indexes []int) (protoreflect.MessageDescriptor, err
 	return md, nil
 }
 
-func (c *protoCodec) decode(payload []byte) (out []byte, err error) {
+func (c *protoCodec) decode(payload []byte) ([]byte, error) {
+	md, rest := c.first, payload
+	if len(payload) > 0 && payload[0] == 0 { // the indexes [0], without a slice made
+		rest = payload[1:]
+	} else if indexes, r, err := header.DecodeIndex(payload, maxIndexes); err == nil {
+		if md, err = c.message(indexes); err != nil {
+			md = nil
+		}
+		rest = r
+	} else {
+		md = nil
+	}
+	if md != nil {
+		if p := c.plans[md.FullName()]; p != nil {
+			if out, ok := protoFast(p, rest); ok {
+				return out, nil
+			}
+		}
+	}
+	return c.decodeSlow(payload)
+}
+
+// decodeSlow decodes with dynamicpb and writes with protojson: every message, and every error.
+func (c *protoCodec) decodeSlow(payload []byte) (out []byte, err error) {
 	// protobuf-go's reflective decoder panics on some malformed map entries of a dynamic
 	// message (a key of the wrong wire type); a record's bytes must never stop the bridge.
 	defer func() {

@@ -24,6 +24,10 @@
 // JSON Schema values are the JSON itself, checked against the schema both ways.
 // docs/schema.md shows each mapping with examples.
 //
+// Avro and Protobuf values are decoded to JSON straight from their bytes with a plan made
+// once per schema (avrofast.go, protofast.go); what a plan does not cover, and every error,
+// goes the libraries' way, which writes the same JSON.
+//
 // # Schemas and the cache
 //
 // Decode uses the schema the record's id names (the writer's). When the Codec pins a Version or

@@ -49,7 +49,7 @@ var tlsVars = tlsconf.Vars{CAFile: envCAFile, CertFile: envCertFile, KeyFile: en
 // files they name with readFile, and reports every bad value through bad (one problem each,
 // naming its variable). Secrets never appear in a problem. No URL (and no other variable) is
 // the zero Settings: no registry. TLS, basic auth passwords and NAME_FILE secrets are read as
-// sidecar/kafkaconn reads them (package tlsconf); the token file is read again when it
+// internal/kafkaconn reads them (package tlsconf); the token file is read again when it
 // changes, so only its first reading is checked here.
 func SettingsFromEnv(getenv func(string) string, readFile func(string) ([]byte, error), bad func(string, ...any)) Settings {
 	var s Settings

@@ -21,7 +21,7 @@ import (
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
-// ErrSettings is matched by every *Error.
+// ErrSettings is matched by every error a Reader's Err returns.
 var ErrSettings = errors.New("settings: bad deploy settings")
 
 // Var is one row of a side's table of settings: an environment variable, what it means when
@@ -32,18 +32,17 @@ type Var struct {
 	Meaning string
 }
 
-// Error lists every problem a Reader found in one side's settings, one per line. It matches
-// ErrSettings.
-type Error struct {
-	Side     string // "bridge", "sidecar": who reads the settings
-	Problems []string
+// badSettings lists every problem a Reader found, one per line. It names no side: its caller
+// does (`millrace bridge:` before it, or `millrace run`'s wrap), so the side is said once.
+type badSettings struct {
+	problems []string
 }
 
-func (e *Error) Error() string {
-	return e.Side + ": bad deploy settings (fix these environment variables):\n  " + strings.Join(e.Problems, "\n  ")
+func (e *badSettings) Error() string {
+	return "bad deploy settings (fix these environment variables):\n  " + strings.Join(e.problems, "\n  ")
 }
 
-func (e *Error) Is(target error) bool { return target == ErrSettings }
+func (e *badSettings) Is(target error) bool { return target == ErrSettings }
 
 // Reader reads settings through getenv and gathers the problems of those it cannot take. Each
 // typed method returns the default when the variable is unset or its value is bad (the problem
@@ -71,12 +70,12 @@ func (r *Reader) Badf(format string, args ...any) {
 // Problems returns the problems recorded so far, in the order they were found.
 func (r *Reader) Problems() []string { return r.problems }
 
-// Err returns an *Error of side listing the problems, or nil when there are none.
-func (r *Reader) Err(side string) error {
+// Err returns an error matching ErrSettings that lists the problems, or nil when there are none.
+func (r *Reader) Err() error {
 	if len(r.problems) == 0 {
 		return nil
 	}
-	return &Error{Side: side, Problems: r.problems}
+	return &badSettings{problems: r.problems}
 }
 
 // String returns name's value, or def when it is unset.
@@ -108,7 +107,7 @@ func (r *Reader) Size(name string, def, min, max int64) int64 {
 	if !ok {
 		return def
 	}
-	n, err := ParseSize(s)
+	n, err := parseSize(s)
 	switch {
 	case err == nil && n >= min && (max == 0 || n <= max):
 		return n
@@ -175,7 +174,7 @@ func (r *Reader) Bool(name string, def bool) bool {
 	if !ok {
 		return def
 	}
-	b, err := ParseBool(s)
+	b, err := parseBool(s)
 	if err != nil {
 		r.Badf("%s=%s is neither true nor false", name, s)
 		return def
@@ -192,10 +191,10 @@ func ParsePort(s string) (int, error) {
 	return n, nil
 }
 
-// ParseSize reads a number of bytes in the grammar of a MEMORY_SIZE config value: digits, then
+// parseSize reads a number of bytes in the grammar of a MEMORY_SIZE config value: digits, then
 // an optional k M G T P E (powers of 1000) or Ki Mi Gi Ti Pi Ei (powers of 1024), surrounding
 // whitespace dropped: 67108864, 64Mi and 65536Ki are the same size.
-func ParseSize(s string) (int64, error) {
+func parseSize(s string) (int64, error) {
 	v, err := protocol.ParseConfigValue(flowv1.ConfigType_MEMORY_SIZE, strings.TrimSpace(s))
 	if err != nil {
 		return 0, err
@@ -213,9 +212,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// ParseBool reads true or false as strconv.ParseBool does (also 1, 0, T, F, TRUE, False …),
+// parseBool reads true or false as strconv.ParseBool does (also 1, 0, T, F, TRUE, False …),
 // surrounding whitespace dropped.
-func ParseBool(s string) (bool, error) {
+func parseBool(s string) (bool, error) {
 	b, err := strconv.ParseBool(strings.TrimSpace(s))
 	if err != nil {
 		return false, fmt.Errorf("%q is neither true nor false", s)
@@ -224,7 +223,7 @@ func ParseBool(s string) (bool, error) {
 }
 
 // FormatSize writes n as the tables do: with the largest binary unit that divides it (64Mi,
-// 1Ki), else in bytes. ParseSize reads it back.
+// 1Ki), else in bytes. Reader.Size reads it back.
 func FormatSize(n int64) string {
 	for _, u := range []struct {
 		suffix string

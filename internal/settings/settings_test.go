@@ -40,7 +40,7 @@ func TestForms(t *testing.T) {
 			t.Errorf("%s = %v; want %v", tt.name, tt.got, tt.want)
 		}
 	}
-	if err := r.Err("test"); err != nil {
+	if err := r.Err(); err != nil {
 		t.Errorf("Err() = %v; want nil", err)
 	}
 }
@@ -89,9 +89,9 @@ func TestProblems(t *testing.T) {
 			t.Errorf("problem %d = %q; want it to start %q", i, got[i], w)
 		}
 	}
-	err := r.Err("bridge")
-	if !errors.Is(err, settings.ErrSettings) || !strings.HasPrefix(err.Error(), "bridge: bad deploy settings") || !strings.Contains(err.Error(), want[0]) {
-		t.Errorf("Err() = %v; want an error matching ErrSettings, naming the side and every problem", err)
+	err := r.Err()
+	if !errors.Is(err, settings.ErrSettings) || !strings.HasPrefix(err.Error(), "bad deploy settings") || !strings.Contains(err.Error(), want[0]) {
+		t.Errorf("Err() = %v; want an error matching ErrSettings, naming every problem and no side (its caller does)", err)
 	}
 }
 

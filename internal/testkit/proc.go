@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// ErrProcKilled is returned by Proc.Stop when the process did not exit within its grace after
+// errProcKilled is returned by Proc.Stop when the process did not exit within its grace after
 // SIGTERM and was killed.
-var ErrProcKilled = errors.New("testkit: the process did not exit within its grace after SIGTERM and was killed")
+var errProcKilled = errors.New("testkit: the process did not exit within its grace after SIGTERM and was killed")
 
 // ProcSpec says how to start a Proc.
 type ProcSpec struct {
@@ -129,13 +129,13 @@ func (p *Proc) Signal(sig syscall.Signal) {
 }
 
 // Stop ends the process: SIGTERM, then SIGKILL to its group after grace, then SIGKILL to the
-// processes below it (found before the SIGTERM). It returns an error wrapping ErrProcKilled
+// processes below it (found before the SIGTERM). It returns an error wrapping errProcKilled
 // when it had to kill, or the exit error. It may be called twice.
 func (p *Proc) Stop(grace time.Duration) error {
 	if p.Exited() {
 		return p.exitErr()
 	}
-	kids := Descendants(p.Pid())
+	kids := descendants(p.Pid())
 	p.Signal(syscall.SIGTERM)
 	var err error
 	select {
@@ -145,7 +145,7 @@ func (p *Proc) Stop(grace time.Duration) error {
 		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
 		p.Signal(syscall.SIGKILL)
 		<-p.done
-		err = fmt.Errorf("%s (pid %d), %s: %w", p.Name, p.Pid(), grace, ErrProcKilled)
+		err = fmt.Errorf("%s (pid %d), %s: %w", p.Name, p.Pid(), grace, errProcKilled)
 	}
 	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGKILL)
@@ -163,7 +163,7 @@ func (p *Proc) exitErr() error {
 // Kill SIGKILLs the process and waits for it; it returns the processes below it, which lose
 // their parent (and are not killed).
 func (p *Proc) Kill() []int {
-	kids := Descendants(p.Pid())
+	kids := descendants(p.Pid())
 	p.Signal(syscall.SIGKILL)
 	<-p.done
 	return kids
@@ -240,12 +240,12 @@ func Children(pid int) []int {
 	return out
 }
 
-// Descendants returns every process below pid.
-func Descendants(pid int) []int {
+// descendants returns every process below pid.
+func descendants(pid int) []int {
 	var out []int
 	for _, c := range Children(pid) {
 		out = append(out, c)
-		out = append(out, Descendants(c)...)
+		out = append(out, descendants(c)...)
 	}
 	return out
 }

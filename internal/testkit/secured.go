@@ -22,7 +22,7 @@ import (
 // A secured broker's users: the admin the test's own clients are, and the client under test
 // (a sidecar, a replay), whose password is known so that a test can look for it in outputs.
 const (
-	SecuredAdmin, SecuredAdminPassword = "admin", "admin-pw"
+	securedAdmin, securedAdminPassword = "admin", "admin-pw"
 	SecuredUser, SecuredPassword       = "millrace", "Known-Secret-7f3a9c"
 )
 
@@ -42,7 +42,7 @@ type Security struct {
 // certificate and tls/client.{crt,key} the client certificate the mutual TLS listener takes.
 const (
 	EnvSecuredBrokers     = "MILLRACE_KAFKA_SECURED_BROKERS"
-	EnvSecuredMTLSBrokers = "MILLRACE_KAFKA_SECURED_MTLS_BROKERS"
+	envSecuredMTLSBrokers = "MILLRACE_KAFKA_SECURED_MTLS_BROKERS"
 	EnvSecuredHome        = "MILLRACE_KAFKA_SECURED_HOME"
 )
 
@@ -56,23 +56,23 @@ const securedLimitedUser = "millrace-limited"
 // SecuredKafka reports whether EnvSecuredBrokers names a secured Kafka broker.
 func SecuredKafka() bool { return os.Getenv(EnvSecuredBrokers) != "" }
 
-// SecuredKafkaMTLS reports whether EnvSecuredMTLSBrokers names the secured Kafka's mutual TLS
+// mtlsListener reports whether envSecuredMTLSBrokers names the secured Kafka's mutual TLS
 // listener.
-func SecuredKafkaMTLS() bool { return os.Getenv(EnvSecuredMTLSBrokers) != "" }
+func mtlsListener() bool { return os.Getenv(envSecuredMTLSBrokers) != "" }
 
 // NewSecuredBroker starts a kfake that refuses anything less than sec, with a CA the test
 // generates, and returns it with the FLOW_KAFKA_* variables that reach it as SecuredUser (the
-// password from a file). Its admin and readers connect as SecuredAdmin. When EnvSecuredBrokers
+// password from a file). Its admin and readers connect as securedAdmin. When EnvSecuredBrokers
 // names a secured Kafka and sec asks for what its SASL_SSL listener serves (SASL, no client
 // certificate), that broker is used instead, and its mutual TLS listener when
-// EnvSecuredMTLSBrokers names it and sec asks for a client certificate alone, without ACLs;
+// envSecuredMTLSBrokers names it and sec asks for a client certificate alone, without ACLs;
 // Broker.Principal is the user the variables name.
 func NewSecuredBroker(t testing.TB, sec Security) (*Broker, map[string]string) {
 	t.Helper()
 	if SecuredKafka() && sec.Mechanism != "" && !sec.MutualTLS && sec.Kfake == nil {
 		return securedKafka(t, sec)
 	}
-	if SecuredKafkaMTLS() && sec.MutualTLS && sec.Mechanism == "" && sec.ACLs == nil && sec.Kfake == nil {
+	if mtlsListener() && sec.MutualTLS && sec.Mechanism == "" && sec.ACLs == nil && sec.Kfake == nil {
 		return securedKafkaMTLS(t, sec)
 	}
 	ca := NewCA(t, "kafka")
@@ -90,13 +90,13 @@ func NewSecuredBroker(t testing.TB, sec Security) (*Broker, map[string]string) {
 	}
 	conn := []kgo.Opt{kgo.DialTLSConfig(clientTLS)}
 	if sec.Mechanism != "" {
-		kf = append(kf, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", SecuredAdmin, SecuredAdminPassword))
+		kf = append(kf, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", securedAdmin, securedAdminPassword))
 		if sec.ACLs != nil {
 			kf = append(kf, kfake.EnableACLs(), kfake.User(sec.Mechanism, SecuredUser, SecuredPassword, sec.ACLs...))
 		} else {
 			kf = append(kf, kfake.Superuser(sec.Mechanism, SecuredUser, SecuredPassword))
 		}
-		conn = append(conn, kgo.SASL(scram.Auth{User: SecuredAdmin, Pass: SecuredAdminPassword}.AsSha256Mechanism()))
+		conn = append(conn, kgo.SASL(scram.Auth{User: securedAdmin, Pass: securedAdminPassword}.AsSha256Mechanism()))
 		pw := filepath.Join(t.TempDir(), "password")
 		if err := os.WriteFile(pw, []byte(SecuredPassword+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func securedKafkaMTLS(t testing.TB, sec Security) (*Broker, map[string]string) {
 	conn := []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})}
 	vars := map[string]string{"FLOW_KAFKA_TLS": "true", "FLOW_KAFKA_TLS_CA_FILE": caFile,
 		"FLOW_KAFKA_TLS_CERT_FILE": certFile, "FLOW_KAFKA_TLS_KEY_FILE": keyFile}
-	return securedKafkaBroker(t, EnvSecuredMTLSBrokers, conn, securedMTLSPrincipal, sec), vars
+	return securedKafkaBroker(t, envSecuredMTLSBrokers, conn, securedMTLSPrincipal, sec), vars
 }
 
 // securedKafkaBroker is a Broker on the secured Kafka's listener in env, its admin connecting
@@ -161,7 +161,7 @@ func securedKafka(t testing.TB, sec Security) (*Broker, map[string]string) {
 	t.Helper()
 	caFile, pool := securedCA(t)
 	conn := []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}),
-		kgo.SASL(scram.Auth{User: SecuredAdmin, Pass: SecuredAdminPassword}.AsSha512Mechanism())}
+		kgo.SASL(scram.Auth{User: securedAdmin, Pass: securedAdminPassword}.AsSha512Mechanism())}
 	user := SecuredUser
 	if sec.ACLs != nil {
 		user = securedLimitedUser
@@ -175,7 +175,7 @@ func securedKafka(t testing.TB, sec Security) (*Broker, map[string]string) {
 	if sec.Mechanism == "OAUTHBEARER" {
 		delete(vars, "FLOW_KAFKA_SASL_USERNAME")
 		delete(vars, "FLOW_KAFKA_SASL_PASSWORD_FILE")
-		vars["FLOW_KAFKA_SASL_OAUTHBEARER_TOKEN_FILE"] = UnsecuredToken(t, user)
+		vars["FLOW_KAFKA_SASL_OAUTHBEARER_TOKEN_FILE"] = unsecuredToken(t, user)
 	}
 	return securedKafkaBroker(t, EnvSecuredBrokers, conn, "User:"+user, sec), vars
 }
@@ -236,9 +236,9 @@ func (b *Broker) aclOf(t testing.TB, acl kfake.ACL) *kadm.ACLBuilder {
 	return acls
 }
 
-// UnsecuredToken writes an unsecured JWT for sub (Kafka's built-in OAUTHBEARER validator for
+// unsecuredToken writes an unsecured JWT for sub (Kafka's built-in OAUTHBEARER validator for
 // tests accepts alg "none"), valid for an hour, to a file and returns its path.
-func UnsecuredToken(t testing.TB, sub string) string {
+func unsecuredToken(t testing.TB, sub string) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "token")
 	WriteUnsecuredToken(t, file, sub, time.Now().Add(time.Hour))

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 // FakeSidecar drives a streamlet process over gRPC by hand, as the sidecar would: Discovery,
@@ -32,7 +33,7 @@ func DialProcess(t testing.TB, addr string) *FakeSidecar {
 // Discover asks the process for its spec, waiting (within ctx) for a process still starting
 // to listen.
 func (s *FakeSidecar) Discover(ctx context.Context, info *flowv1.SidecarInfo) (*flowv1.Spec, error) {
-	return flowv1.NewDiscoveryClient(s.Conn).Discover(ctx, info, grpc.WaitForReady(true))
+	return flowv1grpc.NewDiscoveryClient(s.Conn).Discover(ctx, info, grpc.WaitForReady(true))
 }
 
 // Stream is one Run conversation.
@@ -42,7 +43,7 @@ type Stream struct {
 
 // Run opens a Run stream, ended when ctx is.
 func (s *FakeSidecar) Run(ctx context.Context) (*Stream, error) {
-	st, err := flowv1.NewStreamletClient(s.Conn).Run(ctx)
+	st, err := flowv1grpc.NewStreamletClient(s.Conn).Run(ctx)
 	if err != nil {
 		return nil, err
 	}

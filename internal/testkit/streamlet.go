@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	"github.com/ankka-flow/millrace/protocol/ankka/flow/v1/flowv1grpc"
 )
 
 // ErrClose, returned by a Streamlet's OnBatch, ends the stream normally without being asked.
@@ -46,9 +47,9 @@ func (c *Call) Fail(msg string) error {
 	return c.send(&flowv1.FromProcess{Message: &flowv1.FromProcess_Fail{Fail: &flowv1.Fail{BatchId: c.Batch.BatchId, Error: &flowv1.Error{Message: msg}}}})
 }
 
-// Echo answers a batch as a plain streamlet would: each record emitted to "out" with its key
+// echo answers a batch as a plain streamlet would: each record emitted to "out" with its key
 // and value, then the Ack.
-func Echo(c *Call) error {
+func echo(c *Call) error {
 	for _, r := range c.Batch.GetRecords() {
 		if err := c.Emit("out", &flowv1.Record{Key: r.GetRecord().GetKey(), Value: r.GetRecord().GetValue()}); err != nil {
 			return err
@@ -63,11 +64,11 @@ func Echo(c *Call) error {
 // it keeps what it was sent for the test to read (Starts, Batches, Stops, Reports); Started
 // and Reported, when not nil, get each conversation's number and each ReportError as they come.
 type Streamlet struct {
-	flowv1.UnimplementedDiscoveryServer
-	flowv1.UnimplementedStreamletServer
+	flowv1grpc.UnimplementedDiscoveryServer
+	flowv1grpc.UnimplementedStreamletServer
 
 	Spec       *flowv1.Spec
-	OnBatch    func(*Call) error                         // nil: Echo
+	OnBatch    func(*Call) error                         // nil: echo
 	OnStart    func(conv int, start *flowv1.Start) error // nil: fine
 	OnDiscover func()
 	Async      bool
@@ -118,8 +119,8 @@ func (f *Streamlet) serve(lis net.Listener) {
 
 func (f *Streamlet) server() *grpc.Server {
 	srv := grpc.NewServer(f.Options...)
-	flowv1.RegisterDiscoveryServer(srv, f)
-	flowv1.RegisterStreamletServer(srv, f)
+	flowv1grpc.RegisterDiscoveryServer(srv, f)
+	flowv1grpc.RegisterStreamletServer(srv, f)
 	f.mu.Lock()
 	f.srv = srv
 	f.mu.Unlock()
@@ -183,7 +184,7 @@ func (f *Streamlet) ReportError(_ context.Context, ps *flowv1.Problems) (*flowv1
 	return &flowv1.Empty{}, nil
 }
 
-func (f *Streamlet) Run(stream flowv1.Streamlet_RunServer) error {
+func (f *Streamlet) Run(stream flowv1grpc.Streamlet_RunServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -240,7 +241,7 @@ func (f *Streamlet) Run(stream flowv1.Streamlet_RunServer) error {
 			h := f.OnBatch
 			f.mu.Unlock()
 			if h == nil {
-				h = Echo
+				h = echo
 			}
 			c := &Call{Ctx: stream.Context(), Conv: conv, Start: start, Batch: m.Batch, send: send}
 			if !f.Async {

@@ -1,7 +1,7 @@
 // Package tlsconf reads a client's TLS settings and its secrets from the environment, the one
 // way every millrace client of a secured server reads them: a CA bundle, a client certificate
 // and key for mutual TLS, and secrets given inline or in a file (NAME_FILE, as Kubernetes
-// mounts a Secret). The Kafka connection (sidecar/kafkaconn) reads FLOW_KAFKA_* with it, the
+// mounts a Secret). The Kafka connection (internal/kafkaconn) reads FLOW_KAFKA_* with it, the
 // schema-registry client its own prefix, so both check the same things the same way. Every
 // problem names its variable and never shows a secret.
 package tlsconf
@@ -26,12 +26,6 @@ type Vars struct {
 	CAFile   string // PEM CA bundle for the server's certificate; system roots when unset
 	CertFile string // client certificate, for mutual TLS
 	KeyFile  string // the client certificate's key
-}
-
-// Prefixed are the variables PREFIX_TLS, PREFIX_TLS_CA_FILE, PREFIX_TLS_CERT_FILE and
-// PREFIX_TLS_KEY_FILE, prefix given with its trailing underscore.
-func Prefixed(prefix string) Vars {
-	return Vars{Enable: prefix + "TLS", CAFile: prefix + "TLS_CA_FILE", CertFile: prefix + "TLS_CERT_FILE", KeyFile: prefix + "TLS_KEY_FILE"}
 }
 
 // Read reads the TLS variables v through getenv, the files they name with readFile, checking

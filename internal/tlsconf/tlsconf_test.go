@@ -22,8 +22,8 @@ func collect() (*[]string, func(string, ...any)) {
 func TestReadPrefixed(t *testing.T) {
 	ca := testkit.NewCA(t, "registry")
 	client := ca.Issue(t, "client", time.Time{}, time.Time{})
-	v := tlsconf.Prefixed("MILLRACE_SCHEMA_REGISTRY_")
-	v.Enable = ""
+	v := tlsconf.Vars{CAFile: "MILLRACE_SCHEMA_REGISTRY_TLS_CA_FILE",
+		CertFile: "MILLRACE_SCHEMA_REGISTRY_TLS_CERT_FILE", KeyFile: "MILLRACE_SCHEMA_REGISTRY_TLS_KEY_FILE"}
 	env := map[string]string{"MILLRACE_SCHEMA_REGISTRY_TLS_CA_FILE": ca.File,
 		"MILLRACE_SCHEMA_REGISTRY_TLS_CERT_FILE": client.CertFile, "MILLRACE_SCHEMA_REGISTRY_TLS_KEY_FILE": client.KeyFile}
 	problems, bad := collect()

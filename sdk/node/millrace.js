@@ -26,6 +26,13 @@
  *   item.config (the config of hello, checked against options.config: a schema such as
  *   { minRooms: 'integer', greeting: { type: 'string', default: 'hi' } }, or a function that
  *   validates the raw object), millrace.workdir() (MILLSTREAM_WORKDIR).
+ * - State per key (docs/protocol.md, "State per key"): item.state is the key's state
+ *   (undefined when it has none); item.setState(value) stages a new one, item.clearState() (or
+ *   setState(null)) its deletion; the last call wins. It is written only when the handler
+ *   returns (or resolves) normally, before the item's answer. A state the engine would refuse
+ *   (a keyless item, an inlet hello does not name as stateful, over its maxBytes) throws
+ *   StateError and fails the item with the engine's words, even if caught. "state": true is
+ *   declared in ready when hello names an inlet that keeps state.
  *
  * Handlers may be async; items are still answered one after another, in order. The SDK
  * declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks and
@@ -73,6 +80,23 @@ class ConfigError extends Error {
 }
 
 /** One output of mapKeyed or a keyed batch. */
+/** A state the engine would refuse: the item fails with this message, even if caught. */
+class StateError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'StateError';
+  }
+}
+
+const MAX_STATE = 1 << 20; // the most any inlet's max-bytes may be (engine.MaxStateBytes)
+
+/** A limit as the engine names it: 64 KiB, 1 MiB, or a count of bytes. */
+function sizeText(n) {
+  if (n % (1 << 20) && !(n % (1 << 10))) return `${n >> 10} KiB`;
+  if (!(n % (1 << 20))) return `${n / (1 << 20)} MiB`;
+  return `${n} bytes`;
+}
+
 class Output {
   constructor(value, { key, outlet, headers } = {}) {
     this.value = value;
@@ -163,6 +187,8 @@ class Item {
     this.payload = raw.payload === undefined ? null : raw.payload;
     this.delivery = raw.delivery || '';
     this._log = null;
+    this._st = undefined; // the staged state's JSON ('null' deletes)
+    this._stErr = null; // a state the engine would refuse: the item's error
   }
   /** string, Buffer when it is not UTF-8, null when absent */
   get key() { return bytesOrText(this.raw.key, this.raw.keyBase64); }
@@ -186,6 +212,40 @@ class Item {
     if (!this._log) this._log = log.bind({ delivery: this.delivery, item: this.id, attempt: this.attempt });
     return this._log;
   }
+  /** The key's state: the JSON value the action last staged for it, undefined when none. */
+  get state() { return this.raw.state === null ? undefined : this.raw.state; }
+  /** Stages value (any JSON value) as the key's new state; null deletes it, as clearState.
+   * The last call wins; it is written only if the handler returns normally. A state the
+   * engine would refuse throws StateError and fails the item even if caught. */
+  setState(value) {
+    const it = this.raw;
+    const inlet = it.inlet || '';
+    const inlets = this._s.stateInlets;
+    const lim = Object.prototype.hasOwnProperty.call(inlets, inlet) ? inlets[inlet] : undefined;
+    const keyed = (it.key !== undefined && it.key !== null) || !!it.keyBase64;
+    let err = null, text = 'null';
+    if (!keyed) {
+      err = `item ${it.id || ''} has no key, so it has no state: a state message is only for keyed records (route keyless ones elsewhere, or stage no state for them)`;
+    } else if (lim === undefined) {
+      err = `inlet ${inlet} keeps no state: add --state ${inlet} to the action line, or stage no state for its items`;
+    } else if (value !== null) {
+      text = JSON.stringify(value);
+      if (text === undefined) throw new TypeError(`a state of type ${typeof value} cannot be written as JSON`);
+      const n = Buffer.byteLength(text, 'utf8');
+      const cap = lim && lim.maxBytes;
+      if (Number.isInteger(cap) && cap > 0 && n > cap) {
+        const key = it.key !== undefined && it.key !== null ? it.key : it.keyBase64;
+        err = `the state staged for key ${JSON.stringify(key)} is ${String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',')} bytes, over max-bytes ${sizeText(cap)} (--state ${inlet},max-bytes=…): keep less per key, or raise max-bytes (at most ${sizeText(MAX_STATE)})`;
+      }
+    }
+    if (err !== null) {
+      this._stErr = err;
+      throw new StateError(err);
+    }
+    this._st = text;
+  }
+  /** Stages the deletion of the key's state: its next item has none. */
+  clearState() { this.setState(null); }
   /** Records a custom measurement with this attempt: a finite number, labels of strings. */
   metric(name, value, labels) {
     const v = Number(value);
@@ -312,6 +372,7 @@ class Session {
     this.timer = null;
     this.busy = false; // awaiting a handler's promise
     this.hello = false;
+    this.stateInlets = {}; // from hello: the inlets that keep state, with their limits
     this.rest = []; // pieces of a line longer than one chunk
     this.ended = false;
     this.eofSeen = false;
@@ -353,6 +414,10 @@ class Session {
   }
 
   fail(item, err, logIt = true) {
+    if (err instanceof StateError && item._stErr !== null) {
+      this.error(item.delivery, item._stErr, false); // the engine's words, as it would answer
+      return;
+    }
     if (err instanceof Abstain) {
       this.answer('abstain', item.delivery, ',"reason":' + JSON.stringify(err.reason));
       return;
@@ -411,6 +476,11 @@ class Session {
       this.fail(item, err);
       return;
     }
+    if (item._stErr !== null) {
+      this.error(item.delivery, item._stErr, false);
+      return;
+    }
+    if (item._st !== undefined) this.out.push(`{"type":"state","delivery":${d},"state":${item._st}}`);
     this.out.push(`{"type":"done","delivery":${d}}`);
   }
 
@@ -488,9 +558,16 @@ class Session {
       this.configError = `${text} (fix the config; every item fails until then)`;
       log.error('bad config', { error: this.configError });
     }
+    let inlets = msg.state;
+    if (inlets !== undefined && inlets !== null && (typeof inlets !== 'object' || Array.isArray(inlets))) {
+      log.error('hello\'s "state" is not an object of inlets ({"PORT":{"maxBytes":N}}); no inlet keeps state', { state: JSON.stringify(inlets).slice(0, 100) });
+      inlets = null;
+    }
+    this.stateInlets = inlets || {};
+    const stateful = Object.keys(this.stateInlets).length > 0; // declared only when the line keeps state, as the Go SDK
     this.flush();
     this.frameAs(false); // ready is a line of its own, never in an envelope
-    this.out.push(`{"type":"ready","window":${this.window},"batch":true}`);
+    this.out.push(`{"type":"ready","window":${this.window},"batch":true${stateful ? ',"state":true' : ''}}`);
     this.flush();
   }
 
@@ -704,7 +781,7 @@ function batch(fn, opts = {}) {
   serve('batch', fn, { ...opts, size });
 }
 
-module.exports = { map, mapKeyed, batch, output, Output, Item, Abstain, Retryable, ConfigError, log, workdir, WINDOW, checkConfig };
+module.exports = { map, mapKeyed, batch, output, Output, Item, Abstain, Retryable, ConfigError, StateError, log, workdir, WINDOW, checkConfig };
 // for the SDK's own tests and measurements, not an API
 module.exports._Session = Session;
 module.exports._frame = frame;

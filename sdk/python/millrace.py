@@ -26,6 +26,13 @@ This module speaks that protocol for you, so an action is one call::
 - ``item.metric(name, value, labels)``, ``item.log`` / ``log`` (JSON lines on stderr),
   ``item.config`` (the config of hello, checked against ``config=`` when given: a dataclass,
   or a callable that validates the raw dict), ``workdir()`` (MILLSTREAM_WORKDIR).
+- State per key (docs/protocol.md, "State per key"): ``item.state`` is the key's state (None
+  when it has none); ``item.set_state(value)`` stages a new one, ``item.clear_state()`` (or
+  ``set_state(None)``) its deletion; the last call wins. It is written only when the handler
+  returns normally, before the item's answer. A state the engine would refuse (a keyless item,
+  an inlet hello does not name as stateful, over its maxBytes) raises ``StateError`` and fails
+  the item with the engine's words, even if caught. ``"state": true`` is declared in ready when
+  hello names an inlet that keeps state.
 
 The SDK declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks
 and writes the answers of a run of items in one write, as one ``{"type":"batch",...}`` line, so
@@ -48,7 +55,7 @@ from base64 import b64decode, b64encode
 
 __all__ = [
     "map", "map_keyed", "batch", "Output", "Item", "Abstain", "Retryable", "ConfigError",
-    "log", "workdir", "WINDOW",
+    "StateError", "log", "workdir", "WINDOW",
 ]
 __version__ = "0.1.0"
 
@@ -103,6 +110,22 @@ class Retryable(Exception):
 
 class ConfigError(ValueError):
     """The config of hello does not fit the declared config; every item fails with it."""
+
+
+class StateError(ValueError):
+    """A state the engine would refuse: the item fails with this message, even if caught."""
+
+
+_MAX_STATE = 1 << 20  # the most any inlet's max-bytes may be (engine.MaxStateBytes)
+
+
+def _size_text(n):
+    """A limit as the engine names it: 64 KiB, 1 MiB, or a count of bytes."""
+    if n % (1 << 20) and not n % (1 << 10):
+        return "%d KiB" % (n >> 10)
+    if not n % (1 << 20):
+        return "%d MiB" % (n >> 20)
+    return "%d bytes" % n
 
 
 class Output:
@@ -252,10 +275,11 @@ class Item:
     headers ([(key, value)], value str, bytes or None) and the item fields of the protocol.
     raw is the whole item line as decoded, unknown keys included."""
 
-    __slots__ = ("raw", "payload", "delivery", "_s", "_log")
+    __slots__ = ("raw", "payload", "delivery", "_s", "_log", "_st", "_st_err")
 
     def __init__(self, session, raw):
         self._s, self.raw, self._log = session, raw, None
+        self._st = self._st_err = None  # the staged state's JSON ("null" deletes); a refusal
         self.payload = raw.get("payload")
         self.delivery = raw.get("delivery", "")
 
@@ -298,6 +322,43 @@ class Item:
         if labels:
             m["labels"] = {str(k): str(x) for k, x in labels.items()}
         self._s.out.append(_dumps(m))
+
+    @property
+    def state(self):
+        """The key's state: the JSON value the action last staged for it, None when none."""
+        return self.raw.get("state")
+
+    def set_state(self, value):
+        """Stages value (any JSON value) as the key's new state; None deletes it, as
+        clear_state. The last call wins; it is written only if the handler returns normally.
+        A state the engine would refuse raises StateError and fails the item even if caught."""
+        it = self.raw
+        inlet = it.get("inlet", "")
+        lim = self._s.state_inlets.get(inlet)
+        if it.get("key") is None and not it.get("keyBase64"):
+            err = ("item %s has no key, so it has no state: a state message is only for keyed records "
+                   "(route keyless ones elsewhere, or stage no state for them)" % it.get("id", ""))
+        elif lim is None:
+            err = ("inlet %s keeps no state: add --state %s to the action line, or stage no state "
+                   "for its items" % (inlet, inlet))
+        else:
+            err = None
+            text = "null" if value is None else _dumps(value)
+            n = len(text.encode("utf-8", "surrogatepass"))
+            cap = lim.get("maxBytes") if type(lim) is dict else None
+            if value is not None and type(cap) is int and 0 < cap < n:
+                key = it.get("key") if it.get("key") is not None else it.get("keyBase64", "")
+                err = ("the state staged for key %s is %s bytes, over max-bytes %s (--state %s,max-bytes=…): "
+                       "keep less per key, or raise max-bytes (at most %s)"
+                       % (_dumps(key), format(n, ","), _size_text(cap), inlet, _size_text(_MAX_STATE)))
+        if err is not None:
+            self._st_err = err
+            raise StateError(err)
+        self._st = text
+
+    def clear_state(self):
+        """Stages the deletion of the key's state: its next item has none."""
+        self.set_state(None)
 
     def __repr__(self):
         return "Item(id=%r, delivery=%r, payload=%r)" % (self.id, self.delivery, self.payload)
@@ -458,6 +519,7 @@ class _Session:
         self.pending = []  # batch mode: items waiting for a full batch or the linger
         self.pending_since = 0.0
         self.hello = False
+        self.state_inlets = {}  # from hello: the inlets that keep state, with their limits
         self.last_flush = time.monotonic()
 
     # -- output
@@ -491,9 +553,22 @@ class _Session:
     def error(self, d, message, retryable):
         self.answer("error", d, ',"message":%s,"retryable":%s' % (_dumps(message), "true" if retryable else "false"))
 
+    def done(self, item, d):
+        """Answers item, whose handler returned normally: its staged state, then done; or the
+        error of a state the engine would refuse. d is its delivery as a JSON string."""
+        if item._st_err is not None:
+            self.out.append('{"type":"error","delivery":%s,"message":%s,"retryable":false}' % (d, _dumps(item._st_err)))
+            return
+        if item._st is not None:
+            self.out.append('{"type":"state","delivery":%s,"state":%s}' % (d, item._st))
+        self.out.append('{"type":"done","delivery":%s}' % d)
+
     def fail(self, item, exc, logged=True):
         """Answers item for exc raised by user code."""
         d = item.delivery
+        if isinstance(exc, StateError) and item._st_err is not None:
+            self.error(d, item._st_err, False)  # the engine's words, as it would answer
+            return
         if isinstance(exc, Abstain):
             self.answer("abstain", d, ',"reason":' + _dumps(exc.reason))
             return
@@ -557,7 +632,7 @@ class _Session:
         finally:
             _printed.item = None
         self.out.extend(lines)
-        self.answer("done", item.delivery)
+        self.done(item, _enc_str(item.delivery))
 
     def map_items(self, raws):
         """one() for each of raws (item messages), for map: the path every record of a plain
@@ -582,7 +657,10 @@ class _Session:
             except Exception as exc:  # an exception fails the item, not the process
                 self.fail(item, exc, not isinstance(exc, Abstain))
             else:
-                out.append('{"type":"done","delivery":%s}' % d)
+                if item._st is None and item._st_err is None:
+                    out.append('{"type":"done","delivery":%s}' % d)
+                else:
+                    self.done(item, d)
             if clock() - self.last_flush > _FLUSH_AFTER:
                 self.flush()
         printed.item = None
@@ -619,7 +697,7 @@ class _Session:
                 self.fail(it, exc)
                 continue
             self.out.extend(lines)
-            self.answer("done", it.delivery)
+            self.done(it, _enc_str(it.delivery))
 
     # -- messages
 
@@ -634,9 +712,15 @@ class _Session:
         except Exception as exc:
             self.config_error = "%s (fix the config; every item fails until then)" % (exc if isinstance(exc, ConfigError) else "%s: %s" % (type(exc).__name__, exc))
             log.error("bad config", error=self.config_error)
+        inlets = msg.get("state")
+        if inlets is not None and type(inlets) is not dict:
+            log.error('hello\'s "state" is not an object of inlets ({"PORT":{"maxBytes":N}}); no inlet keeps state', state=repr(inlets)[:100])
+            inlets = None
+        self.state_inlets = inlets or {}
         self.flush()
         self.frame_as(False)  # ready is a line of its own, never in an envelope
-        self.out.append('{"type":"ready","window":%d,"batch":true}' % self.window)
+        # state is declared only when the action line keeps state, as the Go SDK does
+        self.out.append('{"type":"ready","window":%d,"batch":true%s}' % (self.window, ',"state":true' if inlets else ""))
         self.flush()
 
     def on_line(self, line):

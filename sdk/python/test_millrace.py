@@ -533,6 +533,91 @@ class SDKTest(unittest.TestCase):
         self.assertEqual(ans["type"], "done")
         self.assertEqual(c.p.wait(timeout=WAIT), 0)
 
+    # -- state per key
+
+    STATEFUL = {"events": {"ttl": "720h0m0s", "maxBytes": 64}}
+
+    def test_ready_declares_state_only_when_hello_names_a_stateful_inlet(self):
+        c = self.child("map")
+        self.assertEqual(c.hello(state=self.STATEFUL), {"type": "ready", "window": 64, "batch": True, "state": True})
+        c = self.child("map")
+        self.assertEqual(c.hello(state={}), {"type": "ready", "window": 64, "batch": True})
+
+    def test_state_is_read_and_written_before_done_in_the_fast_shape(self):
+        c = self.child("map")
+        c.hello(state=self.STATEFUL)
+        c.send(c.item({"do": "count"}, key="u-7", inlet="events", state={"n": 4}))
+        self.assertEqual(c.raw_line(), b'{"type":"emit","delivery":"dl-1","key":"u-7","payload":{"n":5,"was":{"n":4}}}\n')
+        self.assertEqual(c.raw_line(), b'{"type":"state","delivery":"dl-1","state":{"n":5}}\n')
+        self.assertEqual(c.raw_line(), b'{"type":"done","delivery":"dl-1"}\n')
+        got, ans = c.ask({"do": "count"}, key="u-7", inlet="events")  # no state: a first record
+        self.assertEqual([m["type"] for m in got], ["emit", "state"])
+        self.assertEqual((got[0]["payload"], got[1]["state"], ans["type"]), ({"n": 1, "was": None}, {"n": 1}, "done"))
+        got, ans = c.ask({"x": 1}, key="u-7", inlet="events", state={"n": 1})  # not set: left alone
+        self.assertEqual(([m["type"] for m in got], ans["type"]), (["emit"], "done"))
+
+    def test_clear_state_writes_null_and_the_last_call_wins(self):
+        c = self.child("map")
+        c.hello(state=self.STATEFUL)
+        got, ans = c.ask({"do": "clear"}, inlet="events", state="s")
+        self.assertEqual(got[1], {"type": "state", "delivery": "dl-1", "state": None})
+        self.assertEqual((got[0]["payload"], ans["type"]), ({"was": "s"}, "done"))
+        got, ans = c.ask({"do": "set-state", "state": None}, inlet="events")
+        self.assertEqual((got[1]["state"], ans["type"]), (None, "done"))
+
+    def test_a_failing_handler_stages_nothing(self):
+        c = self.child("map")
+        c.hello(state=self.STATEFUL)
+        got, ans = c.ask({"do": "count-raise"}, inlet="events", state={"n": 1})
+        self.assertEqual((got, ans["type"], ans["retryable"]), ([], "error", False))
+        self.assertIn("failed after staging", ans["message"])
+
+    def test_a_refused_state_fails_the_item_with_the_engines_words_even_if_caught(self):
+        c = self.child("map")
+        c.hello(state=self.STATEFUL)
+        cases = [
+            ({"key": None, "inlet": "events", "id": "events/0/17"}, {"n": 1},
+             "item events/0/17 has no key, so it has no state: a state message is only for keyed records "
+             "(route keyless ones elsewhere, or stage no state for them)"),
+            ({"inlet": "audit"}, {"n": 1},
+             "inlet audit keeps no state: add --state audit to the action line, or stage no state for its items"),
+            ({"key": "u-7", "inlet": "events"}, "x" * 63,
+             'the state staged for key "u-7" is 65 bytes, over max-bytes 64 bytes (--state events,max-bytes=…): '
+             "keep less per key, or raise max-bytes (at most 1 MiB)"),
+        ]
+        for fields, state, want in cases:
+            for ignore in (False, True):
+                got, ans = c.ask({"do": "set-state", "state": state, "ignore": ignore}, **fields)
+                self.assertEqual(ans, {"type": "error", "delivery": ans["delivery"], "message": want, "retryable": False})
+                self.assertNotIn("state", [m["type"] for m in got])  # emits, if any, the engine drops
+        it = c.item({"do": "set-state", "state": 1}, inlet="events")
+        it["key"] = None  # "key": null is no key either
+        c.send(it)
+        self.assertIn("has no key, so it has no state", c.answer()[1]["message"])
+        got, ans = c.ask({"do": "set-state", "state": "x" * 62}, inlet="events")  # 64 bytes: at the limit
+        self.assertEqual((got[1]["state"], ans["type"]), ("x" * 62, "done"))
+        got, ans = c.ask({"do": "set-state", "state": "x" * 63}, keyBase64="/w==", key=None, inlet="events")
+        self.assertIn('key "/w==" is 65 bytes', ans["message"])
+
+    def test_without_state_in_hello_every_inlet_keeps_none(self):
+        c = self.child("map")
+        c.hello()
+        got, ans = c.ask({"do": "count"}, inlet="events")
+        self.assertEqual(ans["message"], "inlet events keeps no state: add --state events to the action line, or stage no state for its items")
+
+    def test_a_batch_handler_stages_each_items_state_in_the_envelope(self):
+        c = self.child("batch", "8", "5")
+        c.hello(state={"events": {"maxBytes": 65536}})
+        c.send_batch(c.item({"do": "count"}, key="a", inlet="events", state={"n": 1}),
+                     c.item({"do": "raise"}, key="b", inlet="events"),
+                     c.item({"do": "count"}, key="c", inlet="events"))
+        msgs = [c.read() for _ in range(7)]
+        self.assertEqual(c.frames, [("line", 1), ("batch", 7)])
+        self.assertEqual([(m["type"], m["delivery"]) for m in msgs],
+                         [("emit", "dl-1"), ("state", "dl-1"), ("done", "dl-1"), ("error", "dl-2"),
+                          ("emit", "dl-3"), ("state", "dl-3"), ("done", "dl-3")])
+        self.assertEqual((msgs[1]["state"], msgs[5]["state"]), ({"n": 2}, {"n": 1}))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -26,6 +26,13 @@
 #   item.config (the config of hello, checked against config:, a schema such as
 #   { min_rooms: Integer, greeting: [String, 'hi'] } giving a Struct, or a callable that
 #   validates the raw Hash), Millrace.workdir (MILLSTREAM_WORKDIR).
+# - State per key (docs/protocol.md, "State per key"): item.state is the key's state (nil when
+#   it has none); item.state = value stages a new one, item.clear_state (or item.state = nil)
+#   its deletion; the last assignment wins. It is written only when the handler returns
+#   normally, before the item's answer. A state the engine would refuse (a keyless item, an
+#   inlet hello does not name as stateful, over its maxBytes) raises Millrace::StateError and
+#   fails the item with the engine's words, even if rescued. "state": true is declared in ready
+#   when hello names an inlet that keeps state.
 #
 # The SDK declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks
 # and writes the answers of a run of items in one write: those to the items of an envelope as
@@ -64,6 +71,19 @@ module Millrace
 
   # The config of hello does not fit the declared schema; every item fails with it.
   class ConfigError < StandardError; end
+
+  # A state the engine would refuse: the item fails with this message, even if rescued.
+  class StateError < StandardError; end
+
+  MAX_STATE = 1 << 20 # the most any inlet's max-bytes may be (engine.MaxStateBytes)
+
+  # A limit as the engine names it: 64 KiB, 1 MiB, or a count of bytes.
+  def self.size_text(n)
+    return "#{n >> 10} KiB" if n % (1 << 20) != 0 && (n % (1 << 10)).zero?
+    return "#{n >> 20} MiB" if (n % (1 << 20)).zero?
+
+    "#{n} bytes"
+  end
 
   # The boolean type of a config schema.
   Boolean = :boolean
@@ -214,12 +234,55 @@ module Millrace
   # One delivery. raw is the item line as decoded, unknown keys included.
   class Item
     attr_reader :raw, :payload, :delivery
+    # The staged state's JSON ('null' deletes), and a state the engine would refuse.
+    attr_reader :staged_state, :state_error # :nodoc:
 
     def initialize(session, raw)
       @s = session
       @raw = raw
       @payload = raw['payload']
       @delivery = raw['delivery'] || ''
+      @staged_state = nil
+      @state_error = nil
+    end
+
+    # The key's state: the JSON value the action last staged for it, nil when none.
+    def state = @raw['state']
+
+    # Stages value (any JSON value) as the key's new state; nil deletes it, as clear_state.
+    # The last assignment wins; it is written only if the handler returns normally. A state
+    # the engine would refuse raises StateError and fails the item even if rescued.
+    def state=(value)
+      inlet = @raw['inlet'] || ''
+      lim = @s.state_inlets[inlet]
+      b64 = @raw['keyBase64']
+      err = nil
+      text = 'null'
+      if @raw['key'].nil? && (b64.nil? || b64.empty?)
+        err = "item #{id} has no key, so it has no state: a state message is only for keyed records " \
+              '(route keyless ones elsewhere, or stage no state for them)'
+      elsif !@s.state_inlets.key?(inlet)
+        err = "inlet #{inlet} keeps no state: add --state #{inlet} to the action line, or stage no state for its items"
+      elsif !value.nil?
+        text = JSON.generate(value)
+        cap = lim.is_a?(Hash) ? lim['maxBytes'] : nil
+        if cap.is_a?(Integer) && cap.positive? && text.bytesize > cap
+          key = @raw['key'].nil? ? b64 : @raw['key']
+          n = text.bytesize.to_s.reverse.scan(/\d{1,3}/).join(',').reverse
+          err = "the state staged for key #{JSON.generate(key)} is #{n} bytes, over max-bytes #{Millrace.size_text(cap)} " \
+                "(--state #{inlet},max-bytes=…): keep less per key, or raise max-bytes (at most #{Millrace.size_text(MAX_STATE)})"
+        end
+      end
+      if err
+        @state_error = err
+        raise StateError, err
+      end
+      @staged_state = text
+    end
+
+    # Stages the deletion of the key's state: its next item has none.
+    def clear_state
+      self.state = nil
     end
 
     # A String (binary-encoded when the key is not UTF-8), or nil when absent.
@@ -332,7 +395,7 @@ module Millrace
 
   # One conversation with the engine.
   class Session
-    attr_reader :config, :vars, :out, :current
+    attr_reader :config, :vars, :out, :current, :state_inlets
 
     def initialize(kind, fn, config: nil, window: WINDOW, size: 0, linger: 0.0, keyed: false)
       raise ArgumentError, 'window must be at least 1' unless window >= 1
@@ -354,6 +417,7 @@ module Millrace
       @pending = []
       @pending_since = 0.0
       @hello = false
+      @state_inlets = {} # from hello: the inlets that keep state, with their limits
       @last_flush = now
     end
 
@@ -486,6 +550,9 @@ module Millrace
     end
 
     def fail_item(item, exc, log_it = true)
+      # a refused state: the engine's words, as it would answer
+      return error(item.delivery, item.state_error, false) if exc.is_a?(StateError) && item.state_error
+
       if exc.is_a?(Abstain)
         answer('abstain', item.delivery, ",\"reason\":#{JSON.generate(exc.reason.to_s.scrub)}")
         return
@@ -554,6 +621,9 @@ module Millrace
         fail_item(item, e)
         return
       end
+      return error(item.delivery, item.state_error, false) if item.state_error
+
+      @out << "{\"type\":\"state\",\"delivery\":#{d},\"state\":#{item.staged_state}}" if item.staged_state
       @out << "{\"type\":\"done\",\"delivery\":#{d}}"
     end
 
@@ -612,9 +682,16 @@ module Millrace
         @config_error = "#{text} (fix the config; every item fails until then)"
         Millrace.log.error('bad config', error: @config_error)
       end
+      inlets = msg['state']
+      if !inlets.nil? && !inlets.is_a?(Hash)
+        Millrace.log.error('hello\'s "state" is not an object of inlets ({"PORT":{"maxBytes":N}}); no inlet keeps state', state: inlets.inspect[0, 100])
+        inlets = nil
+      end
+      @state_inlets = inlets || {}
       flush
       frame_as(false) # ready is a line of its own, never in an envelope
-      @out << "{\"type\":\"ready\",\"window\":#{@window},\"batch\":true}"
+      # state is declared only when the action line keeps state, as the Go SDK does
+      @out << "{\"type\":\"ready\",\"window\":#{@window},\"batch\":true#{@state_inlets.empty? ? '' : ',"state":true'}}"
       flush
     end
 

@@ -551,3 +551,83 @@ test('the end of stdin waits for an async answer', async (t) => {
   assert.deepEqual([ans.type, got[0].payload], ['done', { late: 1 }]);
   assert.equal(await c.exited, 0);
 });
+
+// -- state per key
+
+const STATEFUL = { events: { ttl: '720h0m0s', maxBytes: 64 } };
+
+test('ready declares state only when hello names a stateful inlet', async (t) => {
+  assert.deepEqual(await child(t, 'map').hello({}, { state: STATEFUL }), { type: 'ready', window: 64, batch: true, state: true });
+  assert.deepEqual(await child(t, 'map').hello({}, { state: {} }), { type: 'ready', window: 64, batch: true });
+});
+
+test('the state is read, and written before done in the fast shape', async (t) => {
+  const c = child(t, 'map');
+  await c.hello({}, { state: STATEFUL });
+  c.send(c.item({ do: 'count' }, { key: 'u-7', inlet: 'events', state: { n: 4 } }));
+  assert.equal(await c.rawLine(), '{"type":"emit","delivery":"dl-1","key":"u-7","payload":{"n":5,"was":{"n":4}}}');
+  assert.equal(await c.rawLine(), '{"type":"state","delivery":"dl-1","state":{"n":5}}');
+  assert.equal(await c.rawLine(), '{"type":"done","delivery":"dl-1"}');
+  let [got, ans] = await c.ask({ do: 'count' }, { inlet: 'events' }); // no state: a first record
+  assert.deepEqual([got.map((m) => m.type), got[0].payload, got[1].state, ans.type], [['emit', 'state'], { n: 1, was: 'none' }, { n: 1 }, 'done']);
+  [got, ans] = await c.ask({ x: 1 }, { inlet: 'events', state: { n: 1 } }); // not set: left alone
+  assert.deepEqual([got.map((m) => m.type), ans.type], [['emit'], 'done']);
+  [got, ans] = await c.ask({ do: 'count-async' }, { inlet: 'events' });
+  assert.deepEqual([got.map((m) => m.type), got[1].state, ans.type], [['emit', 'state'], { n: 1 }, 'done']);
+});
+
+test('clearState writes null; the last call wins', async (t) => {
+  const c = child(t, 'map');
+  await c.hello({}, { state: STATEFUL });
+  let [got, ans] = await c.ask({ do: 'clear' }, { inlet: 'events', state: 's' });
+  assert.deepEqual([got[0].payload, got[1], ans.type], [{ was: 's' }, { type: 'state', delivery: 'dl-1', state: null }, 'done']);
+  [got, ans] = await c.ask({ do: 'set-state', state: null }, { inlet: 'events' });
+  assert.deepEqual([got[1].state, ans.type], [null, 'done']);
+});
+
+test('a failing handler stages nothing', async (t) => {
+  const c = child(t, 'map');
+  await c.hello({}, { state: STATEFUL });
+  const [got, ans] = await c.ask({ do: 'count-raise' }, { inlet: 'events', state: { n: 1 } });
+  assert.deepEqual([got, ans.type, ans.retryable], [[], 'error', false]);
+  assert.match(ans.message, /failed after staging/);
+});
+
+test('a refused state fails the item in the engine\'s words, even if caught', async (t) => {
+  const c = child(t, 'map');
+  await c.hello({}, { state: STATEFUL });
+  const cases = [
+    [{ key: undefined, inlet: 'events', id: 'events/0/17' }, { n: 1 }, 'item events/0/17 has no key, so it has no state: a state message is only for keyed records (route keyless ones elsewhere, or stage no state for them)'],
+    [{ inlet: 'audit' }, { n: 1 }, 'inlet audit keeps no state: add --state audit to the action line, or stage no state for its items'],
+    [{ key: 'u-7', inlet: 'events' }, 'x'.repeat(63), 'the state staged for key "u-7" is 65 bytes, over max-bytes 64 bytes (--state events,max-bytes=…): keep less per key, or raise max-bytes (at most 1 MiB)'],
+  ];
+  for (const [fields, state, want] of cases) {
+    for (const ignore of [false, true]) {
+      const [got, ans] = await c.ask({ do: 'set-state', state, ignore }, fields);
+      assert.deepEqual(ans, { type: 'error', delivery: ans.delivery, message: want, retryable: false });
+      assert.equal(got.some((m) => m.type === 'state'), false); // emits, if any, the engine drops
+    }
+  }
+  let [got, ans] = await c.ask({ do: 'set-state', state: 'x'.repeat(62) }, { inlet: 'events' }); // 64 bytes: at the limit
+  assert.deepEqual([got[1].state, ans.type], ['x'.repeat(62), 'done']);
+  [got, ans] = await c.ask({ do: 'set-state', state: 'x'.repeat(63) }, { key: undefined, keyBase64: '/w==', inlet: 'events' });
+  assert.match(ans.message, /key "\/w==" is 65 bytes/);
+});
+
+test('without state in hello, every inlet keeps none', async (t) => {
+  const c = child(t, 'map');
+  await c.hello();
+  const [, ans] = await c.ask({ do: 'count' }, { inlet: 'events' });
+  assert.equal(ans.message, 'inlet events keeps no state: add --state events to the action line, or stage no state for its items');
+});
+
+test('a batch handler stages each item\'s state, in the envelope', async (t) => {
+  const c = child(t, 'batch', '8', '5');
+  await c.hello({}, { state: { events: { maxBytes: 65536 } } });
+  c.sendBatch(c.item({ do: 'count' }, { key: 'a', inlet: 'events', state: { n: 1 } }), c.item({ do: 'raise' }, { key: 'b', inlet: 'events' }), c.item({ do: 'count' }, { key: 'c', inlet: 'events' }));
+  const msgs = [];
+  for (let i = 0; i < 7; i++) msgs.push(await c.read());
+  assert.deepEqual(c.frames, ['line', ['batch', 7]]);
+  assert.deepEqual(msgs.map((m) => [m.type, m.delivery]), [['emit', 'dl-1'], ['state', 'dl-1'], ['done', 'dl-1'], ['error', 'dl-2'], ['emit', 'dl-3'], ['state', 'dl-3'], ['done', 'dl-3']]);
+  assert.deepEqual([msgs[1].state, msgs[5].state], [{ n: 2 }, { n: 1 }]);
+});

@@ -33,6 +33,23 @@ function handle(payload, item) {
     case 'bigint': return 10n;
     case 'slow': sleep(60); break;
     case 'gate': while (!fs.existsSync(payload.path)) sleep(10); break; // a handler still at work
+    case 'count': case 'count-raise': { // a running count per key in the state
+      const was = item.state;
+      item.setState({ n: ((was && was.n) || 0) + 1 });
+      if (payload.do === 'count-raise') throw new Error('failed after staging');
+      return { n: ((was && was.n) || 0) + 1, was: was === undefined ? 'none' : was };
+    }
+    case 'count-async': // staged after an await: still written, before done
+      return new Promise((resolve) => setTimeout(resolve, 5)).then(() => { item.setState({ n: 1 }); return {}; });
+    case 'clear': item.setState({ n: 99 }); item.clearState(); return { was: item.state };
+    case 'set-state': // payload.state as the new state; a refusal ignored when asked
+      try {
+        item.setState(payload.state);
+      } catch (err) {
+        if (!payload.ignore || !(err instanceof millrace.StateError)) throw err;
+        return { refused: err.message };
+      }
+      return {};
     default:
   }
   return payload;
@@ -53,6 +70,11 @@ function batched(items) {
     const d = it.payload && it.payload.do;
     if (d === 'raise') return new RangeError('bad item');
     if (d === 'abstain') return new millrace.Abstain('not this one');
+    if (d === 'count') {
+      const n = ((it.state && it.state.n) || 0) + 1;
+      it.setState({ n });
+      return { n };
+    }
     it.metric('batch_size', items.length);
     return { n: items.length, i: n };
   });

@@ -49,6 +49,24 @@ def handle(payload, item):
             time.sleep(0.01)
     if do == "nan":
         return float("nan")
+    if do in ("count", "count-raise"):  # a running count per key in the state
+        n = (item.state or {}).get("n", 0) + 1
+        item.set_state({"n": n})
+        if do == "count-raise":
+            raise ValueError("failed after staging")
+        return {"n": n, "was": item.state}
+    if do == "clear":
+        item.set_state({"n": 99})
+        item.clear_state()
+        return {"was": item.state}
+    if do == "set-state":  # payload["state"] as the new state; a refusal ignored when asked
+        try:
+            item.set_state(payload["state"])
+        except millrace.StateError as exc:
+            if not payload.get("ignore"):
+                raise
+            return {"refused": str(exc)}
+        return {}
     return payload
 
 
@@ -73,6 +91,10 @@ def batched(items):
             out.append(ValueError("bad item"))
         elif do == "abstain":
             out.append(millrace.Abstain("not this one"))
+        elif do == "count":
+            n = (it.state or {}).get("n", 0) + 1
+            it.set_state({"n": n})
+            out.append({"n": n})
         else:
             it.metric("batch_size", len(items))
             out.append({"n": len(items), "i": n})

@@ -561,4 +561,89 @@ class TestMillrace < Minitest::Test
     assert_equal 'done', ans['type']
     assert_equal 0, c.exit_code
   end
+
+  # -- state per key
+
+  STATEFUL = { 'events' => { 'ttl' => '720h0m0s', 'maxBytes' => 64 } }.freeze
+
+  def test_ready_declares_state_only_when_hello_names_a_stateful_inlet
+    assert_equal({ 'type' => 'ready', 'window' => 64, 'batch' => true, 'state' => true }, child('map').hello(state: STATEFUL))
+    assert_equal({ 'type' => 'ready', 'window' => 64, 'batch' => true }, child('map').hello(state: {}))
+  end
+
+  def test_state_is_read_and_written_before_done_in_the_fast_shape
+    c = child('map')
+    c.hello(state: STATEFUL)
+    c.send_msgs(c.item({ 'do' => 'count' }, key: 'u-7', inlet: 'events', state: { 'n' => 4 }))
+    assert_equal '{"type":"emit","delivery":"dl-1","key":"u-7","payload":{"n":5,"was":{"n":4}}}', c.raw_line
+    assert_equal '{"type":"state","delivery":"dl-1","state":{"n":5}}', c.raw_line
+    assert_equal '{"type":"done","delivery":"dl-1"}', c.raw_line
+    got, ans = c.ask({ 'do' => 'count' }, inlet: 'events') # no state: a first record
+    assert_equal [%w[emit state], { 'n' => 1, 'was' => nil }, { 'n' => 1 }, 'done'],
+                 [got.map { |m| m['type'] }, got[0]['payload'], got[1]['state'], ans['type']]
+    got, ans = c.ask({ 'x' => 1 }, inlet: 'events', state: { 'n' => 1 }) # not set: left alone
+    assert_equal [%w[emit], 'done'], [got.map { |m| m['type'] }, ans['type']]
+  end
+
+  def test_clear_state_writes_null_and_the_last_assignment_wins
+    c = child('map')
+    c.hello(state: STATEFUL)
+    got, ans = c.ask({ 'do' => 'clear' }, inlet: 'events', state: 's')
+    assert_equal [{ 'was' => 's' }, { 'type' => 'state', 'delivery' => 'dl-1', 'state' => nil }, 'done'], [got[0]['payload'], got[1], ans['type']]
+    got, ans = c.ask({ 'do' => 'set-state', 'state' => nil }, inlet: 'events')
+    assert_equal [nil, 'done'], [got[1]['state'], ans['type']]
+  end
+
+  def test_a_failing_handler_stages_nothing
+    c = child('map')
+    c.hello(state: STATEFUL)
+    got, ans = c.ask({ 'do' => 'count-raise' }, inlet: 'events', state: { 'n' => 1 })
+    assert_equal [[], 'error', false], [got, ans['type'], ans['retryable']]
+    assert_includes ans['message'], 'failed after staging'
+  end
+
+  def test_a_refused_state_fails_the_item_with_the_engines_words_even_if_rescued
+    c = child('map')
+    c.hello(state: STATEFUL)
+    cases = [
+      [{ key: nil, inlet: 'events', id: 'events/0/17' }, { 'n' => 1 },
+       'item events/0/17 has no key, so it has no state: a state message is only for keyed records ' \
+       '(route keyless ones elsewhere, or stage no state for them)'],
+      [{ inlet: 'audit' }, { 'n' => 1 }, 'inlet audit keeps no state: add --state audit to the action line, or stage no state for its items'],
+      [{ key: 'u-7', inlet: 'events' }, 'x' * 63,
+       'the state staged for key "u-7" is 65 bytes, over max-bytes 64 bytes (--state events,max-bytes=…): ' \
+       'keep less per key, or raise max-bytes (at most 1 MiB)'],
+    ]
+    cases.each do |fields, state, want|
+      [false, true].each do |ignore|
+        got, ans = c.ask({ 'do' => 'set-state', 'state' => state, 'ignore' => ignore }, **fields)
+        assert_equal({ 'type' => 'error', 'delivery' => ans['delivery'], 'message' => want, 'retryable' => false }, ans)
+        refute_includes got.map { |m| m['type'] }, 'state' # emits, if any, the engine drops
+      end
+    end
+    got, ans = c.ask({ 'do' => 'set-state', 'state' => 'x' * 62 }, inlet: 'events') # 64 bytes: at the limit
+    assert_equal ['x' * 62, 'done'], [got[1]['state'], ans['type']]
+    _, ans = c.ask({ 'do' => 'set-state', 'state' => 'x' * 63 }, key: nil, keyBase64: '/w==', inlet: 'events')
+    assert_includes ans['message'], 'key "/w==" is 65 bytes'
+  end
+
+  def test_without_state_in_hello_every_inlet_keeps_none
+    c = child('map')
+    c.hello
+    _, ans = c.ask({ 'do' => 'count' }, inlet: 'events')
+    assert_equal 'inlet events keeps no state: add --state events to the action line, or stage no state for its items', ans['message']
+  end
+
+  def test_a_batch_handler_stages_each_items_state_in_the_envelope
+    c = child('batch', '8', '5')
+    c.hello(state: { 'events' => { 'maxBytes' => 65_536 } })
+    c.send_batch(c.item({ 'do' => 'count' }, key: 'a', inlet: 'events', state: { 'n' => 1 }),
+                 c.item({ 'do' => 'raise' }, key: 'b', inlet: 'events'),
+                 c.item({ 'do' => 'count' }, key: 'c', inlet: 'events'))
+    msgs = Array.new(7) { c.read }
+    assert_equal ['line', ['batch', 7]], c.frames
+    assert_equal [%w[emit dl-1], %w[state dl-1], %w[done dl-1], %w[error dl-2], %w[emit dl-3], %w[state dl-3], %w[done dl-3]],
+                 msgs.map { |m| [m['type'], m['delivery']] }
+    assert_equal [{ 'n' => 2 }, { 'n' => 1 }], [msgs[1]['state'], msgs[5]['state']]
+  end
 end

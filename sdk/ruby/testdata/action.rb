@@ -28,6 +28,25 @@ def handle(payload, item)
   when 'slow' then sleep 0.06
   when 'gate' then sleep 0.01 until File.exist?(payload['path']) # a handler still at work
   when 'nan' then return Float::NAN
+  when 'count', 'count-raise' # a running count per key in the state
+    was = item.state
+    item.state = { 'n' => ((was && was['n']) || 0) + 1 }
+    raise ArgumentError, 'failed after staging' if payload['do'] == 'count-raise'
+
+    return { 'n' => ((was && was['n']) || 0) + 1, 'was' => was }
+  when 'clear'
+    item.state = { 'n' => 99 }
+    item.clear_state
+    return { 'was' => item.state }
+  when 'set-state' # payload['state'] as the new state; a refusal ignored when asked
+    begin
+      item.state = payload['state']
+    rescue Millrace::StateError => e
+      raise unless payload['ignore']
+
+      return { 'refused' => e.message }
+    end
+    return {}
   end
   payload
 end
@@ -51,6 +70,10 @@ when 'batch'
       case it.payload['do']
       when 'raise' then ArgumentError.new('bad item')
       when 'abstain' then Millrace::Abstain.new('not this one')
+      when 'count'
+        n = ((it.state && it.state['n']) || 0) + 1
+        it.state = { 'n' => n }
+        { 'n' => n }
       else
         it.metric('batch_size', items.length)
         { 'n' => items.length, 'i' => n }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 func parse(env map[string]string) (kafkaconn.Settings, []string) {

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/ankka-flow/millrace/internal/settings"
 	"github.com/ankka-flow/millrace/internal/tlsconf"
 )
 
@@ -36,16 +37,16 @@ const (
 )
 
 // Vars are the variables FromEnv reads, with their default and meaning, for help texts.
-var Vars = []struct{ Name, Default, Help string }{
-	{envTLS, "false", "true for TLS to the brokers"},
-	{envTLSCAFile, "system roots", "PEM CA bundle for the brokers' certificates"},
-	{envTLSCertFile, "none", "client certificate, for mutual TLS (with FLOW_KAFKA_TLS_KEY_FILE)"},
-	{envTLSKeyFile, "none", "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
-	{envMechanism, "none", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"},
-	{envUsername, "none", "SASL user (PLAIN and SCRAM)"},
-	{envPassword, "none", "SASL password (or FLOW_KAFKA_SASL_PASSWORD_FILE)"},
-	{envPasswordFile, "none", "file holding the SASL password, e.g. a mounted Secret"},
-	{envTokenFile, "none", "OAUTHBEARER: file holding the token, read again at every authentication"},
+var Vars = []settings.Var{
+	{Name: envTLS, Default: "false", Meaning: "true for TLS to the brokers"},
+	{Name: envTLSCAFile, Default: "system roots", Meaning: "PEM CA bundle for the brokers' certificates"},
+	{Name: envTLSCertFile, Default: "none", Meaning: "client certificate, for mutual TLS (with FLOW_KAFKA_TLS_KEY_FILE)"},
+	{Name: envTLSKeyFile, Default: "none", Meaning: "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
+	{Name: envMechanism, Default: "none", Meaning: "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"},
+	{Name: envUsername, Default: "none", Meaning: "SASL user (PLAIN and SCRAM)"},
+	{Name: envPassword, Default: "none", Meaning: "SASL password (or FLOW_KAFKA_SASL_PASSWORD_FILE)"},
+	{Name: envPasswordFile, Default: "none", Meaning: "file holding the SASL password, e.g. a mounted Secret"},
+	{Name: envTokenFile, Default: "none", Meaning: "OAUTHBEARER: file holding the token, read again at every authentication"},
 }
 
 // Settings are a connection's security: nil fields are off.

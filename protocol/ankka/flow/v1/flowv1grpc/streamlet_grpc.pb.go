@@ -4,10 +4,11 @@
 // - protoc             v3.21.12
 // source: ankka/flow/v1/streamlet.proto
 
-package flowv1
+package flowv1grpc
 
 import (
 	context "context"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -29,7 +30,7 @@ const (
 // Implemented by the developer's process; dialled by the sidecar.
 type StreamletClient interface {
 	// One conversation per streamlet instance. The sidecar opens it and speaks first.
-	Run(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ToProcess, FromProcess], error)
+	Run(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess], error)
 }
 
 type streamletClient struct {
@@ -40,18 +41,18 @@ func NewStreamletClient(cc grpc.ClientConnInterface) StreamletClient {
 	return &streamletClient{cc}
 }
 
-func (c *streamletClient) Run(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ToProcess, FromProcess], error) {
+func (c *streamletClient) Run(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Streamlet_ServiceDesc.Streams[0], Streamlet_Run_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ToProcess, FromProcess]{ClientStream: stream}
+	x := &grpc.GenericClientStream[flowv1.ToProcess, flowv1.FromProcess]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Streamlet_RunClient = grpc.BidiStreamingClient[ToProcess, FromProcess]
+type Streamlet_RunClient = grpc.BidiStreamingClient[flowv1.ToProcess, flowv1.FromProcess]
 
 // StreamletServer is the server API for Streamlet service.
 // All implementations must embed UnimplementedStreamletServer
@@ -60,7 +61,7 @@ type Streamlet_RunClient = grpc.BidiStreamingClient[ToProcess, FromProcess]
 // Implemented by the developer's process; dialled by the sidecar.
 type StreamletServer interface {
 	// One conversation per streamlet instance. The sidecar opens it and speaks first.
-	Run(grpc.BidiStreamingServer[ToProcess, FromProcess]) error
+	Run(grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]) error
 	mustEmbedUnimplementedStreamletServer()
 }
 
@@ -71,7 +72,7 @@ type StreamletServer interface {
 // pointer dereference when methods are called.
 type UnimplementedStreamletServer struct{}
 
-func (UnimplementedStreamletServer) Run(grpc.BidiStreamingServer[ToProcess, FromProcess]) error {
+func (UnimplementedStreamletServer) Run(grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]) error {
 	return status.Error(codes.Unimplemented, "method Run not implemented")
 }
 func (UnimplementedStreamletServer) mustEmbedUnimplementedStreamletServer() {}
@@ -96,11 +97,11 @@ func RegisterStreamletServer(s grpc.ServiceRegistrar, srv StreamletServer) {
 }
 
 func _Streamlet_Run_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(StreamletServer).Run(&grpc.GenericServerStream[ToProcess, FromProcess]{ServerStream: stream})
+	return srv.(StreamletServer).Run(&grpc.GenericServerStream[flowv1.ToProcess, flowv1.FromProcess]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Streamlet_RunServer = grpc.BidiStreamingServer[ToProcess, FromProcess]
+type Streamlet_RunServer = grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]
 
 // Streamlet_ServiceDesc is the grpc.ServiceDesc for Streamlet service.
 // It's only intended for direct use with grpc.RegisterService,

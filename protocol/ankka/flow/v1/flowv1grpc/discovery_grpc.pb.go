@@ -4,10 +4,11 @@
 // - protoc             v3.21.12
 // source: ankka/flow/v1/discovery.proto
 
-package flowv1
+package flowv1grpc
 
 import (
 	context "context"
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -30,9 +31,9 @@ const (
 // Implemented by the developer's process on 127.0.0.1:$FLOW_PROCESS_PORT; dialled by the sidecar.
 type DiscoveryClient interface {
 	// The process describes itself. The sidecar compares the answer with the deployed descriptor.
-	Discover(ctx context.Context, in *SidecarInfo, opts ...grpc.CallOption) (*Spec, error)
+	Discover(ctx context.Context, in *flowv1.SidecarInfo, opts ...grpc.CallOption) (*flowv1.Spec, error)
 	// The sidecar's refusal, so the problems appear in the process's own log before it exits.
-	ReportError(ctx context.Context, in *Problems, opts ...grpc.CallOption) (*Empty, error)
+	ReportError(ctx context.Context, in *flowv1.Problems, opts ...grpc.CallOption) (*flowv1.Empty, error)
 }
 
 type discoveryClient struct {
@@ -43,9 +44,9 @@ func NewDiscoveryClient(cc grpc.ClientConnInterface) DiscoveryClient {
 	return &discoveryClient{cc}
 }
 
-func (c *discoveryClient) Discover(ctx context.Context, in *SidecarInfo, opts ...grpc.CallOption) (*Spec, error) {
+func (c *discoveryClient) Discover(ctx context.Context, in *flowv1.SidecarInfo, opts ...grpc.CallOption) (*flowv1.Spec, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Spec)
+	out := new(flowv1.Spec)
 	err := c.cc.Invoke(ctx, Discovery_Discover_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -53,9 +54,9 @@ func (c *discoveryClient) Discover(ctx context.Context, in *SidecarInfo, opts ..
 	return out, nil
 }
 
-func (c *discoveryClient) ReportError(ctx context.Context, in *Problems, opts ...grpc.CallOption) (*Empty, error) {
+func (c *discoveryClient) ReportError(ctx context.Context, in *flowv1.Problems, opts ...grpc.CallOption) (*flowv1.Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(flowv1.Empty)
 	err := c.cc.Invoke(ctx, Discovery_ReportError_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -70,9 +71,9 @@ func (c *discoveryClient) ReportError(ctx context.Context, in *Problems, opts ..
 // Implemented by the developer's process on 127.0.0.1:$FLOW_PROCESS_PORT; dialled by the sidecar.
 type DiscoveryServer interface {
 	// The process describes itself. The sidecar compares the answer with the deployed descriptor.
-	Discover(context.Context, *SidecarInfo) (*Spec, error)
+	Discover(context.Context, *flowv1.SidecarInfo) (*flowv1.Spec, error)
 	// The sidecar's refusal, so the problems appear in the process's own log before it exits.
-	ReportError(context.Context, *Problems) (*Empty, error)
+	ReportError(context.Context, *flowv1.Problems) (*flowv1.Empty, error)
 	mustEmbedUnimplementedDiscoveryServer()
 }
 
@@ -83,10 +84,10 @@ type DiscoveryServer interface {
 // pointer dereference when methods are called.
 type UnimplementedDiscoveryServer struct{}
 
-func (UnimplementedDiscoveryServer) Discover(context.Context, *SidecarInfo) (*Spec, error) {
+func (UnimplementedDiscoveryServer) Discover(context.Context, *flowv1.SidecarInfo) (*flowv1.Spec, error) {
 	return nil, status.Error(codes.Unimplemented, "method Discover not implemented")
 }
-func (UnimplementedDiscoveryServer) ReportError(context.Context, *Problems) (*Empty, error) {
+func (UnimplementedDiscoveryServer) ReportError(context.Context, *flowv1.Problems) (*flowv1.Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportError not implemented")
 }
 func (UnimplementedDiscoveryServer) mustEmbedUnimplementedDiscoveryServer() {}
@@ -111,7 +112,7 @@ func RegisterDiscoveryServer(s grpc.ServiceRegistrar, srv DiscoveryServer) {
 }
 
 func _Discovery_Discover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(SidecarInfo)
+	in := new(flowv1.SidecarInfo)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -123,13 +124,13 @@ func _Discovery_Discover_Handler(srv interface{}, ctx context.Context, dec func(
 		FullMethod: Discovery_Discover_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(DiscoveryServer).Discover(ctx, req.(*SidecarInfo))
+		return srv.(DiscoveryServer).Discover(ctx, req.(*flowv1.SidecarInfo))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _Discovery_ReportError_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(Problems)
+	in := new(flowv1.Problems)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func _Discovery_ReportError_Handler(srv interface{}, ctx context.Context, dec fu
 		FullMethod: Discovery_ReportError_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(DiscoveryServer).ReportError(ctx, req.(*Problems))
+		return srv.(DiscoveryServer).ReportError(ctx, req.(*flowv1.Problems))
 	}
 	return interceptor(ctx, in, info, handler)
 }

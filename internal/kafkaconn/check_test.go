@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/sidecar/kafkaconn"
 )
 
 // secured starts a kfake that demands TLS (mutual when mtls) and, when mech is set, SASL with

@@ -1,0 +1,4 @@
+package settings
+
+// ParseSize is what settings_test.go reads FormatSize's output back with.
+var ParseSize = parseSize
