@@ -138,33 +138,44 @@ func (c *conversation) withRegistry(f func() error) error {
 	return last
 }
 
+// decode decodes b, a record's value or key (key), with the registry, retried while it does
+// not answer (withRegistry).
+func (c *conversation) decode(topic string, key bool, codec schema.Codec, b []byte) (out []byte, err error) {
+	err = c.withRegistry(func() (err error) {
+		out, err = c.s.opts.Registry.Decode(c.ctx, topic, key, codec, b)
+		return err
+	})
+	return out, err
+}
+
+// encode encodes b, an emit's payload or key (key), with the registry, retried while it does
+// not answer (withRegistry).
+func (c *conversation) encode(topic string, key bool, codec schema.Codec, b []byte) (out []byte, err error) {
+	err = c.withRegistry(func() (err error) {
+		out, err = c.s.opts.Registry.Encode(c.ctx, topic, key, codec, b)
+		return err
+	})
+	return out, err
+}
+
 // decodeBatch decodes the records of an encoded inlet into items[i]'s payload and key. It
 // returns the records that cannot be decoded (their own fault: a *schema.DataError), by
 // index, and an error, wrapping the registry's, when the batch cannot be decoded at all: the
 // registry did not answer for RegistryRetryFor, or holds no schema the port needs.
 func (c *conversation) decodeBatch(pc portCodecs, topic string, recs []*flowv1.InputRecord, items []stdio.Item) (map[int]error, error) {
 	var bad map[int]error
-	reg := c.s.opts.Registry
 	for i, in := range recs {
 		r := in.GetRecord()
 		var err error
 		if pc.value != nil && len(r.GetValue()) > 0 { // an empty value (a tombstone) stays null
 			var v []byte
-			err = c.withRegistry(func() (err error) {
-				v, err = reg.Decode(c.ctx, topic, false, *pc.value, r.GetValue())
-				return err
-			})
-			if err == nil {
+			if v, err = c.decode(topic, false, *pc.value, r.GetValue()); err == nil {
 				items[i].Payload = json.RawMessage(v)
 			}
 		}
 		if err == nil && pc.key != nil && len(r.GetKey()) > 0 {
 			var k []byte
-			err = c.withRegistry(func() (err error) {
-				k, err = reg.Decode(c.ctx, topic, true, *pc.key, r.GetKey())
-				return err
-			})
-			if err == nil {
+			if k, err = c.decode(topic, true, *pc.key, r.GetKey()); err == nil {
 				s := string(k)
 				items[i].Key, items[i].KeyBase64 = &s, ""
 			}
@@ -227,13 +238,8 @@ func (c *conversation) submitDecoded(r *batchRun, pc portCodecs, topic string, i
 // does not answer is retried (withRegistry), then fails the batch.
 func (c *conversation) encodeEmit(n int, pc portCodecs, outlet string, rec *flowv1.Record, textKey bool) error {
 	topic := c.outlets[outlet]
-	reg := c.s.opts.Registry
 	if pc.value != nil && len(rec.Value) > 0 && string(rec.Value) != "null" { // no payload, or null: a tombstone
-		var v []byte
-		err := c.withRegistry(func() (err error) {
-			v, err = reg.Encode(c.ctx, topic, false, *pc.value, rec.Value)
-			return err
-		})
+		v, err := c.encode(topic, false, *pc.value, rec.Value)
 		if err != nil {
 			return c.encodeFailed(n, outlet, topic, err)
 		}
@@ -245,11 +251,7 @@ func (c *conversation) encodeEmit(n int, pc portCodecs, outlet string, rec *flow
 		if !textKey {
 			return fmt.Errorf("emit %d: the keys of outlet %q are %s-encoded, from the JSON text in \"key\": give the key as JSON text there, not as keyBase64", n, outlet, pc.key.Format)
 		}
-		var k []byte
-		err := c.withRegistry(func() (err error) {
-			k, err = reg.Encode(c.ctx, topic, true, *pc.key, rec.Key)
-			return err
-		})
+		k, err := c.encode(topic, true, *pc.key, rec.Key)
 		if err != nil {
 			return c.encodeFailed(n, outlet, topic, err)
 		}

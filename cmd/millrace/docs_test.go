@@ -9,15 +9,20 @@ import (
 	"testing"
 )
 
-// TestDocLinks: every relative link of README.md and docs/*.md points at a file that exists,
-// and every #anchor at a heading of the file it names.
+// TestDocLinks: every relative link of README.md, docs/*.md and the example pages
+// (actions/README.md, actions/*/README.md) points at a file that exists, and every #anchor at
+// a heading of the file it names.
 func TestDocLinks(t *testing.T) {
 	root := filepath.Join("..", "..")
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil || len(docs) == 0 {
 		t.Fatalf("docs/*.md: %v, %v", docs, err)
 	}
-	docs = append(docs, filepath.Join(root, "README.md"))
+	examples, err := filepath.Glob(filepath.Join(root, "actions", "*", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(append(docs, examples...), filepath.Join(root, "README.md"), filepath.Join(root, "actions", "README.md"))
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	for _, doc := range docs {
 		data, err := os.ReadFile(doc)

@@ -19,20 +19,10 @@ func helloState(inlets map[string]engine.StateLimits) json.RawMessage {
 	}
 	m := map[string]stdio.StateInlet{}
 	for name, l := range inlets {
-		m[name] = stdio.StateInlet{MaxBytes: stateMax(l)}
-		if l.TTL > 0 {
-			m[name] = stdio.StateInlet{TTL: l.TTL.String(), MaxBytes: stateMax(l)}
-		}
+		m[name] = l.Hello()
 	}
-	b, _ := json.Marshal(m)
+	b, _ := json.Marshal(m) // strings and ints only: it cannot fail
 	return b
-}
-
-func stateMax(l engine.StateLimits) int {
-	if l.MaxValueBytes > 0 {
-		return l.MaxValueBytes
-	}
-	return engine.DefaultStateMaxBytes
 }
 
 // stateMessage charges the state check with a state message that the engine refuses
@@ -82,7 +72,7 @@ func (r *runner) stateCheck() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	inlet, max := names[0], stateMax(inlets[names[0]])
+	inlet, max := names[0], inlets[names[0]].Hello().MaxBytes
 	if !r.awaitMain(checkState, nil, false) {
 		return
 	}

@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -19,11 +18,9 @@ import (
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/internal/httpserve"
 	"github.com/ankka-flow/millrace/internal/schema"
 )
-
-// errSchema is returned when an encoded port's schema is missing or cannot be registered.
-var errSchema = errors.New("schema of an encoded port")
 
 // SchemaDir is the folder of an action directory that holds the schemas of its encoded ports:
 // schemas/PORT.avsc, .proto or .json for the values, schemas/PORT.key.EXT for the keys.
@@ -48,7 +45,7 @@ type topicCodec struct {
 // loopback port, its client, and the codecs of the encoded topics.
 type localRegistry struct {
 	reg    *schema.Registry
-	srv    *http.Server
+	stop   func()                // ends the registry's server and waits for it; safe to call twice
 	inputs map[string]topicCodec // inlet topic → codecs: input lines are encoded so
 	prints map[string]topicCodec // outlet topic → codecs: printed decoded
 }
@@ -73,8 +70,16 @@ func startRegistry(p *actiondir.Pipeline, files map[string]string, log *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("a loopback port for the embedded schema registry: %w", err)
 	}
-	lr := &localRegistry{srv: &http.Server{Handler: fake.Handler(), ReadHeaderTimeout: 5 * time.Second}, inputs: map[string]topicCodec{}, prints: map[string]topicCodec{}}
-	go func() { _ = lr.srv.Serve(lis) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- httpserve.Serve(ctx, lis, fake.Handler()) }() // ended and waited for by stop
+	stop := sync.OnceFunc(func() {
+		cancel()
+		if err := <-served; err != nil {
+			log.Warn("the embedded schema registry did not stop cleanly", "error", err)
+		}
+	})
+	lr := &localRegistry{stop: stop, inputs: map[string]topicCodec{}, prints: map[string]topicCodec{}}
 	fail := func(err error) (*localRegistry, error) {
 		lr.close()
 		return nil, err
@@ -138,9 +143,10 @@ func startRegistry(p *actiondir.Pipeline, files map[string]string, log *slog.Log
 	return lr, nil
 }
 
+// close stops the embedded registry's server and waits for it to end (nil: nothing to stop).
 func (lr *localRegistry) close() {
 	if lr != nil {
-		_ = lr.srv.Close()
+		lr.stop()
 	}
 }
 

@@ -31,6 +31,9 @@ var (
 	errRefused = errors.New("the streamlet was refused at discovery")
 	// ErrInterrupted is returned when ctx ended before every output was committed.
 	ErrInterrupted = errors.New("interrupted")
+	// errSchema is returned when an encoded port's schema is missing or cannot be registered
+	// (millrace run and millrace test's fixtures alike).
+	errSchema = errors.New("schema of an encoded port")
 )
 
 // Options tune Run. The zero value runs an in-memory broker, reads no input and stops when

@@ -2,7 +2,6 @@ package schema
 
 import (
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -121,30 +120,14 @@ func SettingsFromEnv(getenv func(string) string, readFile func(string) ([]byte, 
 		s.BearerToken = token
 	}
 
-	s.Timeout = duration(getenv, envTimeout, DefaultTimeout, bad)
-	s.CacheTTL = duration(getenv, envCacheTTL, DefaultCacheTTL, bad)
-	s.CacheSize = DefaultCacheSize
-	if v := strings.TrimSpace(getenv(envCacheSize)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			bad("%s=%s is not a whole number of at least 1: write digits only, e.g. %d", envCacheSize, v, DefaultCacheSize)
-		} else {
-			s.CacheSize = n
-		}
+	// The numbers are read by the house's own Reader, so that they take the forms, and refuse
+	// the values, that every other setting of the bridge does.
+	r := settings.NewReader(getenv)
+	s.Timeout = r.Duration(envTimeout, DefaultTimeout, time.Nanosecond)
+	s.CacheTTL = r.Duration(envCacheTTL, DefaultCacheTTL, time.Nanosecond)
+	s.CacheSize = r.Int(envCacheSize, DefaultCacheSize, 1)
+	for _, p := range r.Problems() {
+		bad("%s", p)
 	}
 	return s
-}
-
-// duration reads a positive duration as the house's settings do ("10s", "5m").
-func duration(getenv func(string) string, name string, def time.Duration, bad func(string, ...any)) time.Duration {
-	v := strings.TrimSpace(getenv(name))
-	if v == "" {
-		return def
-	}
-	d, err := settings.ParseDuration(v)
-	if err != nil || d <= 0 {
-		bad("%s=%s is not a positive duration: write a number and a unit (ms, s, m, h), e.g. %s", name, v, settings.FormatDuration(def))
-		return def
-	}
-	return d
 }

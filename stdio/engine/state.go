@@ -34,6 +34,17 @@ func (l StateLimits) maxValue() int {
 	return l.MaxValueBytes
 }
 
+// Hello is what hello's "state" says of an inlet with these limits: its max-bytes (the
+// default filled in) and its TTL, if any. A host that writes its own hello (the conformance
+// kit) takes it from here, so that it says what the engine says.
+func (l StateLimits) Hello() stdio.StateInlet {
+	in := stdio.StateInlet{MaxBytes: l.maxValue()}
+	if l.TTL > 0 {
+		in.TTL = l.TTL.String()
+	}
+	return in
+}
+
 // SubmitOption changes how SubmitBatch runs its items.
 type SubmitOption func(*submitOptions)
 
@@ -58,11 +69,7 @@ func helloState(inlets map[string]StateLimits) json.RawMessage {
 	}
 	m := make(map[string]stdio.StateInlet, len(inlets))
 	for name, l := range inlets {
-		in := stdio.StateInlet{MaxBytes: l.maxValue()}
-		if l.TTL > 0 {
-			in.TTL = l.TTL.String()
-		}
-		m[name] = in
+		m[name] = l.Hello()
 	}
 	b, _ := json.Marshal(m) // strings and ints only: it cannot fail
 	return b

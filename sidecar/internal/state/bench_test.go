@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/sidecar/state"
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // EnvBenchKeys sets the keys BenchmarkStateRestore restores (10,000 by default; the design's
 // figure is taken with 1000000, e.g. MILLRACE_STATE_BENCH_KEYS=1000000 go test -run '^$'
-// -bench StateRestore -benchtime 1x ./sidecar/state/).
+// -bench StateRestore -benchtime 1x ./sidecar/internal/state/).
 const EnvBenchKeys = "MILLRACE_STATE_BENCH_KEYS"
 
 // catchUpRecords is how many records the catch-up restores on top of the keys.

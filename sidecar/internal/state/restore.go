@@ -38,9 +38,6 @@ type Restored struct {
 	Records  int64  // records applied, tombstones included
 }
 
-// errDataLoss is the restore's own: the log start passed what it was reading.
-var errDataLoss = errors.New("state: the changelog's start moved past the restore")
-
 // Restore brings the store up to the end of its changelog partition, measured when it begins
 // (the high watermark; the last stable offset with ReadCommitted): from the file's position
 // when the file can be trusted (its topic id, its position within the log), else from the log

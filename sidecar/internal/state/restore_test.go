@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/sidecar/state"
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/sidecar/state"
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
 	"go.etcd.io/bbolt"
 )
 

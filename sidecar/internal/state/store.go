@@ -1,5 +1,6 @@
 // Package state is the sidecar's store of per-key state: one bbolt file per changelog
-// partition the sidecar owns, restored from the changelog and written as commits land.
+// partition the sidecar owns, restored from the changelog and written as commits land. It is
+// the sidecar's own, no API: what a peer sees of state is the callback service, not the file.
 //
 // The file is a cache of a compacted log: Kafka holds the durable copy, so the file is written
 // without fsync and trusted only when it was closed cleanly or last written in this boot.
@@ -37,6 +38,9 @@ var (
 	ErrTooLarge = errors.New("state: an entry over the store's limits")
 	// ErrClosed is returned by a method of a Partition that was closed or removed.
 	ErrClosed = errors.New("state: the store is closed")
+	// errDataLoss is the restore's own: the log start passed what it was reading. Restore
+	// retries it once as a full restore.
+	errDataLoss = errors.New("state: the changelog's start moved past the restore")
 )
 
 // MaxKeyBytes is the longest record key the store keeps: bbolt's key limit (32 KiB) less the
