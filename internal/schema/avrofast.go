@@ -422,28 +422,14 @@ func (w *avWriter) blocks(p *avNode, depth int) bool {
 // JSON's short escapes where it has them, the other control characters and U+2028/U+2029 as
 // \u escapes (lower case), everything else as it is.
 func avAppendString(out []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	out = append(out, '"')
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				out = append(out, '\\', c)
-			case c == '\b':
-				out = append(out, '\\', 'b')
-			case c == '\t':
-				out = append(out, '\\', 't')
-			case c == '\n':
-				out = append(out, '\\', 'n')
-			case c == '\f':
-				out = append(out, '\\', 'f')
-			case c == '\r':
-				out = append(out, '\\', 'r')
-			case c < 0x20:
-				out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				out = append(out, c)
+			if c >= 0x20 && c != '"' && c != '\\' {
+				out = append(out, c) // the usual case, without a call
+			} else {
+				out = avAppendEscape(out, c)
 			}
 			i++
 			continue
@@ -453,7 +439,7 @@ func avAppendString(out []byte, s string) []byte {
 		case r == utf8.RuneError && n == 1:
 			out = utf8.AppendRune(out, utf8.RuneError)
 		case r == '\u2028' || r == '\u2029':
-			out = append(out, '\\', 'u', '2', '0', '2', hex[byte(r)&0xf])
+			out = append(out, '\\', 'u', '2', '0', '2', avHex[byte(r)&0xf])
 		default:
 			out = append(out, s[i:i+n]...)
 		}
@@ -465,29 +451,37 @@ func avAppendString(out []byte, s string) []byte {
 // avAppendBytes writes bytes as code points 0-255: printable ASCII as it is (but '"' and
 // '\\'), JSON's short escapes, \u00xx for the rest.
 func avAppendBytes(out, b []byte) []byte {
-	const hex = "0123456789abcdef"
 	out = append(out, '"')
 	for _, c := range b {
-		switch {
-		case c == '"' || c == '\\':
-			out = append(out, '\\', c)
-		case c == '\b':
-			out = append(out, '\\', 'b')
-		case c == '\t':
-			out = append(out, '\\', 't')
-		case c == '\n':
-			out = append(out, '\\', 'n')
-		case c == '\f':
-			out = append(out, '\\', 'f')
-		case c == '\r':
-			out = append(out, '\\', 'r')
-		case c >= 0x20 && c <= 0x7e:
+		if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
 			out = append(out, c)
-		default:
-			out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		} else {
+			out = avAppendEscape(out, c)
 		}
 	}
 	return append(out, '"')
+}
+
+const avHex = "0123456789abcdef"
+
+// avAppendEscape writes the byte c escaped as both writers above escape it: '"' and '\\'
+// after a backslash, JSON's short escapes where it has them, \u00xx for the rest.
+func avAppendEscape(out []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(out, '\\', c)
+	case '\b':
+		return append(out, '\\', 'b')
+	case '\t':
+		return append(out, '\\', 't')
+	case '\n':
+		return append(out, '\\', 'n')
+	case '\f':
+		return append(out, '\\', 'f')
+	case '\r':
+		return append(out, '\\', 'r')
+	}
+	return append(out, '\\', 'u', '0', '0', avHex[c>>4], avHex[c&0xf])
 }
 
 // avAppendFloat writes NaN and the infinities as strings, else the shortest form.
