@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"strconv"
 	"testing"
@@ -36,7 +37,11 @@ func newTarget(t testing.TB) *target {
 	} else {
 		tg.prefix = "millrace-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
 	}
-	cl, err := sr.NewClient(sr.URLs(tg.url))
+	// A real registry keeps its connections open after a test, unlike srfake, which closes them
+	// when it stops: both clients end theirs, so goleak sees no idle connection's goroutines.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	cl, err := sr.NewClient(sr.URLs(tg.url), sr.HTTPClient(&http.Client{Transport: tr}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +50,7 @@ func newTarget(t testing.TB) *target {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(reg.Close)
 	tg.reg = reg
 	return tg
 }
