@@ -159,7 +159,7 @@ func (e *DataError) Unwrap() error { return e.Err }
 type Registry struct {
 	cl    *sr.Client
 	tr    *http.Transport // its own, so Close ends only its connections
-	tls   *tls.Config // for explaining a refused handshake
+	tls   *tls.Config     // for explaining a refused handshake
 	log   *slog.Logger
 	cache *cache
 }
