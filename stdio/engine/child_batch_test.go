@@ -52,27 +52,11 @@ func runBatchChild(c *child, mode string) int {
 	var held []stdio.Message
 	var out stdio.Packer
 	for {
-		line, err := c.in.ReadBytes('\n')
-		if err != nil {
+		l, ok := c.nextLine()
+		if !ok {
 			return 0
 		}
-		line = line[:len(line)-1]
-		var items []stdio.Message
-		isBatch, err := stdio.SplitBatch(line, func(msg []byte) error {
-			var m stdio.Message
-			err := stdio.DecodeInBatch(msg, &m)
-			items = append(items, m)
-			return err
-		})
-		if !isBatch {
-			var m stdio.Message
-			err = stdio.DecodeMessage(line, &m)
-			items = append(items, m)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "child: bad line from engine:", err)
-			return 9
-		}
+		line, items, isBatch := l.raw, l.items, l.batch
 		in := "line"
 		if isBatch {
 			in = "batch"

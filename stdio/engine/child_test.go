@@ -58,6 +58,39 @@ func (c *child) next() (stdio.Message, bool) {
 	return m, true
 }
 
+// engineLine is one line the engine wrote to a child that declared envelopes.
+type engineLine struct {
+	raw   []byte          // without its newline
+	items []stdio.Message // the envelope's messages in order, or the line's own
+	batch bool            // the line was an envelope
+}
+
+// nextLine reads one line of a child that declared envelopes. It returns false at the end of
+// input and exits 9 on a line that does not decode.
+func (c *child) nextLine() (engineLine, bool) {
+	line, err := c.in.ReadBytes('\n')
+	if err != nil {
+		return engineLine{}, false
+	}
+	l := engineLine{raw: line[:len(line)-1]}
+	l.batch, err = stdio.SplitBatch(l.raw, func(msg []byte) error {
+		var m stdio.Message
+		err := stdio.DecodeInBatch(msg, &m)
+		l.items = append(l.items, m)
+		return err
+	})
+	if !l.batch {
+		var m stdio.Message
+		err = stdio.DecodeMessage(l.raw, &m)
+		l.items = append(l.items, m)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: bad line from engine:", err)
+		os.Exit(9)
+	}
+	return l, true
+}
+
 func (c *child) echo(m stdio.Message) {
 	c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Key: m.Key, Payload: m.Payload})
 	c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
