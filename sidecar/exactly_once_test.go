@@ -292,7 +292,7 @@ func TestExactlyOnceOutletRefuses(t *testing.T) {
 	if c := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); c[0] != 0 {
 		t.Errorf("committed offset %d while the outlet refused every write; want nothing", c[0])
 	}
-	setTopicConfig(t, b, out, "max.message.bytes", "1048576")
+	deleteTopicConfig(t, b, out, "max.message.bytes") // the broker's default again
 	waitFor(t, "every record committed", func() bool { return allCommitted(t, b, e["FLOW_CONSUMER_GROUP"], in, map[int32]int64{0: n}) })
 	r.stop(t)
 	exactlyOnce(t, b, out, n)

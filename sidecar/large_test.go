@@ -99,12 +99,22 @@ const streamFailedMsg = "stream failed; redelivering from the last commit after 
 
 func setTopicConfig(t *testing.T, b *testkit.Broker, topic, name, value string) {
 	t.Helper()
-	resp, err := kadm.NewClient(b.Admin).AlterTopicConfigs(context.Background(),
-		[]kadm.AlterConfig{{Op: kadm.SetConfig, Name: name, Value: kadm.StringPtr(value)}}, topic)
+	alterTopicConfig(t, b, topic, kadm.AlterConfig{Op: kadm.SetConfig, Name: name, Value: kadm.StringPtr(value)})
+}
+
+// deleteTopicConfig removes topic's own value of name, so the broker's default holds again.
+func deleteTopicConfig(t *testing.T, b *testkit.Broker, topic, name string) {
+	t.Helper()
+	alterTopicConfig(t, b, topic, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: name})
+}
+
+func alterTopicConfig(t *testing.T, b *testkit.Broker, topic string, c kadm.AlterConfig) {
+	t.Helper()
+	resp, err := kadm.NewClient(b.Admin).AlterTopicConfigs(context.Background(), []kadm.AlterConfig{c}, topic)
 	if err == nil {
 		_, err = resp.On(topic, func(r *kadm.AlterConfigsResponse) error { return r.Err })
 	}
 	if err != nil {
-		t.Fatalf("alter %s of %s: %v", name, topic, err)
+		t.Fatalf("alter %s of %s: %v", c.Name, topic, err)
 	}
 }
