@@ -37,3 +37,12 @@ protoc --proto_path=. \
   "${opts[@]}" "${protos[@]}"
 go run ./internal/splitgrpc -messages ankka/flow/v1 -import "$pkg" -name flowv1 \
   -out ankka/flow/v1/flowv1grpc -pkg flowv1grpc "$stubs"/ankka/flow/v1/*_grpc.pb.go
+# millrace's own callback service (docs/state.md): not the spec's, so its stubs stay beside its
+# messages; only the sidecar and the bridge link it.
+spkg=github.com/ankka-flow/millrace/protocol/millrace/state/v1
+sp=millrace/state/v1/state.proto
+protoc --proto_path=. \
+  --plugin=protoc-gen-go="$bin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
+  --go_out=. --go_opt=paths=source_relative --go_opt="M$sp=$spkg;statev1" \
+  --go-grpc_out=. --go-grpc_opt=paths=source_relative --go-grpc_opt="M$sp=$spkg;statev1" \
+  "$sp"
