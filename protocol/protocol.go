@@ -15,6 +15,10 @@ import "errors"
 // Version is the protocol version this module speaks, "MAJOR.MINOR".
 const Version = "1.0"
 
+// BaseVersion is the version a process reports when it needs nothing a later minor adds (its
+// action line keeps no state): any 1.0 sidecar accepts it, exactly as before 1.1.
+const BaseVersion = "1.0"
+
 var (
 	// ErrVersion is wrapped by CheckVersion and CheckVersionAgainst when a protocol version
 	// is refused: another major, a later minor, or not of the form MAJOR.MINOR.

@@ -194,7 +194,7 @@ const sdkName = "millrace"
 // descriptor.
 func (a *Action) Spec(version string) *flowv1.Spec {
 	return &flowv1.Spec{
-		ProtocolVersion: protocol.Version,
+		ProtocolVersion: protocol.BaseVersion,
 		Sdk:             &flowv1.SdkInfo{Name: sdkName, Version: version},
 		Streamlet:       a.Descriptor(),
 	}
