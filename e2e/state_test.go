@@ -1,0 +1,148 @@
+package e2e_test
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
+	"github.com/ankka-flow/millrace/protocol"
+)
+
+// State per key end to end: the running count (statecount_test.go) over stateRecords records
+// of stateKeys keys whose counts are known, its states in a compacted changelog, through real
+// sidecars and bridges. Helpers are in statecount_test.go.
+
+// stateIdle bounds how long a state case may see no commit at all.
+const stateIdle = idleFault
+
+// TestStateExactTotals SIGKILLs the sidecar, the bridge and the action at seeded random
+// intervals while the counts run, each killed process started again as in its pod, and checks
+// the counts: exactly once, one output per input record, each having seen its key's count
+// before it, and the changelog's exact totals; at least once, as stated (checkAtLeastOnce).
+func TestStateExactTotals(t *testing.T) {
+	t.Parallel()
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		sr := newStateRun(t, b, d)
+		s := seed(t)
+		r := sr.start(0)
+		wait := sr.spread(countRecords(s, stateRecords, stateKeys), 12*time.Second)
+		did := sr.strike(t, r, s, 500*time.Millisecond, 2*time.Second,
+			victimSidecar, victimSidecar, victimBridge, victimBridge, victimAction, victimAction, victimAction)
+		wait()
+		sr.waitDone(stateIdle)
+		sum := sr.checkCounts(t, r, d == "exactly-once")
+		sr.stateReport("state: exact totals under SIGKILLs", sum, did)
+	})
+}
+
+// TestStateNoFaults runs the count at least once without a fault: the totals are exact, as
+// exactly once makes them under faults.
+func TestStateNoFaults(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	sr := newStateRun(t, b, "at-least-once")
+	r := sr.start(0)
+	sr.spread(countRecords(seed(t), stateRecords/2, stateKeys), 4*time.Second)()
+	sr.waitDone(stateIdle)
+	sum := sr.checkCounts(t, r, true)
+	sr.stateReport("state: no faults, at least once", sum, "")
+}
+
+// checkCounts reads the outlet and the changelog and checks them, exactly (the exactly-once
+// promise) or as at least once states; then the sidecar of r, which owns every partition,
+// must hold every key.
+func (sr *stateRun) checkCounts(t *testing.T, r *replica, exact bool) countSummary {
+	t.Helper()
+	tr := sr.truth(t)
+	outs := sr.countOutputs(t)
+	cl := sr.changelogValues(t)
+	var sum countSummary
+	if exact {
+		sum = checkCountsExact(t, tr, outs, cl)
+	} else {
+		sum = checkAtLeastOnce(t, tr, outs, cl)
+	}
+	keys := 0.0
+	if !testkit.Eventually(30*time.Second, func() bool {
+		keys = r.sidecarMetric("millrace_sidecar_state_keys")
+		return keys == stateKeys
+	}) {
+		t.Errorf("millrace_sidecar_state_keys sums to %v, want %d (every key, one sidecar owning every partition)", keys, stateKeys)
+	}
+	return sum
+}
+
+// TestStateVersions runs a stateless action line against the sidecar that can keep state:
+// without a changelog it runs as before and binds no State port; with a changelog bound to its
+// inlet the sidecar refuses it, naming the variable, and nothing is consumed.
+func TestStateVersions(t *testing.T) {
+	t.Parallel()
+	t.Run("stateless", func(t *testing.T) {
+		t.Parallel()
+		b := newBroker(t)
+		port := testkit.FreePort(t)
+		pl := newPipeline(t, b, child(childEcho, false), 2, "FLOW_SIDECAR_PORT="+strconv.Itoa(port))
+		checkDescriptorVersion(t, pl.descriptor, protocol.BaseVersion)
+		pl.start(0)
+		pl.produce(pl.records(0, 200)...)
+		pl.waitDone(60 * time.Second)
+		tl := pl.tally()
+		pl.report("state: a stateless line against the stateful sidecar", tl, "")
+		tl.check(t)
+		if tl.out != tl.in || tl.dup != 0 {
+			t.Errorf("tally = %s; want every record out once", tl)
+		}
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+			c.Close()
+			t.Errorf("something listens on FLOW_SIDECAR_PORT %d, though no inlet keeps state", port)
+		}
+	})
+	t.Run("changelog-for-a-stateless-line", func(t *testing.T) {
+		t.Parallel()
+		b := newBroker(t)
+		pl := newPipeline(t, b, child(childEcho, false), 2)
+		cl := b.changelogTopic(t, 2)
+		pl.sidecarEnv = append(pl.sidecarEnv, "FLOW_INLET_IN_STATE_TOPIC="+cl, "FLOW_STATE_DIR="+t.TempDir(),
+			"FLOW_SIDECAR_PORT="+strconv.Itoa(testkit.FreePort(t)))
+		r := pl.start(0)
+		pl.produce(pl.records(0, 20)...)
+		select {
+		case <-r.sidecar.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the sidecar still runs 60 s after it started with FLOW_INLET_IN_STATE_TOPIC set for a stateless line\n%s", pl.logTails(20))
+		}
+		if err := r.sidecar.Err(); err == nil {
+			t.Errorf("the sidecar exited 0 with FLOW_INLET_IN_STATE_TOPIC set for a stateless line; want a refusal\n%s", r.sidecar.Tail(20))
+		}
+		if !r.sidecar.LogHas("FLOW_INLET_IN_STATE_TOPIC") {
+			t.Errorf("the sidecar's refusal does not name FLOW_INLET_IN_STATE_TOPIC:\n%s", r.sidecar.Tail(20))
+		}
+		t.Logf("the sidecar: %s", cut(logMessage(lastLine(r.sidecar.LogLines("FLOW_INLET_IN_STATE_TOPIC", 100))), 600))
+		if n, c := pl.committedCount(); n != 0 {
+			t.Errorf("%d records committed (commits %v); want none", n, c)
+		}
+		if got := b.ReadAllUncommitted(t, pl.outTopics["out"]); len(got) != 0 {
+			t.Errorf("%d records on the outlet; want none", len(got))
+		}
+	})
+}
+
+// checkDescriptorVersion fails the test unless the descriptor says protocol version want.
+func checkDescriptorVersion(t testing.TB, path, want string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := protocol.UnmarshalDescriptor(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.GetProtocolVersion(); got != want {
+		t.Errorf("descriptor %s: protocol version %q, want %q", path, got, want)
+	}
+}
