@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -58,6 +59,9 @@ func TestStateNoFaults(t *testing.T) {
 func (sr *stateRun) checkCounts(t *testing.T, r *replica, exact bool) countSummary {
 	t.Helper()
 	tr := sr.truth(t)
+	if len(tr.count) != stateKeys {
+		t.Errorf("%d keys produced, want %d", len(tr.count), stateKeys)
+	}
 	outs := sr.countOutputs(t)
 	cl := sr.changelogValues(t)
 	var sum countSummary
@@ -144,5 +148,36 @@ func checkDescriptorVersion(t testing.TB, path, want string) {
 	}
 	if got := spec.GetProtocolVersion(); got != want {
 		t.Errorf("descriptor %s: protocol version %q, want %q", path, got, want)
+	}
+}
+
+// TestStateRebalance starts a second replica mid-run, exactly once, waits until it owns
+// partitions and has served them, and stops it again: state moves with each partition both
+// ways (the new owner restores before its first batch), so the counts stay exact.
+func TestStateRebalance(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	sr := newStateRun(t, b, "exactly-once")
+	r0 := sr.start(0)
+	wait := sr.spread(countRecords(seed(t), stateRecords, stateKeys), 12*time.Second)
+	sr.waitProgress(t, 0, stateRecords) // mid-run
+	r1 := sr.start(1)
+	if !testkit.Eventually(60*time.Second, func() bool { return r1.sidecarMetric("millrace_sidecar_partitions_assigned") > 0 }) {
+		t.Fatalf("the second replica was assigned no partition within 60 s\n%s", sr.logTails(20))
+	}
+	_, assigned := sr.committedCount()
+	if !testkit.Eventually(stateIdle, func() bool { return sr.eachPartitionPast(assigned) }) {
+		_, c := sr.committedCount()
+		t.Fatalf("not every partition progressed within %s of the rebalance: commits %v at it, %v now, ends %v\n%s", stateIdle, assigned, c, sr.ends(), sr.logTails(20))
+	}
+	restored := r1.sidecarMetric("millrace_sidecar_state_restored_records_total")
+	stop(t, r1.sidecar, 30*time.Second)
+	stop(t, r1.bridge, 30*time.Second)
+	wait()
+	sr.waitDone(stateIdle)
+	sum := sr.checkCounts(t, r0, true)
+	sr.stateReport("state: a second replica joins, then leaves (exactly once)", sum, fmt.Sprintf("the second replica restored %v changelog records", restored))
+	if restored <= 0 {
+		t.Errorf("the second replica's millrace_sidecar_state_restored_records_total is %v; want above 0 (it took partitions whose keys had state)", restored)
 	}
 }
