@@ -1,10 +1,15 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,4 +185,65 @@ func TestStateRebalance(t *testing.T) {
 	if restored <= 0 {
 		t.Errorf("the second replica's millrace_sidecar_state_restored_records_total is %v; want above 0 (it took partitions whose keys had state)", restored)
 	}
+}
+
+// TestStateRunData runs the count twice with `millrace run --data DIR` on the same input: the
+// second run's counts continue the first's, its states kept in DIR. A third run without --data
+// starts over.
+func TestStateRunData(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	input := filepath.Join(dir, "input.jsonl")
+	var lines strings.Builder
+	const keys, each = 3, 10
+	for i := range keys * each {
+		k := fmt.Sprintf("k-%d", i%keys)
+		fmt.Fprintf(&lines, `{"key":%q,"payload":{"k":%q}}`+"\n", k, k)
+	}
+	if err := os.WriteFile(input, []byte(lines.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line := quoteLine([]string{"count", "--in", "in=e2e.v1", "--out", "out=e2e.v1", "--state", "in", "--", bin.self})
+	data := filepath.Join(dir, "data")
+	run := func(what string, args ...string) map[string][]int {
+		t.Helper()
+		cmd := exec.Command(bin.millrace, append([]string{"run", line, "--input", input}, args...)...)
+		cmd.Env = append(testkit.CleanEnv(), testkit.RoleEnv(childCount))
+		cmd.Dir = dir
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: millrace run %s: %v\n%s", what, strings.Join(args, " "), err, cut(stderr.String(), 3000))
+		}
+		counts := map[string][]int{}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var rec struct {
+				Key     string
+				Payload countOut
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatalf("%s: an output line of millrace run is not a count: %q (%v)", what, l, err)
+			}
+			counts[rec.Key] = append(counts[rec.Key], rec.Payload.N)
+		}
+		return counts
+	}
+	want := func(what string, got map[string][]int, from int) {
+		t.Helper()
+		for i := range keys {
+			k := fmt.Sprintf("k-%d", i)
+			ns := slices.Sorted(slices.Values(got[k]))
+			var exp []int
+			for n := from; n < from+each; n++ {
+				exp = append(exp, n)
+			}
+			if !slices.Equal(ns, exp) {
+				t.Errorf("%s: key %s counted %v; want %v", what, k, ns, exp)
+			}
+		}
+	}
+	want("the first run with --data", run("first", "--data", data), 1)
+	want("the second run with the same --data", run("second", "--data", data), each+1)
+	want("a run without --data", run("third"), 1)
 }
