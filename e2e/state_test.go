@@ -87,7 +87,8 @@ func (sr *stateRun) checkCounts(t *testing.T, r *replica, exact bool) countSumma
 
 // TestStateVersions runs a stateless action line against the sidecar that can keep state:
 // without a changelog it runs as before and binds no State port; with a changelog bound to its
-// inlet the sidecar refuses it, naming the variable, and nothing is consumed.
+// inlet the sidecar refuses it, naming the variable, and nothing is consumed. A stateful line
+// deployed without a changelog is refused the same way.
 func TestStateVersions(t *testing.T) {
 	t.Parallel()
 	t.Run("stateless", func(t *testing.T) {
@@ -117,27 +118,41 @@ func TestStateVersions(t *testing.T) {
 		cl := b.changelogTopic(t, 2)
 		pl.sidecarEnv = append(pl.sidecarEnv, "FLOW_INLET_IN_STATE_TOPIC="+cl, "FLOW_STATE_DIR="+t.TempDir(),
 			"FLOW_SIDECAR_PORT="+strconv.Itoa(testkit.FreePort(t)))
-		r := pl.start(0)
-		pl.produce(pl.records(0, 20)...)
-		select {
-		case <-r.sidecar.Done():
-		case <-time.After(60 * time.Second):
-			t.Fatalf("the sidecar still runs 60 s after it started with FLOW_INLET_IN_STATE_TOPIC set for a stateless line\n%s", pl.logTails(20))
-		}
-		if err := r.sidecar.Err(); err == nil {
-			t.Errorf("the sidecar exited 0 with FLOW_INLET_IN_STATE_TOPIC set for a stateless line; want a refusal\n%s", r.sidecar.Tail(20))
-		}
-		if !r.sidecar.LogHas("FLOW_INLET_IN_STATE_TOPIC") {
-			t.Errorf("the sidecar's refusal does not name FLOW_INLET_IN_STATE_TOPIC:\n%s", r.sidecar.Tail(20))
-		}
-		t.Logf("the sidecar: %s", cut(logMessage(lastLine(r.sidecar.LogLines("FLOW_INLET_IN_STATE_TOPIC", 100))), 600))
-		if n, c := pl.committedCount(); n != 0 {
-			t.Errorf("%d records committed (commits %v); want none", n, c)
-		}
-		if got := b.ReadAllUncommitted(t, pl.outTopics["out"]); len(got) != 0 {
-			t.Errorf("%d records on the outlet; want none", len(got))
-		}
+		checkRefused(t, pl, "FLOW_INLET_IN_STATE_TOPIC set for a stateless line")
 	})
+	t.Run("stateful-line-without-changelog", func(t *testing.T) {
+		t.Parallel()
+		b := newBroker(t)
+		pl := newPipeline(t, b, child(childCount, false, "--state", "in"), 2, "FLOW_SIDECAR_PORT="+strconv.Itoa(testkit.FreePort(t)))
+		checkDescriptorVersion(t, pl.descriptor, protocol.Version)
+		checkRefused(t, pl, "a stateful line (--state in) and no FLOW_INLET_IN_STATE_TOPIC")
+	})
+}
+
+// checkRefused starts the pipeline's replica, writes it records, and wants its sidecar to
+// exit with an error naming FLOW_INLET_IN_STATE_TOPIC, having consumed nothing.
+func checkRefused(t *testing.T, pl *pipeline, what string) {
+	t.Helper()
+	r := pl.start(0)
+	pl.produce(pl.records(0, 20)...)
+	select {
+	case <-r.sidecar.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the sidecar still runs 60 s after it started with %s\n%s", what, pl.logTails(20))
+	}
+	if err := r.sidecar.Err(); err == nil {
+		t.Errorf("the sidecar exited 0 with %s; want a refusal\n%s", what, r.sidecar.Tail(20))
+	}
+	if !r.sidecar.LogHas("FLOW_INLET_IN_STATE_TOPIC") {
+		t.Errorf("the sidecar's refusal of %s does not name FLOW_INLET_IN_STATE_TOPIC:\n%s", what, r.sidecar.Tail(20))
+	}
+	t.Logf("the sidecar: %s", cut(logMessage(lastLine(r.sidecar.LogLines("FLOW_INLET_IN_STATE_TOPIC", 100))), 600))
+	if n, c := pl.committedCount(); n != 0 {
+		t.Errorf("%d records committed (commits %v); want none", n, c)
+	}
+	if got := pl.b.ReadAllUncommitted(t, pl.outTopics["out"]); len(got) != 0 {
+		t.Errorf("%d records on the outlet; want none", len(got))
+	}
 }
 
 // checkDescriptorVersion fails the test unless the descriptor says protocol version want.
