@@ -118,20 +118,21 @@ func TestStateVersions(t *testing.T) {
 		cl := b.changelogTopic(t, 2)
 		pl.sidecarEnv = append(pl.sidecarEnv, "FLOW_INLET_IN_STATE_TOPIC="+cl, "FLOW_STATE_DIR="+t.TempDir(),
 			"FLOW_SIDECAR_PORT="+strconv.Itoa(testkit.FreePort(t)))
-		checkRefused(t, pl, "FLOW_INLET_IN_STATE_TOPIC set for a stateless line")
+		checkRefused(t, pl, "FLOW_INLET_IN_STATE_TOPIC set for a stateless line", "FLOW_INLET_IN_STATE_TOPIC")
 	})
 	t.Run("stateful-line-without-changelog", func(t *testing.T) {
 		t.Parallel()
 		b := newBroker(t)
 		pl := newPipeline(t, b, child(childCount, false, "--state", "in"), 2, "FLOW_SIDECAR_PORT="+strconv.Itoa(testkit.FreePort(t)))
 		checkDescriptorVersion(t, pl.descriptor, protocol.Version)
-		checkRefused(t, pl, "a stateful line (--state in) and no FLOW_INLET_IN_STATE_TOPIC")
+		// The descriptor says 1.1, not which inlets keep state: the refusal names the pattern.
+		checkRefused(t, pl, "a stateful line (--state in) and no FLOW_INLET_IN_STATE_TOPIC", "FLOW_INLET_<PORT>_STATE_TOPIC")
 	})
 }
 
 // checkRefused starts the pipeline's replica, writes it records, and wants its sidecar to
-// exit with an error naming FLOW_INLET_IN_STATE_TOPIC, having consumed nothing.
-func checkRefused(t *testing.T, pl *pipeline, what string) {
+// exit with an error naming the variable, having consumed nothing.
+func checkRefused(t *testing.T, pl *pipeline, what, variable string) {
 	t.Helper()
 	r := pl.start(0)
 	pl.produce(pl.records(0, 20)...)
@@ -143,10 +144,10 @@ func checkRefused(t *testing.T, pl *pipeline, what string) {
 	if err := r.sidecar.Err(); err == nil {
 		t.Errorf("the sidecar exited 0 with %s; want a refusal\n%s", what, r.sidecar.Tail(20))
 	}
-	if !r.sidecar.LogHas("FLOW_INLET_IN_STATE_TOPIC") {
-		t.Errorf("the sidecar's refusal of %s does not name FLOW_INLET_IN_STATE_TOPIC:\n%s", what, r.sidecar.Tail(20))
+	if !r.sidecar.LogHas(variable) {
+		t.Errorf("the sidecar's refusal of %s does not name %s:\n%s", what, variable, r.sidecar.Tail(20))
 	}
-	t.Logf("the sidecar: %s", cut(logMessage(lastLine(r.sidecar.LogLines("FLOW_INLET_IN_STATE_TOPIC", 100))), 600))
+	t.Logf("the sidecar: %s", cut(lastLine(r.sidecar.LogLines(variable, 100)), 600))
 	if n, c := pl.committedCount(); n != 0 {
 		t.Errorf("%d records committed (commits %v); want none", n, c)
 	}
