@@ -26,6 +26,10 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
+// errStateNotServed refuses a line with --state while the bridge cannot serve state: a
+// program would run with no state read and none kept.
+var errStateNotServed = errors.New("bridge: the action line keeps state (--state), which this bridge does not serve yet: remove --state")
+
 // grpcMessageLimit is what the server accepts and sends: a message of the protocol's limit plus
 // room for the framing of a batch around its records.
 const grpcMessageLimit = protocol.MaxMessageBytes + 1<<20
@@ -127,6 +131,9 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	if opts.Action.Encoded() && opts.Registry == nil {
 		return nil, ErrNoRegistry
+	}
+	if len(opts.Action.State) > 0 {
+		return nil, errStateNotServed
 	}
 	dec, err := codecsOf(opts.Action.Inlets)
 	if err != nil {
