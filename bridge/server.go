@@ -26,10 +26,6 @@ import (
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
-// errStateNotServed refuses a line with --state while the bridge cannot serve state: a
-// program would run with no state read and none kept.
-var errStateNotServed = errors.New("bridge: the action line keeps state (--state), which this bridge does not serve yet: remove --state")
-
 // grpcMessageLimit is what the server accepts and sends: a message of the protocol's limit plus
 // room for the framing of a batch around its records.
 const grpcMessageLimit = protocol.MaxMessageBytes + 1<<20
@@ -75,6 +71,13 @@ type Options struct {
 	// [RegistryFor]); NewServer refuses such an action without one. Plain JSON ports never
 	// use it.
 	Registry *schema.Registry
+	// SidecarPort is where a line with --state dials the sidecar's State service, on
+	// 127.0.0.1, after each Start (default protocol.SidecarPort, FLOW_SIDECAR_PORT). A
+	// stateless line dials nothing.
+	SidecarPort int
+	// stateAfter is the clock of a batch's wait for its BatchState (default time.After);
+	// tests drive it.
+	stateAfter func(time.Duration) <-chan time.Time
 	// RegistryRetryFor is how long a registry that does not answer is retried, with backoff,
 	// before the batch is failed (default DefaultRegistryRetryFor).
 	RegistryRetryFor time.Duration
@@ -132,8 +135,11 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.Action.Encoded() && opts.Registry == nil {
 		return nil, ErrNoRegistry
 	}
-	if len(opts.Action.State) > 0 {
-		return nil, errStateNotServed
+	if opts.SidecarPort <= 0 {
+		opts.SidecarPort = protocol.SidecarPort
+	}
+	if opts.stateAfter == nil {
+		opts.stateAfter = time.After
 	}
 	dec, err := codecsOf(opts.Action.Inlets)
 	if err != nil {
@@ -220,9 +226,11 @@ func (s *Server) shutdown(ctx context.Context) {
 	}
 }
 
-// Discover answers the Spec built from the action config: protocol 1.0, sdk millrace.
+// Discover answers the Spec built from the action config: sdk millrace, protocol
+// protocol.Version when the line keeps state, else protocol.BaseVersion.
 func (s *Server) Discover(_ context.Context, info *flowv1.SidecarInfo) (*flowv1.Spec, error) {
 	s.log.Info("discovered", "sidecar_version", info.GetSidecarVersion(), "sidecar_protocol", info.GetProtocolVersion())
+	s.logStateVersion(info)
 	return s.spec, nil
 }
 

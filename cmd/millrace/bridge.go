@@ -72,6 +72,7 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 
 		ReplayGeneration: cfg.ReplayGeneration,
 		Registry:         registry,
+		SidecarPort:      cfg.SidecarPort,
 	}, nil)
 }
 
