@@ -417,7 +417,7 @@ func (r *batchRun) answer() {
 	defer c.batches.Done()
 	final := c.finalFor(r.b, r.topic, r.settled)
 	abandoned := final == nil
-	if !abandoned && final.GetAck() != nil && r.state != nil {
+	if !abandoned && final.GetAck() != nil && r.state != nil && !c.voided.HasFired() {
 		// Staged goes before the Ack, so that the sidecar's join of the two rarely waits.
 		if err := c.state.sendStaged(id, r.b.GetInlet(), r.state); err != nil {
 			c.log.Warn("batch not answered: its Staged cannot be sent", "batch", id, "error", err)

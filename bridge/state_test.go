@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
 	"github.com/ankka-flow/millrace/stdio/engine"
@@ -442,5 +444,27 @@ func TestStatelessDialsNothing(t *testing.T) {
 	case <-accepted:
 		t.Error("a stateless line dialled the State port")
 	default:
+	}
+}
+
+// TestStateDiscover: a stateful line's Spec says protocol.Version; a sidecar speaking an
+// earlier version gets a log line saying why the action needs the later one; a sidecar of the
+// same version none.
+func TestStateDiscover(t *testing.T) {
+	r := startBridge(t, stateLine)
+	sc := dial(t, r.addr)
+	spec, err := sc.disc.Discover(context.Background(), &flowv1.SidecarInfo{ProtocolVersion: protocol.Version})
+	if err != nil || spec.GetProtocolVersion() != protocol.Version {
+		t.Fatalf("Discover = %v, %v; want protocol %s", spec, err, protocol.Version)
+	}
+	const why = "this action keeps state (--state in), which needs a sidecar speaking"
+	if strings.Contains(r.logs.String(), why) {
+		t.Errorf("the bridge logs %q for a sidecar speaking %s", why, protocol.Version)
+	}
+	if _, err := sc.disc.Discover(context.Background(), &flowv1.SidecarInfo{ProtocolVersion: "0.9"}); err != nil {
+		t.Fatal(err)
+	}
+	if logs := r.logs.String(); !strings.Contains(logs, why+" "+protocol.Version+"; the sidecar speaks 0.9") {
+		t.Errorf("bridge log lacks %q:\n%s", why, logs)
 	}
 }
