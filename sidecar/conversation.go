@@ -68,6 +68,11 @@ type conversation struct {
 	recvDone   chan struct{} // closed when the receiver has seen the end of the stream
 
 	failed lifetime.Event // fired by the first failure, whichever goroutine has it
+
+	// state is the conversation's State.Attach stream, nil until the process's Open is
+	// accepted; stateOpened fires when it is set (the sender is kicked then).
+	state       *stateLink
+	stateOpened lifetime.Event
 }
 
 // fail records the first failure of the conversation and wakes everyone; later failures are
