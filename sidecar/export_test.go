@@ -230,3 +230,11 @@ func Overlay(s *Sidecar, topic string, partition int32) int {
 	}
 	return 0
 }
+
+// KeptFile reports whether the revoked topic/partition's store file is kept for its return.
+func KeptFile(s *Sidecar, topic string, partition int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.parts[tp{topic, partition}]
+	return p != nil && p.kept != nil
+}

@@ -338,3 +338,176 @@ func checkChains(t *testing.T, outs []*kgo.Record) {
 		next[k] = n
 	}
 }
+
+// failOnce wraps a process's answer: its nth batch (of every conversation together) is failed
+// once, with nothing staged, which fails the stream.
+func failOnce(n int, answer func(*call) error) func(*call) error {
+	var mu sync.Mutex
+	calls := 0
+	return func(c *call) error {
+		mu.Lock()
+		calls++
+		fail := calls == n
+		mu.Unlock()
+		if fail {
+			return c.Fail("the test fails this batch once")
+		}
+		return answer(c)
+	}
+}
+
+// TestStateNewConversationCatchesUp fails the stream once mid-run (at least once): the next
+// conversation drops the overlay and catches up from the changelog, so no key's count starts
+// over; as stated for at least once, a redelivered record may count again, and the changelog,
+// the store and the outputs agree on each key's last count.
+func TestStateNewConversationCatchesUp(t *testing.T) {
+	st := newStateSetup(t, 2, false)
+	st.f.OnBatch = failOnce(4, st.sb.counter(false))
+	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
+	r := st.start(t, nil)
+	st.produceKeys(t, 0, 2, 20)
+	st.produceKeys(t, 1, 2, 20)
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, st.b, st.e["FLOW_CONSUMER_GROUP"], st.in, map[int32]int64{0: 20, 1: 20})
+	})
+	if r.sc.Conversations() < 2 {
+		t.Fatalf("%d conversations, want the failure to start a second", r.sc.Conversations())
+	}
+	outs := st.b.ReadAll(t, st.out)
+	ones := map[string]int{}
+	for _, o := range outs {
+		if string(o.Value) == "1" {
+			ones[string(o.Key)]++
+		}
+	}
+	for k, n := range ones {
+		if n > 1 {
+			t.Errorf("key %s counted from 1 %d times: the new conversation did not catch up its state", k, n)
+		}
+	}
+	last := lastCounts(outs)
+	v := changelogValues(t, st.b, st.changelog)
+	for k, n := range last {
+		if n < 10 || v[k] != strconv.Itoa(n) {
+			t.Errorf("key %s: last output %d, changelog %q; want them equal, at least 10", k, n, v[k])
+		}
+		p := int32(0)
+		if k[1] == '1' {
+			p = 1
+		}
+		waitFor(t, "the store holds the changelog's count of "+k, func() bool {
+			got, _ := sidecar.StateOf(t, r.sc, st.in, p, k)
+			return got == v[k]
+		})
+		if n := sidecar.Overlay(r.sc, st.in, p); n != 0 {
+			t.Errorf("partition %d holds %d states in its overlay after every commit; want none", p, n)
+		}
+	}
+}
+
+// TestStateExactlyOnce fails the stream once mid-run in exactly-once mode: the open
+// transaction's outputs and states are aborted together, the batches are delivered again with
+// the committed states, and a read_committed reader sees every key count 1, 2, 3... to its
+// exact total, in the outputs and in the changelog.
+func TestStateExactlyOnce(t *testing.T) {
+	st := newStateSetup(t, 2, true)
+	st.f.OnBatch = failOnce(5, st.sb.counter(true))
+	st.e["FLOW_DELIVERY"] = "exactly-once"
+	st.e["FLOW_POD_NAME"] = "pod-a"
+	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
+	r := st.start(t, nil)
+	st.produceKeys(t, 0, 2, 20)
+	st.produceKeys(t, 1, 2, 20)
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, st.b, st.e["FLOW_CONSUMER_GROUP"], st.in, map[int32]int64{0: 20, 1: 20})
+	})
+	if r.sc.Conversations() < 2 {
+		t.Fatalf("%d conversations, want the failure to start a second", r.sc.Conversations())
+	}
+	outs := st.b.ReadAll(t, st.out)
+	if len(outs) != 40 {
+		t.Fatalf("read_committed: %d outputs, want exactly 40", len(outs))
+	}
+	checkChains(t, outs)
+	v := changelogValues(t, st.b, st.changelog)
+	for _, k := range []string{"p0-k0", "p0-k1", "p1-k0", "p1-k1"} {
+		if v[k] != "10" {
+			t.Errorf("read_committed changelog: %s=%q, want exactly 10", k, v[k])
+		}
+	}
+}
+
+// TestStateMovesWithRebalance runs sidecar A on 4 partitions, then B joins the group: the
+// partitions that move are restored by B before its first batch of them, so every key's
+// outputs count on without a restart, and the totals are exact, in both delivery modes. A
+// keeps the files of the partitions it gave up (FLOW_STATE_KEEP_REVOKED).
+func TestStateMovesWithRebalance(t *testing.T) {
+	for _, mode := range []string{"at-least-once", "exactly-once"} {
+		t.Run(mode, func(t *testing.T) {
+			const parts = 4
+			st := newStateSetup(t, parts, false)
+			st.e["FLOW_DELIVERY"] = mode
+			st.e["FLOW_POD_NAME"] = "pod-a"
+			st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
+			group := st.e["FLOW_CONSUMER_GROUP"]
+			ra := st.start(t, nil)
+			for p := range int32(parts) {
+				st.produceKeys(t, p, 2, 10)
+			}
+			waitFor(t, "A commits the first half", func() bool {
+				return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10})
+			})
+
+			sbB := newStateBridge(t)
+			fb := newProcess(t, sbB.counter(false))
+			fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
+			eb := baseEnv(t, st.b, fb, st.in, st.out)
+			for k, v := range st.e {
+				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
+					eb[k] = v
+				}
+			}
+			eb["FLOW_POD_NAME"] = "pod-b"
+			eb["FLOW_STATE_DIR"] = t.TempDir()
+			rb := startTuned(t, eb.config(t), func(sc *sidecar.Sidecar) { sbB.addr = sidecar.ServeState(t, sc) })
+			var moved []int32
+			waitFor(t, "B owns partitions", func() bool {
+				moved = sidecar.Owned(rb.sc, st.in)
+				return len(moved) > 0 && len(moved) < parts
+			})
+			waitFor(t, "the rebalance settles", func() bool {
+				return len(sidecar.Owned(ra.sc, st.in))+len(sidecar.Owned(rb.sc, st.in)) == parts
+			})
+			for p := range int32(parts) {
+				st.produceKeys(t, p, 2, 10)
+			}
+			waitFor(t, "every record committed", func() bool {
+				return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 20, 1: 20, 2: 20, 3: 20})
+			})
+			outs := st.b.ReadAll(t, st.out)
+			if len(outs) != 80 {
+				t.Fatalf("%d outputs, want 80 (no fault: each record once)", len(outs))
+			}
+			checkChains(t, outs)
+			sbB.mu.Lock()
+			seen := append([]string(nil), sbB.seen...)
+			sbB.mu.Unlock()
+			for _, s := range seen {
+				if s[len(s)-1] == '=' {
+					t.Errorf("B's first batch of %s saw no state: the moved partition was not restored", s)
+				}
+			}
+			if len(seen) == 0 {
+				t.Fatalf("B saw no batch of the moved partitions %v", moved)
+			}
+			for _, p := range moved {
+				if _, ok := sidecar.StateOf(t, ra.sc, st.in, p, fmt.Sprintf("p%d-k0", p)); ok {
+					t.Errorf("A still serves the state of partition %d it gave up", p)
+				}
+				if !sidecar.KeptFile(ra.sc, st.in, p) {
+					t.Errorf("A did not keep the file of partition %d it gave up", p)
+				}
+			}
+		})
+	}
+}
