@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -302,6 +303,99 @@ func TestStateRestoredBeforeFirstBatch(t *testing.T) {
 	if first != "k1=41" {
 		t.Fatalf("the first batch saw %s, want k1=41", first)
 	}
+
+	// The state metrics: the full restore applied the changelog's 3 records, the batch's
+	// 2 states were written, the store holds 2 keys, nothing restores.
+	waitFor(t, "the state metrics", func() bool {
+		m := testkit.Gather(t, r.sc.Registry())
+		restored, _ := m.Value("millrace_sidecar_state_restored_records_total", "topic", st.changelog)
+		full, _ := m.Value("millrace_sidecar_state_full_restores_total", "topic", st.changelog, "reason", "empty")
+		sets, _ := m.Value("millrace_sidecar_state_writes_total", "topic", st.changelog, "kind", "set")
+		keys, _ := m.Value("millrace_sidecar_state_keys", "topic", st.changelog, "partition", "0")
+		size, _ := m.Value("millrace_sidecar_state_bytes", "topic", st.changelog, "partition", "0")
+		restoring, ok := m.Value("millrace_sidecar_state_restoring", "topic", st.changelog, "partition", "0")
+		return restored == 3 && full == 1 && sets == 2 && keys == 2 && size > 0 && ok && restoring == 0
+	})
+}
+
+// TestStateStagedNotInFlight: a Staged for a batch never sent fails the stream as a protocol
+// violation, naming the batch; the records are delivered again and counted once.
+func TestStateStagedNotInFlight(t *testing.T) {
+	st := newStateSetup(t, 1, false)
+	count := st.sb.counter(false)
+	var once sync.Once
+	st.f.OnBatch = func(c *call) error {
+		bad := false
+		once.Do(func() { bad = true })
+		if bad {
+			if _, ok := st.sb.states(c); !ok {
+				return nil
+			}
+			return st.sb.staged(c.Batch.BatchId+1000, map[string]string{"k0": "1"})
+		}
+		return count(c)
+	}
+	r := st.start(t, nil)
+	st.produceKeys(t, 0, 1, 3)
+	outs := st.b.ReadN(t, st.out, 3, waitTimeout)
+	checkChains(t, outs)
+	fs := r.failures(sidecar.CauseProtocol)
+	if len(fs) == 0 || !strings.Contains(fs[0].Error(), "a Staged for batch") {
+		t.Fatalf("protocol failures %v; want one naming the Staged's batch", fs)
+	}
+}
+
+// TestStateBatchTrimmed: the states of a batch's keys count with its records against the
+// inlet's batch.max-bytes: with 150-byte states and a 200-byte limit, a batch holds one key
+// (several records of it fit) until the counts' states are small again, and the counts are
+// right.
+func TestStateBatchTrimmed(t *testing.T) {
+	st := newStateSetup(t, 1, false)
+	st.e["FLOW_INLET_IN_BATCH_MAX_BYTES"] = "200"
+	big := func(n int) []byte { return fmt.Appendf(nil, "%0150d", n) }
+	for k := range 4 {
+		st.b.Produce(t, &kgo.Record{Topic: st.changelog, Partition: 0, Key: fmt.Appendf(nil, "p0-k%d", k), Value: big(10)})
+	}
+	count := st.sb.counter(false)
+	var mu sync.Mutex
+	var sizes [][2]int // per batch: its keys, its records and states' bytes
+	st.f.OnBatch = func(c *call) error {
+		states, ok := st.sb.states(c)
+		if !ok {
+			return nil
+		}
+		n, keys := 0, map[string]bool{}
+		for _, r := range c.Batch.Records {
+			n += len(r.Record.Key) + len(r.Record.Value)
+			keys[string(r.Record.Key)] = true
+		}
+		for k, v := range states {
+			n += len(k) + len(v)
+		}
+		mu.Lock()
+		sizes = append(sizes, [2]int{len(keys), n})
+		mu.Unlock()
+		return count(c)
+	}
+	st.start(t, nil)
+	st.produceKeys(t, 0, 4, 12)
+	outs := st.b.ReadN(t, st.out, 12, waitTimeout)
+	for _, o := range outs {
+		n, _ := strconv.Atoi(string(o.Value))
+		if n < 11 || n > 13 {
+			t.Fatalf("key %s counted %d, want 11 to 13 (from the restored 10)", o.Key, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sizes[0][0] != 1 {
+		t.Fatalf("the first batch holds %d keys with their 150-byte states; want one", sizes[0][0])
+	}
+	for _, s := range sizes {
+		if s[0] > 1 && s[1] > 200 {
+			t.Fatalf("a batch of %d keys holds %d bytes of records and states, over the 200-byte limit", s[0], s[1])
+		}
+	}
 }
 
 // TestStateJoinBothOrders counts 3 keys in each of 2 partitions, 60 records, with the Staged before
@@ -415,6 +509,8 @@ func TestStateExactlyOnce(t *testing.T) {
 	st.e["FLOW_DELIVERY"] = "exactly-once"
 	st.e["FLOW_POD_NAME"] = "pod-a"
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
+	// Long enough that the first batches are still in the open transaction at the failure.
+	st.e["FLOW_COMMIT_INTERVAL"] = "1s"
 	r := st.start(t, nil)
 	st.produceKeys(t, 0, 2, 20)
 	st.produceKeys(t, 1, 2, 20)
@@ -423,6 +519,10 @@ func TestStateExactlyOnce(t *testing.T) {
 	})
 	if r.sc.Conversations() < 2 {
 		t.Fatalf("%d conversations, want the failure to start a second", r.sc.Conversations())
+	}
+	aborted := r.records.Attrs("stream failed: the open transaction is aborted; its batches are delivered again")
+	if len(aborted) == 0 || aborted[0]["batches"].(int64) == 0 {
+		t.Fatalf("aborted transactions %v; want the failure to abort one holding batches and their states", aborted)
 	}
 	outs := st.b.ReadAll(t, st.out)
 	if len(outs) != 40 {
