@@ -73,6 +73,11 @@ var (
 	// errTxnDenied is wrapped, with a *PermissionError, when the broker stops allowing the
 	// transactional id while running: the sidecar stops, as when fenced.
 	errTxnDenied = errors.New("sidecar: Kafka refused the transactional id while running")
+	// ErrChangelog is wrapped by Run when a stateful inlet's changelog topic cannot keep
+	// state (missing, not compacted, partitioned unlike its inlet, out of the principal's
+	// reach) or cannot be checked: a *ChangelogError lists every problem; the sidecar must
+	// exit non-zero.
+	ErrChangelog = errors.New("sidecar: the changelog topics cannot keep state")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -267,6 +272,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}()
 
 	if err := s.checkKafka(ctx); err != nil {
+		return err
+	}
+	if err := s.checkChangelogs(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	failures := s.newBackoff(s.cfg.FailureBackoff)
