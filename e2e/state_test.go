@@ -37,7 +37,7 @@ func TestStateExactTotals(t *testing.T) {
 		r := sr.start(0)
 		wait := sr.spread(countRecords(s, stateRecords, stateKeys), 12*time.Second)
 		did := sr.strike(t, r, s, 500*time.Millisecond, 2*time.Second,
-			victimSidecar, victimSidecar, victimBridge, victimBridge, victimAction, victimAction, victimAction)
+			victimSidecar, victimSidecarMoved, victimBridge, victimBridge, victimAction, victimAction, victimAction)
 		wait()
 		sr.waitDone(stateIdle)
 		sum := sr.checkCounts(t, r, d == "exactly-once")

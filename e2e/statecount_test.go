@@ -406,14 +406,18 @@ func (sr *stateRun) stateReport(table string, s countSummary, seen string) {
 // Victims of the state faults.
 const (
 	victimSidecar = "sidecar"
-	victimBridge  = "bridge"
-	victimAction  = "action"
+	// victimSidecarMoved is the sidecar SIGKILLed and started again with an empty
+	// FLOW_STATE_DIR, as in a pod rescheduled with a new emptyDir: it restores in full.
+	victimSidecarMoved = "sidecar-moved"
+	victimBridge       = "bridge"
+	victimAction       = "action"
 )
 
 // strike SIGKILLs the victims, in an order shuffled by seed, each after the group has
 // committed more since the last one (so every fault strikes a pipeline at work) and a further
 // seeded pause in [lo, hi); a killed sidecar or bridge is started again at once, in its pod
-// (the same state directory, port and group member), a killed action by its bridge. It
+// (the same state directory, port and group member; for victimSidecarMoved, a new state
+// directory), a killed action by its bridge. It
 // returns what it did, for the report.
 func (sr *stateRun) strike(t *testing.T, r *replica, seed uint64, lo, hi time.Duration, victims ...string) string {
 	t.Helper()
@@ -431,6 +435,13 @@ func (sr *stateRun) strike(t *testing.T, r *replica, seed uint64, lo, hi time.Du
 			r.sidecar.Kill()
 			sr.startSidecar(r)
 			did = append(did, fmt.Sprintf("sidecar at %d", last))
+		case victimSidecarMoved:
+			r.sidecar.Kill()
+			sr.mu.Lock()
+			sr.dirs[r.idx] = sr.t.TempDir()
+			sr.mu.Unlock()
+			sr.startSidecar(r)
+			did = append(did, fmt.Sprintf("sidecar at %d (started again on an empty FLOW_STATE_DIR)", last))
 		case victimBridge:
 			r.bridge.Kill()
 			sr.startBridge(r)
