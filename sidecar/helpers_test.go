@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,9 @@ func baseEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out string) en
 		"FLOW_CONSUMER_GROUP": "group-" + in,
 		"FLOW_PROCESS_PORT":   f.Port(),
 		"FLOW_READINESS_FILE": filepath.Join(t.TempDir(), "ready"),
+		// A deployment that keeps state binds the State service: never 9011, which two
+		// sidecars of one test (or two packages' tests) would both take.
+		"FLOW_SIDECAR_PORT": strconv.Itoa(testkit.FreePort(t)),
 	}
 }
 
