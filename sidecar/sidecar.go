@@ -131,6 +131,13 @@ type Sidecar struct {
 	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
 	// attempts. Tests replace it, with now, so as not to wait.
 	sleep func(ctx context.Context, d time.Duration) bool
+
+	// changelogs are the stateful inlets' changelog topics. stateCtx is the restores'
+	// context, ended by stopState when Run ends; restores counts them.
+	changelogs map[string]bool
+	stateCtx   context.Context
+	stopState  context.CancelFunc
+	restores   sync.WaitGroup
 }
 
 // stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
@@ -171,9 +178,14 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	}
 	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, version: protocol.Version, now: time.Now, after: time.After, sleep: sleep}
 	s.handed = sync.NewCond(&s.mu)
+	s.changelogs = map[string]bool{}
 	for i := range s.cfg.Inlets {
 		s.inlets[s.cfg.Inlets[i].Topic] = &s.cfg.Inlets[i]
+		if t := s.cfg.Inlets[i].StateTopic; t != "" {
+			s.changelogs[t] = true
+		}
 	}
+	s.stateCtx, s.stopState = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
 	// No keepalive pings: the spec promises a process's default ping policy is never provoked.
@@ -256,6 +268,8 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	s.removeReadiness()
 	defer s.removeReadiness()
+	// After the Kafka client's close (the revocations it makes), the stores close.
+	defer s.closeStores()
 	defer func() {
 		if s.kafka != nil {
 			s.kafka.close(s.log)
