@@ -131,10 +131,9 @@ func baseEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out string) en
 		"FLOW_CONFIG":         `{"min-rooms": 2}`,
 		"FLOW_CONSUMER_GROUP": "group-" + in,
 		"FLOW_PROCESS_PORT":   f.Port(),
+		// Bound when an inlet keeps state: never the default, which tests running at once share.
+		"FLOW_SIDECAR_PORT":   strconv.Itoa(testkit.FreePort(t)),
 		"FLOW_READINESS_FILE": filepath.Join(t.TempDir(), "ready"),
-		// A deployment that keeps state binds the State service: never 9011, which two
-		// sidecars of one test (or two packages' tests) would both take.
-		"FLOW_SIDECAR_PORT": strconv.Itoa(testkit.FreePort(t)),
 	}
 }
 
