@@ -238,3 +238,16 @@ func KeptFile(s *Sidecar, topic string, partition int32) bool {
 	p := s.parts[tp{topic, partition}]
 	return p != nil && p.kept != nil
 }
+
+// TxnStates returns how many state records the open transaction holds (exactly once).
+func TxnStates(s *Sidecar) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	if c := s.conv; c != nil && c.txnOpen {
+		for _, b := range c.txn {
+			n += len(b.state)
+		}
+	}
+	return n
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -499,23 +500,41 @@ func TestStateNewConversationCatchesUp(t *testing.T) {
 	}
 }
 
-// TestStateExactlyOnce fails the stream once mid-run in exactly-once mode: the open
-// transaction's outputs and states are aborted together, the batches are delivered again with
-// the committed states, and a read_committed reader sees every key count 1, 2, 3... to its
-// exact total, in the outputs and in the changelog.
+// TestStateExactlyOnce fails the stream once mid-run in exactly-once mode, while the open
+// transaction holds states: its outputs and states are aborted together, the batches are
+// delivered again with the committed states, and a read_committed reader sees every key count
+// 1, 2, 3... to its exact total, in the outputs and in the changelog.
 func TestStateExactlyOnce(t *testing.T) {
 	st := newStateSetup(t, 2, true)
-	st.f.OnBatch = failOnce(5, st.sb.counter(true))
+	count := st.sb.counter(true)
+	// Once armed, the second batch fails, when the states of the first are in the open
+	// transaction (begun after a commit, so it stays open for the commit interval).
+	var armed, calls atomic.Int32
+	var sc atomic.Pointer[sidecar.Sidecar]
+	st.f.OnBatch = func(c *call) error {
+		if armed.Load() == 1 && calls.Add(1) == 2 {
+			waitFor(t, "states in the open transaction", func() bool { return sidecar.TxnStates(sc.Load()) > 0 })
+			return c.Fail("the test fails this batch once")
+		}
+		return count(c)
+	}
 	st.e["FLOW_DELIVERY"] = "exactly-once"
 	st.e["FLOW_POD_NAME"] = "pod-a"
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
-	// Long enough that the first batches are still in the open transaction at the failure.
 	st.e["FLOW_COMMIT_INTERVAL"] = "1s"
 	r := st.start(t, nil)
-	st.produceKeys(t, 0, 2, 20)
-	st.produceKeys(t, 1, 2, 20)
+	sc.Store(r.sc)
+	group := st.e["FLOW_CONSUMER_GROUP"]
+	st.produceKeys(t, 0, 2, 10)
+	st.produceKeys(t, 1, 2, 10)
+	waitFor(t, "the first half committed", func() bool {
+		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
+	})
+	armed.Store(1)
+	st.produceKeys(t, 0, 2, 10)
+	st.produceKeys(t, 1, 2, 10)
 	waitFor(t, "every record committed", func() bool {
-		return allCommitted(t, st.b, st.e["FLOW_CONSUMER_GROUP"], st.in, map[int32]int64{0: 20, 1: 20})
+		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 20, 1: 20})
 	})
 	if r.sc.Conversations() < 2 {
 		t.Fatalf("%d conversations, want the failure to start a second", r.sc.Conversations())
