@@ -109,6 +109,10 @@ var (
 	ErrRecordEmitBudget = errRecordEmitBudget
 )
 
+// SetProtocolVersion makes s speak protocol version v instead of protocol.Version; call it
+// before Run.
+func SetProtocolVersion(s *Sidecar, v string) { s.version = v }
+
 // ServeState serves the State service for s on a free loopback port and returns its address,
 // the bridge's side of it: a stand-in for stateserve.go's server, so the data path can be
 // tested as the bridge drives it. Open attaches the live conversation it names (waiting for

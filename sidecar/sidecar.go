@@ -31,6 +31,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -119,6 +120,10 @@ type Sidecar struct {
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
 
+	// version is the protocol version the sidecar speaks: protocol.Version; tests make it
+	// speak an earlier one.
+	version string
+
 	now func() time.Time
 	// after is time.After on the clock of now: the commit interval's and the hand-over's
 	// timers. Tests replace it with now.
@@ -171,7 +176,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, after: time.After, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, version: protocol.Version, now: time.Now, after: time.After, sleep: sleep}
 	s.handed = sync.NewCond(&s.mu)
 	s.changelogs = map[string]bool{}
 	for i := range s.cfg.Inlets {
@@ -280,6 +285,13 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	stateLis, err := s.listenState()
+	if err != nil {
+		return err
+	}
+	if stateLis != nil {
+		defer s.serveState(stateLis)()
+	}
 	failures := s.newBackoff(s.cfg.FailureBackoff)
 	for {
 		start, err := s.discover(ctx)
@@ -313,6 +325,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				s.log.Warn("stream ended during shutdown", "error", err)
 			}
 			return nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return err // the State service's Open was refused: it can only repeat
 		}
 		if errors.Is(err, ErrFenced) {
 			s.log.Error("fenced; stopping", "error", err, "transactional_id", s.cfg.TransactionalID)
