@@ -228,16 +228,18 @@ func newStateSetup(t *testing.T, partitions int32, ackFirst bool) *stateSetup {
 	st.e["FLOW_DESCRIPTOR"] = writeDescriptor(t, stateSpec())
 	st.e["FLOW_INLET_IN_STATE_TOPIC"] = st.changelog
 	st.e["FLOW_STATE_DIR"] = st.dir
+	st.e["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+	st.sb.addr = "127.0.0.1:" + st.e["FLOW_SIDECAR_PORT"]
 	return st
 }
 
-// start runs a sidecar of the setup, serving State to its bridge.
+// start runs a sidecar of the setup; its bridge dials its State service.
 func (st *stateSetup) start(t *testing.T, tune func(*sidecar.Config)) *running {
 	cfg := st.e.config(t)
 	if tune != nil {
 		tune(cfg)
 	}
-	return startTuned(t, cfg, func(sc *sidecar.Sidecar) { st.sb.addr = sidecar.ServeState(t, sc) })
+	return start(t, cfg)
 }
 
 // produceKeys writes n records to partition p of topic in, keyed p<p>-k0..k(keys-1) in turn.
@@ -588,7 +590,9 @@ func TestStateMovesWithRebalance(t *testing.T) {
 			}
 			eb["FLOW_POD_NAME"] = "pod-b"
 			eb["FLOW_STATE_DIR"] = t.TempDir()
-			rb := startTuned(t, eb.config(t), func(sc *sidecar.Sidecar) { sbB.addr = sidecar.ServeState(t, sc) })
+			eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+			sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
+			rb := start(t, eb.config(t))
 			var moved []int32
 			waitFor(t, "B owns partitions", func() bool {
 				moved = sidecar.Owned(rb.sc, st.in)
