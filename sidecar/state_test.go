@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
@@ -24,8 +25,9 @@ import (
 // Start it attaches and opens the conversation's inlet "in", keeps every batch's BatchState
 // (reassembled) for the batch to read, and sends a batch's Staged.
 type stateBridge struct {
-	t    testing.TB
-	addr string
+	t     testing.TB
+	addr  string
+	ttlMs uint64 // the Open's ttl of inlet "in"; set before the sidecar starts
 
 	mu     sync.Mutex
 	stream statev1.State_AttachClient
@@ -63,7 +65,7 @@ func (sb *stateBridge) onStart(_ int, start *flowv1.Start) error {
 	}
 	id := start.GetConversationId()
 	open := &statev1.ProcessMessage{Message: &statev1.ProcessMessage_Open{Open: &statev1.Open{ConversationId: id,
-		Inlets: []*statev1.InletState{{Inlet: "in", MaxValueBytes: 64 << 10}}}}}
+		Inlets: []*statev1.InletState{{Inlet: "in", MaxValueBytes: 64 << 10, TtlMs: sb.ttlMs}}}}}
 	if err := stream.Send(open); err != nil {
 		cancel()
 		conn.Close()
@@ -631,6 +633,39 @@ func TestStateMovesWithRebalance(t *testing.T) {
 					t.Errorf("A did not keep the file of partition %d it gave up", p)
 				}
 			}
+
+			// B leaves: A takes the moved partitions back and catches their kept files up
+			// with what B wrote, without a full restore.
+			rb.stop(t)
+			v := changelogValues(t, st.b, st.changelog)
+			for _, p := range moved {
+				k := fmt.Sprintf("p%d-k0", p)
+				waitFor(t, "A serves "+k+" as B left it", func() bool {
+					got, ok := sidecar.StateOf(t, ra.sc, st.in, p, k)
+					return ok && got == v[k] && !sidecar.Restoring(ra.sc, st.in, p)
+				})
+			}
+			m := testkit.Gather(t, ra.sc.Registry())
+			if full, _ := m.Value("millrace_sidecar_state_full_restores_total", "topic", st.changelog, "reason", "empty"); full != parts {
+				t.Errorf("A made %v full restores of new files; want %d, the partitions given back caught up from their kept files", full, parts)
+			}
 		})
+	}
+}
+
+// TestStateExpiredOnRead: with a TTL of 1 h in the Open and the sidecar's clock 2 h ahead of
+// the changelog's timestamps, the restored k1=41 has expired: the batch's BatchState leaves it
+// out and the count starts over.
+func TestStateExpiredOnRead(t *testing.T) {
+	st := newStateSetup(t, 1, false)
+	st.sb.ttlMs = uint64(time.Hour.Milliseconds())
+	st.b.Produce(t, &kgo.Record{Topic: st.changelog, Partition: 0, Key: []byte("k1"), Value: []byte("41")})
+	st.b.Produce(t, &kgo.Record{Topic: st.in, Partition: 0, Key: []byte("k1"), Value: []byte("x")})
+	startTuned(t, st.e.config(t), func(sc *sidecar.Sidecar) {
+		sidecar.SetClock(sc, func() time.Time { return time.Now().Add(2 * time.Hour) }, time.After)
+	})
+	outs := st.b.ReadN(t, st.out, 1, waitTimeout)
+	if string(outs[0].Value) != "1" {
+		t.Fatalf("k1 counted %s; want 1, its restored state past the TTL", outs[0].Value)
 	}
 }
