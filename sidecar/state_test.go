@@ -407,3 +407,59 @@ func TestStateExpiredOnRead(t *testing.T) {
 		t.Fatalf("k1 counted %s; want 1, its restored state past the TTL", outs[0].Value)
 	}
 }
+
+// TestStateStagedForRevokedBatch (exactly once, where a revocation discards at once): A's
+// process holds a batch until B has joined and taken partitions; its Staged and Ack then come
+// for batches possibly revoked, which are dropped without failing A's stream, and the totals
+// are exact.
+func TestStateStagedForRevokedBatch(t *testing.T) {
+	const parts = 2
+	st := newStateSetup(t, parts, false)
+	st.e["FLOW_DELIVERY"] = "exactly-once"
+	st.e["FLOW_POD_NAME"] = "pod-a"
+	group := st.e["FLOW_CONSUMER_GROUP"]
+	release := make(chan struct{})
+	count := st.sb.counter(false)
+	st.f.Async = true
+	st.f.OnBatch = func(c *call) error {
+		select {
+		case <-release:
+		case <-c.Done():
+			return nil
+		}
+		return count(c)
+	}
+	ra := st.start(t, nil)
+	for p := range int32(parts) {
+		st.produceKeys(t, p, 2, 10)
+	}
+	waitFor(t, "A sends its batches", func() bool { return ra.sc.Stats().BatchesSent >= parts })
+
+	sbB := newStateBridge(t)
+	fb := newProcess(t, sbB.counter(false))
+	fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
+	eb := baseEnv(t, st.b, fb, st.in, st.out)
+	for k, v := range st.e {
+		if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
+			eb[k] = v
+		}
+	}
+	eb["FLOW_POD_NAME"] = "pod-b"
+	eb["FLOW_STATE_DIR"] = t.TempDir()
+	eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+	sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
+	rb := start(t, eb.config(t))
+	waitFor(t, "B owns a partition", func() bool { return len(sidecar.Owned(rb.sc, st.in)) > 0 })
+	close(release)
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
+	})
+	if fs := ra.failures(""); len(fs) > 0 {
+		t.Fatalf("A's stream failed (%v); want the revoked batch's Staged and Ack dropped", fs)
+	}
+	outs := st.b.ReadAll(t, st.out)
+	if len(outs) != 20 {
+		t.Fatalf("read_committed: %d outputs, want exactly 20", len(outs))
+	}
+	checkChains(t, outs)
+}
