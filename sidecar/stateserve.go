@@ -41,6 +41,9 @@ type stateLink struct {
 	// maxMessageBytes is Opened.max_message_bytes: every message either way stays under it.
 	maxMessageBytes int
 	mu              sync.Mutex // held while sending on stream
+	// ttl is each inlet's InletState.ttl_ms from Open, by inlet port; absent or 0: states
+	// never expire.
+	ttl map[string]time.Duration
 }
 
 // sendBatchState sends one batch's states before its Batch, split with `more` so each message
@@ -219,7 +222,10 @@ func (s *Sidecar) open(stream statev1.State_AttachServer, open *statev1.Open) (*
 		return c, nil, nil
 	}
 
-	link := &stateLink{stream: stream, limits: map[string]*statev1.InletLimits{}, maxMessageBytes: s.cfg.MaxMessageBytes}
+	link := &stateLink{stream: stream, limits: map[string]*statev1.InletLimits{}, maxMessageBytes: s.cfg.MaxMessageBytes, ttl: map[string]time.Duration{}}
+	for _, in := range open.GetInlets() {
+		link.ttl[in.GetInlet()] = time.Duration(in.GetTtlMs()) * time.Millisecond
+	}
 	msg := &statev1.Opened{MaxMessageBytes: uint32(s.cfg.MaxMessageBytes)}
 	for _, o := range opened {
 		l := &statev1.InletLimits{Inlet: o.Inlet, ChangelogTopic: o.ChangelogTopic, MaxValueBytes: uint32(o.MaxValueBytes), MaxRecordBytes: uint32(o.MaxRecordBytes)}
