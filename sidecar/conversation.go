@@ -68,6 +68,15 @@ type conversation struct {
 	recvDone   chan struct{} // closed when the receiver has seen the end of the stream
 
 	failed lifetime.Event // fired by the first failure, whichever goroutine has it
+
+	// state is the conversation's State.Attach stream, nil until the process's Open is
+	// accepted; stateOpened fires when it is set (the sender is kicked then). attached is set
+	// once an Open for this conversation is being answered (a second one is refused), and
+	// stateEnd fires when the conversation ends, which ends its State stream.
+	state       *stateLink
+	stateOpened lifetime.Event
+	attached    bool
+	stateEnd    lifetime.Event
 }
 
 // fail records the first failure of the conversation and wakes everyone; later failures are
@@ -118,9 +127,6 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	if err != nil {
 		return streamFailed(causeUnreachable, "cannot open Run on the process: %w", err)
 	}
-	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
-		return streamFailed(causeUnreachable, "cannot send Start to the process: %w", err)
-	}
 	produceCtx, cancelProduce := context.WithCancel(context.Background())
 	defer cancelProduce()
 	c := &conversation{
@@ -137,8 +143,19 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	for _, o := range start.GetOutlets() {
 		c.outlets[o.GetPort()] = o.GetTopic()
 	}
+	// The conversation is live before its Start is sent: the process may open the State
+	// service the moment Start arrives.
 	s.mu.Lock()
 	s.conv = c
+	s.mu.Unlock()
+	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
+		s.mu.Lock()
+		s.conv = nil
+		s.mu.Unlock()
+		c.stateEnd.Fire()
+		return streamFailed(causeUnreachable, "cannot send Start to the process: %w", err)
+	}
+	s.mu.Lock()
 	s.stats.Conversations++
 	s.mu.Unlock()
 	s.metrics.conversations.Inc()
@@ -149,7 +166,8 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	senderCtx, stopSender := context.WithCancel(ctx)
 	defer stopSender()
 	commitDone := make(chan struct{})
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); s.watchOpen(c) }()
 	go func() { defer wg.Done(); s.send(senderCtx, c) }()
 	go func() { defer wg.Done(); defer close(c.recvDone); s.receive(c) }()
 	go func() { defer close(commitDone); s.commitLoop(c) }()
@@ -175,6 +193,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	}
 	s.removeReadiness()
 	cancelStream()
+	c.stateEnd.Fire()
 	stopSender()
 	wg.Wait()
 	// The committer produces and commits what was acknowledged before the end, then stops.

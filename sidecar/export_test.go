@@ -98,3 +98,7 @@ var (
 	ErrBatchEmitBudget  = errBatchEmitBudget
 	ErrRecordEmitBudget = errRecordEmitBudget
 )
+
+// SetProtocolVersion makes s speak protocol version v instead of protocol.Version; call it
+// before Run.
+func SetProtocolVersion(s *Sidecar, v string) { s.version = v }

@@ -31,6 +31,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -73,6 +74,11 @@ var (
 	// errTxnDenied is wrapped, with a *PermissionError, when the broker stops allowing the
 	// transactional id while running: the sidecar stops, as when fenced.
 	errTxnDenied = errors.New("sidecar: Kafka refused the transactional id while running")
+	// ErrChangelog is wrapped by Run when a stateful inlet's changelog topic cannot keep
+	// state (missing, not compacted, partitioned unlike its inlet, out of the principal's
+	// reach) or cannot be checked: a *ChangelogError lists every problem; the sidecar must
+	// exit non-zero.
+	ErrChangelog = errors.New("sidecar: the changelog topics cannot keep state")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -113,6 +119,10 @@ type Sidecar struct {
 	denial atomic.Pointer[PermissionError]
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
+
+	// version is the protocol version the sidecar speaks: protocol.Version; tests make it
+	// speak an earlier one.
+	version string
 
 	now func() time.Time
 	// after is time.After on the clock of now: the commit interval's and the hand-over's
@@ -159,7 +169,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, after: time.After, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, version: protocol.Version, now: time.Now, after: time.After, sleep: sleep}
 	s.handed = sync.NewCond(&s.mu)
 	for i := range s.cfg.Inlets {
 		s.inlets[s.cfg.Inlets[i].Topic] = &s.cfg.Inlets[i]
@@ -255,6 +265,19 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if err := s.checkKafka(ctx); err != nil {
 		return err
 	}
+	if err := s.checkChangelogs(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	stateLis, err := s.listenState()
+	if err != nil {
+		return err
+	}
+	if stateLis != nil {
+		defer s.serveState(stateLis)()
+	}
 	failures := s.newBackoff(s.cfg.FailureBackoff)
 	for {
 		start, err := s.discover(ctx)
@@ -288,6 +311,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				s.log.Warn("stream ended during shutdown", "error", err)
 			}
 			return nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return err // the State service's Open was refused: it can only repeat
 		}
 		if errors.Is(err, ErrFenced) {
 			s.log.Error("fenced; stopping", "error", err, "transactional_id", s.cfg.TransactionalID)
