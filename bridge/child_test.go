@@ -40,6 +40,7 @@ type childMsg struct {
 	IdempotencyKey string          `json:"idempotencyKey"`
 	Config         json.RawMessage `json:"config"`
 	Vars           json.RawMessage `json:"vars"`
+	State          json.RawMessage `json:"state"` // hello: the stateful inlets; item: its key's state
 }
 
 // op is what an item's payload asks the fake action to do.
@@ -84,7 +85,11 @@ func child() int {
 		case "hello":
 			hello = line
 			gate(m.Config)
-			send(map[string]any{"type": "ready"})
+			if m.State != nil { // a line with --state: declare it, as an SDK that keeps state does
+				send(map[string]any{"type": "ready", "state": true})
+			} else {
+				send(map[string]any{"type": "ready"})
+			}
 			continue
 		case "shutdown":
 			return 0
@@ -141,6 +146,17 @@ func child() int {
 			if o.Own != "" {
 				send(map[string]any{"type": "emit", "delivery": d, "outlet": o.Outlets[0], "payload": "own", "headers": []map[string]string{{"key": "traceparent", "value": o.Own}}})
 			}
+		case "count": // a running count: emits the state it saw and n, stages {"n": n}
+			var st struct{ N int }
+			json.Unmarshal(m.State, &st)
+			e := map[string]any{"type": "emit", "delivery": d, "payload": map[string]any{"n": st.N + 1, "saw": m.State}}
+			if m.Key != nil {
+				e["key"] = *m.Key
+			}
+			send(e)
+			send(map[string]any{"type": "state", "delivery": d, "state": map[string]any{"n": st.N + 1}})
+		case "clear": // deletes the key's state
+			send(map[string]any{"type": "state", "delivery": d, "state": nil})
 		case "fail":
 			send(map[string]any{"type": "error", "delivery": d, "message": "cannot score this listing", "retryable": false})
 			continue

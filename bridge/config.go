@@ -38,6 +38,7 @@ const minMaxHeldBytes = 1 << 10
 // with [ConfigFromEnv]; a zero Config is not useful, start from what it returns.
 type Config struct {
 	Port             int    // FLOW_PROCESS_PORT: the port to serve on, on 127.0.0.1
+	SidecarPort      int    // FLOW_SIDECAR_PORT: where a line with --state dials the sidecar's State service, for [Options].SidecarPort
 	MaxHeldBytes     int64  // the budget of held output, for [Options].Budget
 	ReplayGeneration uint64 // FLOW_REPLAY_GENERATION, for [Options].ReplayGeneration
 	// ExportSpans is whether the standard OTEL_* variables ask for span export: then
@@ -50,7 +51,7 @@ type Config struct {
 
 // defaultConfig is the one table of the bridge's defaults: what each variable means unset.
 func defaultConfig() Config {
-	return Config{Port: protocol.ProcessPort, MaxHeldBytes: DefaultMaxHeldBytes}
+	return Config{Port: protocol.ProcessPort, SidecarPort: protocol.SidecarPort, MaxHeldBytes: DefaultMaxHeldBytes}
 }
 
 // Settings is every variable the bridge reads, with its default and meaning: the source of
@@ -59,6 +60,7 @@ func defaultConfig() Config {
 // default in defaultConfig, a row here and a line in ConfigFromEnv.
 var Settings = append([]settings.Var{
 	{Name: protocol.EnvProcessPort, Default: strconv.Itoa(defaultConfig().Port), Meaning: "the port to serve on, on 127.0.0.1"},
+	{Name: protocol.EnvSidecarPort, Default: strconv.Itoa(defaultConfig().SidecarPort), Meaning: "where a line with --state dials the sidecar's State service, on 127.0.0.1 (a stateless line dials nothing)"},
 	{Name: EnvMaxHeldBytes, Default: settings.FormatSize(defaultConfig().MaxHeldBytes), Meaning: "the budget of held output (emit lines staged and not yet sent), a size such as 64Mi or 67108864"},
 	{Name: envMaxHeldMiB, Default: "—", Meaning: "the older name of " + EnvMaxHeldBytes + ", in whole MiB (64); still read, and refused together with it"},
 	{Name: envReplayGeneration, Default: strconv.FormatUint(defaultConfig().ReplayGeneration, 10), Meaning: "part of every idempotencyKey; bump it by one before a deliberate replay (0 keeps the keys of no replay)"},
@@ -74,6 +76,7 @@ func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	r := settings.NewReader(getenv)
 	c := defaultConfig()
 	c.Port = r.Port(protocol.EnvProcessPort, c.Port)
+	c.SidecarPort = r.Port(protocol.EnvSidecarPort, c.SidecarPort)
 	c.MaxHeldBytes = readMaxHeld(r, c.MaxHeldBytes)
 	c.ReplayGeneration = r.Uint(envReplayGeneration, c.ReplayGeneration)
 	c.ExportSpans = readSpanExport(r)

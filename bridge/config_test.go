@@ -18,7 +18,7 @@ import (
 // the variable for each bad value.
 func TestConfigFromEnv(t *testing.T) {
 	const ep = "http://127.0.0.1:1"
-	defaults := bridge.Config{Port: 9010, MaxHeldBytes: 64 << 20}
+	defaults := bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 64 << 20}
 	tests := []struct {
 		name    string
 		env     map[string]string
@@ -26,23 +26,25 @@ func TestConfigFromEnv(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "nothing set", want: defaults},
-		{name: "port trimmed", env: map[string]string{"FLOW_PROCESS_PORT": " 9020\n"}, want: bridge.Config{Port: 9020, MaxHeldBytes: 64 << 20}},
-		{name: "held bytes with a unit", env: map[string]string{"MILLRACE_BRIDGE_MAX_HELD_BYTES": "128Mi"}, want: bridge.Config{Port: 9010, MaxHeldBytes: 128 << 20}},
+		{name: "port trimmed", env: map[string]string{"FLOW_PROCESS_PORT": " 9020\n"}, want: bridge.Config{Port: 9020, SidecarPort: 9011, MaxHeldBytes: 64 << 20}},
+		{name: "held bytes with a unit", env: map[string]string{"MILLRACE_BRIDGE_MAX_HELD_BYTES": "128Mi"}, want: bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 128 << 20}},
 		{name: "held bytes in bytes", env: map[string]string{"MILLRACE_BRIDGE_MAX_HELD_BYTES": "67108864"}, want: defaults},
-		{name: "held in MiB, the older name", env: map[string]string{"MILLRACE_BRIDGE_MAX_HELD_MIB": " 3 "}, want: bridge.Config{Port: 9010, MaxHeldBytes: 3 << 20}},
-		{name: "replay generation", env: map[string]string{"FLOW_REPLAY_GENERATION": "7"}, want: bridge.Config{Port: 9010, MaxHeldBytes: 64 << 20, ReplayGeneration: 7}},
-		{name: "endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep}, want: bridge.Config{Port: 9010, MaxHeldBytes: 64 << 20, ExportSpans: true}},
-		{name: "traces endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ep + "/v1/traces"}, want: bridge.Config{Port: 9010, MaxHeldBytes: 64 << 20, ExportSpans: true}},
+		{name: "held in MiB, the older name", env: map[string]string{"MILLRACE_BRIDGE_MAX_HELD_MIB": " 3 "}, want: bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 3 << 20}},
+		{name: "sidecar port", env: map[string]string{"FLOW_SIDECAR_PORT": "19011"}, want: bridge.Config{Port: 9010, SidecarPort: 19011, MaxHeldBytes: 64 << 20}},
+		{name: "replay generation", env: map[string]string{"FLOW_REPLAY_GENERATION": "7"}, want: bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 64 << 20, ReplayGeneration: 7}},
+		{name: "endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep}, want: bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 64 << 20, ExportSpans: true}},
+		{name: "traces endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ep + "/v1/traces"}, want: bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 64 << 20, ExportSpans: true}},
 		{name: "sdk disabled", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_SDK_DISABLED": "true"}, want: defaults},
 		{name: "exporter none", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_TRACES_EXPORTER": "none"}, want: defaults},
-		{name: "traces protocol wins", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, want: bridge.Config{Port: 9010, MaxHeldBytes: 64 << 20, ExportSpans: true}},
+		{name: "traces protocol wins", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, want: bridge.Config{Port: 9010, SidecarPort: 9011, MaxHeldBytes: 64 << 20, ExportSpans: true}},
 		{name: "both budget names", env: map[string]string{"MILLRACE_BRIDGE_MAX_HELD_BYTES": "64Mi", "MILLRACE_BRIDGE_MAX_HELD_MIB": "64"},
 			wantErr: []string{"MILLRACE_BRIDGE_MAX_HELD_BYTES and MILLRACE_BRIDGE_MAX_HELD_MIB are both set: set only MILLRACE_BRIDGE_MAX_HELD_BYTES"}},
 		{name: "every bad value at once", env: map[string]string{
-			"FLOW_PROCESS_PORT": "90x", "MILLRACE_BRIDGE_MAX_HELD_BYTES": "lots", "FLOW_REPLAY_GENERATION": "-1",
+			"FLOW_PROCESS_PORT": "90x", "FLOW_SIDECAR_PORT": "0", "MILLRACE_BRIDGE_MAX_HELD_BYTES": "lots", "FLOW_REPLAY_GENERATION": "-1",
 			"OTEL_EXPORTER_OTLP_ENDPOINT": ep, "OTEL_TRACES_EXPORTER": "zipkin",
 		}, wantErr: []string{
 			"FLOW_PROCESS_PORT=90x is not a TCP port: write a whole number from 1 to 65535",
+			"FLOW_SIDECAR_PORT=0 is not a TCP port",
 			"MILLRACE_BRIDGE_MAX_HELD_BYTES=lots is not a size of at least 1Ki: write bytes or a unit, e.g. 64Mi",
 			"FLOW_REPLAY_GENERATION=-1 is not a whole number from 0 up",
 			"OTEL_TRACES_EXPORTER=zipkin: the bridge exports spans over OTLP only",

@@ -35,6 +35,7 @@ type conversation struct {
 	stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.FromProcess]
 	log    *slog.Logger
 	pool   *engine.Pool
+	state  *stateLink // the State stream; nil when the line keeps no state
 
 	ctx    context.Context // ends when the conversation is voided
 	cancel context.CancelFunc
@@ -51,7 +52,7 @@ type conversation struct {
 	sendMu sync.Mutex
 	voided lifetime.Event // fired by void, under sendMu: nothing more is sent
 
-	unhealthy  chan error // the pool's crash-loop report, at most one waiting
+	unhealthy  chan error // why the conversation must end (a crash loop, the State stream), at most one waiting
 	voidOnce   sync.Once
 	finishOnce sync.Once
 }
@@ -107,6 +108,7 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 		"inlets":       c.inlets,
 		"outlets":      c.outlets,
 	}
+	var err error
 	cfg := a.EngineConfig()
 	cfg.Version = s.opts.Version
 	cfg.Env = s.opts.Env
@@ -126,8 +128,17 @@ func newConversation(ctx context.Context, s *Server, stream grpc.BidiStreamingSe
 			}
 		}
 	}
+	if len(a.State) > 0 {
+		// The processes start once the sidecar has said what it keeps, so that hello.state
+		// carries the effective limits and the engine checks them.
+		c.state, cfg.State, err = openState(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+	}
 	pool, err := engine.Start(ctx, cfg)
 	if err != nil {
+		c.state.close()
 		if ctx.Err() == nil { // not a start given up for a newer Start or a shutdown
 			s.emit(Event{Kind: EventStartFailed, Conversation: c.id, Err: err})
 		}
@@ -186,7 +197,15 @@ func (c *conversation) batch(b *flowv1.Batch) error {
 // batch is answered, and c.batches.Done called, when its last record is done.
 func (c *conversation) process(b *flowv1.Batch, topic string) {
 	recs := b.GetRecords()
-	r := &batchRun{c: c, b: b, topic: topic, sending: true, batchBlocks: getBlocks(len(recs))}
+	var overlay *batchOverlay
+	if c.state.keeps(b.GetInlet()) {
+		if overlay = c.awaitState(b); overlay == nil {
+			c.forget(b.GetBatchId())
+			c.batches.Done()
+			return
+		}
+	}
+	r := &batchRun{c: c, b: b, topic: topic, sending: true, batchBlocks: getBlocks(len(recs)), state: overlay}
 	if len(recs) == 0 {
 		r.answer()
 		return
@@ -220,7 +239,11 @@ func (c *conversation) submit(r *batchRun, items []stdio.Item, index []int) {
 	if index != nil {
 		finished = func(i int, res engine.Result) { r.finished(index[i], res) }
 	}
-	errs := c.pool.SubmitBatch(c.ctx, items, finished)
+	var opts []engine.SubmitOption
+	if r.state != nil {
+		opts = append(opts, r.stateOf(index))
+	}
+	errs := c.pool.SubmitBatch(c.ctx, items, finished, opts...)
 	for i, err := range errs {
 		switch {
 		case err == nil:
@@ -251,6 +274,8 @@ type batchRun struct {
 	c     *conversation
 	b     *flowv1.Batch
 	topic string
+
+	state *batchOverlay // nil: its inlet keeps no state
 
 	mu sync.Mutex
 	*batchBlocks
@@ -303,6 +328,7 @@ func putBlocks(bl *batchBlocks) {
 
 // finished takes record i's result; the pool calls it exactly once per accepted record.
 func (r *batchRun) finished(i int, res engine.Result) {
+	res = r.stateDone(i, res)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	recs := r.b.GetRecords()
@@ -314,7 +340,11 @@ func (r *batchRun) finished(i int, res engine.Result) {
 		res := r.results[r.next]
 		n := len(r.pending)
 		var s settled
-		s, r.pending = r.c.settle(r.b, r.topic, recs[r.next], res, &r.emits, r.pending)
+		var pre *preEmits
+		if r.state != nil {
+			pre = r.state.pre[r.next]
+		}
+		s, r.pending = r.c.settle(r.b, r.topic, recs[r.next], res, &r.emits, r.pending, pre)
 		r.results[r.next] = engine.Result{} // its emits are now its messages: let them go
 		if s.kind == "failed" || s.kind == "abandoned" {
 			r.sending = false
@@ -386,8 +416,22 @@ func (r *batchRun) answer() {
 	c, id := r.c, r.b.GetBatchId()
 	defer c.batches.Done()
 	final := c.finalFor(r.b, r.topic, r.settled)
+	abandoned := final == nil
+	if !abandoned && final.GetAck() != nil && r.state != nil && !c.voided.HasFired() {
+		// Staged goes before the Ack, so that the sidecar's join of the two rarely waits.
+		if err := c.state.sendStaged(id, r.b.GetInlet(), r.state); err != nil {
+			c.log.Warn("batch not answered: its Staged cannot be sent", "batch", id, "error", err)
+			c.fail(err)
+			final = nil
+		}
+	}
+	if r.state != nil {
+		c.s.budget.Release(r.state.held)
+	}
 	if final == nil {
-		c.log.Info("batch abandoned: the conversation ended before its records did", "batch", id)
+		if abandoned {
+			c.log.Info("batch abandoned: the conversation ended before its records did", "batch", id)
+		}
 		c.s.budget.Release(r.pendingHeld)
 		r.drop()
 	} else {
@@ -445,6 +489,7 @@ func (c *conversation) finish(ctx context.Context) {
 			<-answered
 		}
 		c.closePool(true)
+		c.state.close()
 		c.s.release(c)
 		c.log.Info("conversation finished")
 	})
@@ -469,6 +514,7 @@ func (c *conversation) void(reason string, sameStream bool) {
 		c.cancel()
 		c.closePool(false)
 		c.batches.Wait()
+		c.state.close()
 		c.s.release(c)
 	})
 }

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/ankka-flow/millrace/stdio"
 )
@@ -19,6 +20,11 @@ const (
 	HeaderSourceOffset    = headerSourceOffset
 	HeaderAbstainReason   = headerAbstainReason
 )
+
+// WithStateClock makes the bridge wait for a batch's BatchState on after instead of time.After.
+func WithStateClock(after func(time.Duration) <-chan time.Time) func(*Options) {
+	return func(o *Options) { o.stateAfter = after }
+}
 
 // GRPCOptions are the server options the bridge serves with.
 var GRPCOptions = grpcOptions

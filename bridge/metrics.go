@@ -37,6 +37,9 @@ type Metrics struct {
 	conversations prometheus.Counter
 	dropped       prometheus.Counter
 	restarts      prometheus.Counter
+	stateStagedN  *prometheus.CounterVec
+	stateRefusedN *prometheus.CounterVec
+	stateWait     prometheus.Histogram
 	action        *actionMetrics
 	pool          poolCollector
 
@@ -75,8 +78,15 @@ func NewMetrics(maxSeries int) *Metrics {
 		dropped:       counter("millrace_action_metrics_dropped_total", "Metric lines of the action not exported: over the cap on distinct series, or with labels that differ from the first line of the same name."),
 		restarts:      counter("millrace_process_restarts_total", "Action processes started to replace one that ended other than by a clean shutdown (a crash, a kill, a timeout)."),
 	}
+	m.stateStagedN = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "millrace_state_staged_total", Help: "States sent to the sidecar in Staged, by inlet and kind: set or delete (one per key a batch changed)."}, []string{"inlet", "kind"})
+	m.stateRefusedN = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "millrace_state_refused_total", Help: "Records failed for good for a state they cannot keep, by inlet and reason: keyless, undeclared (the inlet has no --state), too-large."}, []string{"inlet", "reason"})
+	m.stateWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "millrace_state_wait_seconds",
+		Help:    "How long a batch of a stateful inlet waited for its BatchState after its Batch (0 when it came first, as the sidecar sends it).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	})
 	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
-	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.restarts, m.action, &m.pool)
+	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.restarts, m.stateStagedN, m.stateRefusedN, m.stateWait, m.action, &m.pool)
 	return m
 }
 
@@ -106,6 +116,24 @@ func (m *Metrics) items(outcome string, n int) {
 func (m *Metrics) batch(answer string) {
 	if m != nil {
 		m.batches.WithLabelValues(answer).Inc()
+	}
+}
+
+func (m *Metrics) stateStaged(inlet, kind string) {
+	if m != nil {
+		m.stateStagedN.WithLabelValues(inlet, kind).Inc()
+	}
+}
+
+func (m *Metrics) stateRefused(inlet, reason string) {
+	if m != nil {
+		m.stateRefusedN.WithLabelValues(inlet, reason).Inc()
+	}
+}
+
+func (m *Metrics) stateWaited(d time.Duration) {
+	if m != nil {
+		m.stateWait.Observe(d.Seconds())
 	}
 }
 

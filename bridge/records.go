@@ -122,8 +122,8 @@ type settled struct {
 // settle turns one record's result into its messages, appended to out for the caller to send
 // (batchRun.hold); the bytes the result held of the budget stay held until the caller
 // releases them. Its Emit messages are built in sc (nil: new ones), which the caller reuses
-// once they are sent.
-func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, sc *emitScratch, out []*flowv1.FromProcess) (settled, []*flowv1.FromProcess) {
+// once they are sent, unless pre holds them already.
+func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRecord, res engine.Result, sc *emitScratch, out []*flowv1.FromProcess, pre *preEmits) (settled, []*flowv1.FromProcess) {
 	a := c.s.opts.Action
 	id := b.GetBatchId()
 	var cause error
@@ -131,13 +131,15 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 	case engine.Abandoned:
 		return settled{kind: "abandoned"}, out
 	case engine.Done:
-		var state []byte
-		if res.Trace.Parent != [8]byte{} { // a child of the record's valid traceparent
-			if st := recordTracestate(in.GetRecord().GetHeaders()); st != "" {
-				state = []byte(st)
-			}
+		var (
+			emits []*flowv1.FromProcess
+			err   error
+		)
+		if pre != nil { // built when the record was done, for its state
+			emits, err = append(out, pre.msgs...), pre.err
+		} else {
+			emits, err = c.emits(id, res.Emits, &res.Trace, emitTracestate(&res, in), sc, out)
 		}
-		emits, err := c.emits(id, res.Emits, &res.Trace, state, sc, out)
 		if err == nil {
 			return settled{kind: "done"}, emits
 		}
@@ -189,6 +191,17 @@ func (c *conversation) settle(b *flowv1.Batch, topic string, in *flowv1.InputRec
 	}
 	c.s.emit(Event{Kind: EventRecordRefused, Conversation: c.id, Record: record, Attempts: attempts, Err: cause})
 	return settled{kind: "failed", cause: cause, attempts: attempts}, out
+}
+
+// emitTracestate is the tracestate a Done record's emits carry: the record's, when their
+// span is a child of the record's valid traceparent.
+func emitTracestate(res *engine.Result, in *flowv1.InputRecord) []byte {
+	if res.Trace.Parent != [8]byte{} {
+		if st := recordTracestate(in.GetRecord().GetHeaders()); st != "" {
+			return []byte(st)
+		}
+	}
+	return nil
 }
 
 // finalFor is the last message of batch b once every record settled: Ack, or a single Fail

@@ -71,6 +71,13 @@ type Options struct {
 	// [RegistryFor]); NewServer refuses such an action without one. Plain JSON ports never
 	// use it.
 	Registry *schema.Registry
+	// SidecarPort is where a line with --state dials the sidecar's State service, on
+	// 127.0.0.1, after each Start (default protocol.SidecarPort, FLOW_SIDECAR_PORT). A
+	// stateless line dials nothing.
+	SidecarPort int
+	// stateAfter is the clock of a batch's wait for its BatchState (default time.After);
+	// tests drive it.
+	stateAfter func(time.Duration) <-chan time.Time
 	// RegistryRetryFor is how long a registry that does not answer is retried, with backoff,
 	// before the batch is failed (default DefaultRegistryRetryFor).
 	RegistryRetryFor time.Duration
@@ -127,6 +134,12 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	if opts.Action.Encoded() && opts.Registry == nil {
 		return nil, ErrNoRegistry
+	}
+	if opts.SidecarPort <= 0 {
+		opts.SidecarPort = protocol.SidecarPort
+	}
+	if opts.stateAfter == nil {
+		opts.stateAfter = time.After
 	}
 	dec, err := codecsOf(opts.Action.Inlets)
 	if err != nil {
@@ -213,9 +226,11 @@ func (s *Server) shutdown(ctx context.Context) {
 	}
 }
 
-// Discover answers the Spec built from the action config: protocol 1.0, sdk millrace.
+// Discover answers the Spec built from the action config: sdk millrace, protocol
+// protocol.Version when the line keeps state, else protocol.BaseVersion.
 func (s *Server) Discover(_ context.Context, info *flowv1.SidecarInfo) (*flowv1.Spec, error) {
 	s.log.Info("discovered", "sidecar_version", info.GetSidecarVersion(), "sidecar_protocol", info.GetProtocolVersion())
+	s.logStateVersion(info)
 	return s.spec, nil
 }
 

@@ -43,7 +43,7 @@ func BenchmarkRecordPath(b *testing.B) {
 				it.Trace.SpanID = stdio.NewSpanID() // what the engine does per attempt
 				res := engine.Result{Outcome: engine.Done, Attempts: 1, Trace: it.Trace, Emits: []stdio.Emit{{Payload: it.Payload}}}
 				// The emits built and checked (settle sends nothing).
-				if st, _ := c.settle(batch, "in-topic", in, res, nil, nil); st.kind != "done" {
+				if st, _ := c.settle(batch, "in-topic", in, res, nil, nil, nil); st.kind != "done" {
 					b.Fatalf("settled %+v", st)
 				}
 			}

@@ -55,7 +55,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // testSpec is the streamlet the tests deploy: one inlet "in", one outlet "out", a parameter.
 func testSpec() *flowv1.Spec {
 	return &flowv1.Spec{
-		ProtocolVersion: protocol.Version,
+		ProtocolVersion: protocol.BaseVersion,
 		Sdk:             &flowv1.SdkInfo{Name: "test", Version: "0"},
 		Streamlet: &flowv1.StreamletDescriptor{
 			Name:    "upper",

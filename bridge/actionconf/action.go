@@ -75,6 +75,7 @@ type Action struct {
 	Inlets      []Port
 	Outlets     []Port
 	Params      []Param
+	State       []StatePort // --state PORT[,ttl=D][,max-bytes=SIZE], in line order; nil: none
 
 	Concurrency  int           // processes; --concurrency, default 1
 	PerItem      bool          // one process per item; --per-item
@@ -190,11 +191,11 @@ func (a *Action) Descriptor() *flowv1.StreamletDescriptor {
 // sdkName is the sdk name millrace gives in discovery.
 const sdkName = "millrace"
 
-// Spec returns what Discover answers: protocol version, sdk millrace at version, and the
-// descriptor.
+// Spec returns what Discover answers: protocol version (protocol.Version when the line keeps
+// state, else protocol.BaseVersion), sdk millrace at version, and the descriptor.
 func (a *Action) Spec(version string) *flowv1.Spec {
 	return &flowv1.Spec{
-		ProtocolVersion: protocol.BaseVersion,
+		ProtocolVersion: a.protocolVersion(),
 		Sdk:             &flowv1.SdkInfo{Name: sdkName, Version: version},
 		Streamlet:       a.Descriptor(),
 	}
@@ -218,6 +219,7 @@ func (a *Action) Line() string {
 		w = append(w, "--param", s)
 	}
 	w = append(w, a.encodingWords()...)
+	w = append(w, a.stateWords()...)
 	if a.Concurrency != defaults.Concurrency {
 		w = append(w, "--concurrency", strconv.Itoa(a.Concurrency))
 	}
@@ -259,7 +261,7 @@ func (a *Action) Line() string {
 // EngineConfig is the engine.Config that runs the action's program: what the config line says,
 // as given (its defaults are the table above; the engine adds none of its own to these), for
 // the bridge and for the fixture runner alike. What only the caller knows (version,
-// environment, hello, logger, hooks) it fills in.
+// environment, hello, logger, hooks, the changelog's record limit) it fills in.
 func (a *Action) EngineConfig() engine.Config {
 	return engine.Config{
 		Name:         a.Name,
@@ -271,5 +273,6 @@ func (a *Action) EngineConfig() engine.Config {
 		ItemTimeout:  a.Timeout, // 0: none
 		Window:       a.Window,
 		Retries:      a.Retries,
+		State:        a.StateLimits(),
 	}
 }

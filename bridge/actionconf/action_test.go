@@ -98,8 +98,8 @@ func TestParseStringExample(t *testing.T) {
 	if got, want := d.GetOutlets()[1].GetContract().GetFingerprint(), protocol.Fingerprint("listing.v1"); got != want {
 		t.Errorf("fingerprint of rejects = %q; want %q", got, want)
 	}
-	if spec.GetProtocolVersion() != protocol.Version || spec.GetSdk().GetName() != "millrace" || spec.GetSdk().GetVersion() != "1.2.3" {
-		t.Errorf("Spec = %v; want protocol %s, sdk millrace 1.2.3", spec, protocol.Version)
+	if spec.GetProtocolVersion() != protocol.BaseVersion || spec.GetSdk().GetName() != "millrace" || spec.GetSdk().GetVersion() != "1.2.3" {
+		t.Errorf("Spec = %v; want protocol %s (it keeps no state), sdk millrace 1.2.3", spec, protocol.BaseVersion)
 	}
 	// The canonical line reads back into the same action.
 	b, err := actionconf.ParseString(a.Line())
@@ -166,6 +166,25 @@ func TestParseLineErrors(t *testing.T) {
 		{`s --in a=b --colour red -- x`, 4, "unknown flag"},
 		{`s --in a=b python3 x.py`, 4, "expected a flag or -- before the command"},
 		{`s --in a=b --per-item --window 4 -- x`, 5, "--window has no use with --per-item"},
+		{`s --in a=b --state -- x`, 4, "--state expects PORT[,ttl=DURATION][,max-bytes=SIZE]"},
+		{`s --in a=b --state ,ttl=1h -- x`, 5, "--state expects PORT"},
+		{`s --in a=b --state c -- x`, 5, "--state names no inlet: declare it with --in c=SCHEMA, or name one of a"},
+		{`s --in a=b --out o=b --state o -- x`, 7, `--state names outlet "o": state is kept per key of an inlet's records; name one of the inlets a`},
+		{`s --in a=b --state a --in c=d --state a,ttl=1h -- x`, 9, `inlet "a" keeps state twice (first in word 5)`},
+		{`s --state a,ttl=1h --in a=b --state=a -- x`, 6, `inlet "a" keeps state twice (first in word 3)`},
+		{`s --in events=b --state events,ttl=5 -- x`, 5, `word 5 "events,ttl=5": ttl: "5" is not a duration (write e.g. 24h)`},
+		{`s --in a=b --state a,ttl=500ms -- x`, 5, "ttl: 500ms is under 1s"},
+		{`s --in a=b --state a,ttl=0s -- x`, 5, "ttl: 0s is under 1s"},
+		{`s --in a=b --state a,ttl=-1h -- x`, 5, "ttl: -1h is under 1s"},
+		{`s --in a=b --state a,ttl=1h,ttl=2h -- x`, 5, "ttl is given twice in one --state word"},
+		{`s --in a=b --state a,max-bytes=0 -- x`, 5, "max-bytes: 0 is out of range: a state may be from 1 byte to 1Mi"},
+		{`s --in a=b --state a,max-bytes=2Mi -- x`, 5, "max-bytes: 2Mi is out of range"},
+		{`s --in a=b --state a,max-bytes=1048577 -- x`, 5, "max-bytes: 1048577 is out of range"},
+		{`s --in a=b --state a,max-bytes=lots -- x`, 5, `max-bytes: "lots" is not a size (write e.g. 64Ki)`},
+		{`s --in a=b --state a,max-bytes=1Ki,max-bytes=2Ki -- x`, 5, "max-bytes is given twice"},
+		{`s --in a=b --state a,size=1Ki -- x`, 5, `unknown option "size=1Ki" of --state: expected ttl=DURATION or max-bytes=SIZE`},
+		{`s --in a=b --state a,ttl -- x`, 5, `unknown option "ttl" of --state`},
+		{`s --in a=b --state a, -- x`, 5, `unknown option "" of --state`},
 		{"s --in a=b -- x\nt --in a=b -- x", 0, "2 lines (starting on lines 1 and 2)"},
 		{"# only a comment\n", 0, "no streamlet line"},
 	}
@@ -241,7 +260,7 @@ func TestFromEnv(t *testing.T) {
 // FuzzSplit checks that Split never panics, that every word it returns survives Join and Split
 // again, and that what it accepts parses or is refused with a LineError.
 func FuzzSplit(f *testing.F) {
-	for _, s := range []string{example, `a 'b c' "d\"e"`, "a\\\nb # c", `''`, `"\\"`, "x --in a=b -- y"} {
+	for _, s := range []string{example, `a 'b c' "d\"e"`, "a\\\nb # c", `''`, `"\\"`, "x --in a=b -- y", "x --in a=b --state a,ttl=2h,max-bytes=1Ki -- y"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

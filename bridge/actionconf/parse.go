@@ -64,7 +64,8 @@ func typeName(t flowv1.ConfigType) string {
 //	NAME [--in PORT=SCHEMA]… [--out PORT=SCHEMA]… [--param KEY:TYPE[=DEFAULT]]… [FLAG…] -- COMMAND [ARG…]
 //
 // A registry-encoded port adds --decode (an inlet) or --encode (an outlet)
-// PORT[.key]=FORMAT[:RECORD][,OPTION…] (see [Encoding]).
+// PORT[.key]=FORMAT[:RECORD][,OPTION…] (see [Encoding]); an inlet whose keys keep state adds
+// --state PORT[,ttl=DURATION][,max-bytes=SIZE] (see [StatePort]).
 //
 // A flag's value is the next word or follows an = (--retries=5). Every mistake is a
 // *lineError naming the word and what was expected. The result's descriptor is accepted by
@@ -183,6 +184,7 @@ func (p *lineParser) parse() (*Action, error) {
 	ports := map[string]int{} // port name → word index, unique across inlets and outlets
 	deadLetterAt, fallbackAt := -1, -1
 	var codecs []codecFlag
+	var states []stateFlag
 	for p.i = 1; p.i < len(p.words); p.i++ {
 		w := p.words[p.i]
 		if w == "--" {
@@ -227,6 +229,16 @@ func (p *lineParser) parse() (*Action, error) {
 				return nil, err
 			}
 			codecs = append(codecs, f)
+		case "--state":
+			v, at, err := p.value(flag, stateForm)
+			if err != nil {
+				return nil, err
+			}
+			f, err := p.parseStateFlag(v, at)
+			if err != nil {
+				return nil, err
+			}
+			states = append(states, f)
 		case "--param":
 			v, at, err := p.value(flag, "KEY:TYPE[=DEFAULT] (e.g. --param min-rooms:integer=2)")
 			if err != nil {
@@ -357,7 +369,7 @@ func (p *lineParser) parse() (*Action, error) {
 			a.Metrics = v
 		default:
 			if strings.HasPrefix(w, "-") {
-				return nil, p.errAt(p.i, "unknown flag; expected one of --in, --out, --decode, --encode, --param, --concurrency, --per-item, --timeout, --ready-timeout, --window, --retries, --dead-letter, --fallback, --effects, --description, --metrics, or -- before the command")
+				return nil, p.errAt(p.i, "unknown flag; expected one of --in, --out, --decode, --encode, --state, --param, --concurrency, --per-item, --timeout, --ready-timeout, --window, --retries, --dead-letter, --fallback, --effects, --description, --metrics, or -- before the command")
 			}
 			return nil, p.errAt(p.i, "expected a flag or -- before the command (write -- %s if this is the program)", w)
 		}
@@ -375,6 +387,9 @@ func (p *lineParser) parse() (*Action, error) {
 		return nil, p.errAt(fallbackAt, "--fallback names no outlet: declare it with --out %s=SCHEMA, or name one of %s", a.Fallback, portList(a.Outlets))
 	}
 	if err := p.resolveCodecs(a, codecs); err != nil {
+		return nil, err
+	}
+	if err := p.resolveState(a, states); err != nil {
 		return nil, err
 	}
 	if a.PerItem && a.Window > 1 {

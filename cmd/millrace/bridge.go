@@ -72,6 +72,7 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 
 		ReplayGeneration: cfg.ReplayGeneration,
 		Registry:         registry,
+		SidecarPort:      cfg.SidecarPort,
 	}, nil)
 }
 
@@ -86,6 +87,7 @@ var configLineFlags = []struct {
 	{"--out PORT=SCHEMA", "an outlet", nil},
 	{"--decode PORT[.key]=FORMAT[:RECORD][,OPTION…]", "the inlet's values (keys) are registry-encoded: FORMAT avro, protobuf or jsonschema; options strategy=topic|record|topic-record, subject=NAME (docs/encoded-topics.md)", func(*actionconf.Action) string { return "plain JSON" }},
 	{"--encode PORT[.key]=FORMAT[:RECORD][,OPTION…]", "the outlet's values (keys) are encoded with the subject's latest schema, or version=N, or id=N", func(*actionconf.Action) string { return "plain JSON" }},
+	{"--state PORT[,ttl=D][,max-bytes=SIZE]", "the inlet's keys keep state (one word per inlet): ttl at least 1s, max-bytes at most 1Mi (docs/state.md)", func(*actionconf.Action) string { return "no state; max-bytes 64Ki" }},
 	{"--param KEY:TYPE[=DEFAULT]", "a config parameter: TYPE string, integer, double, boolean, duration or memory-size; no default: required at deploy time", nil},
 	{"--concurrency N", "processes of the program", func(a *actionconf.Action) string { return strconv.Itoa(a.Concurrency) }},
 	{"--per-item", "a fresh process for every item", func(*actionconf.Action) string { return "off" }},
