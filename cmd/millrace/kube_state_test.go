@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,9 +18,10 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/bridge/actionconf"
-	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/protocol"
+	"github.com/ankka-flow/millrace/sidecar"
 )
 
 const (
@@ -142,7 +144,7 @@ func TestKubernetesStateExample(t *testing.T) {
 		stateful := map[string]bool{}
 		for _, s := range a.State {
 			stateful[s.Port] = true
-			v := actiondir.StateTopicVar(s.Port)
+			v := protocol.StateTopicVar(s.Port)
 			changelog := scEnv[v]
 			if changelog == "" {
 				t.Errorf("the line keeps state for inlet %s (--state %s) but the sidecar container does not set %s: the sidecar would keep none", s.Port, s.Port, v)
@@ -171,7 +173,7 @@ func TestKubernetesStateExample(t *testing.T) {
 			if port, ok := strings.CutSuffix(strings.TrimPrefix(name, stateVarPrefix), stateVarSuffix); ok && strings.HasPrefix(name, stateVarPrefix) {
 				found := false
 				for p := range stateful {
-					found = found || actiondir.StateTopicVar(p) == name
+					found = found || protocol.StateTopicVar(p) == name
 				}
 				if !found {
 					t.Errorf("the sidecar container sets %s but the line has no --state for that inlet (%s): the sidecar would refuse the process", name, strings.ToLower(port))
@@ -180,6 +182,46 @@ func TestKubernetesStateExample(t *testing.T) {
 		}
 		if scEnv["FLOW_SIDECAR_PORT"] == "" || scEnv["FLOW_SIDECAR_PORT"] != brEnv["FLOW_SIDECAR_PORT"] {
 			t.Errorf("FLOW_SIDECAR_PORT is %q in the sidecar and %q in the bridge; set the same in both, where the State service is served and dialled", scEnv["FLOW_SIDECAR_PORT"], brEnv["FLOW_SIDECAR_PORT"])
+		}
+	})
+
+	// As `millrace sidecar` and `millrace bridge` read the containers' variables.
+	t.Run("settings", func(t *testing.T) {
+		rec := newRecorder(scEnv)
+		cfg, err := sidecar.ConfigFromEnv(rec.getenv, m.containerFiles(t, sc))
+		if err != nil {
+			t.Fatalf("sidecar.ConfigFromEnv(the sidecar container's environment and files) = %v; want no problem", err)
+		}
+		if unread := rec.unread(sc); len(unread) > 0 {
+			t.Errorf("the sidecar container sets %s, which the sidecar never reads", strings.Join(unread, ", "))
+		}
+		got := map[string]string{}
+		for _, in := range cfg.Inlets {
+			if in.StateTopic != "" {
+				got[in.Port] = in.StateTopic
+			}
+		}
+		want := map[string]string{}
+		for _, st := range a.State {
+			want[st.Port] = scEnv[protocol.StateTopicVar(st.Port)]
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("the sidecar keeps state for %v; want the line's --state inlets with their variables, %v", got, want)
+		}
+		if cfg.StateDir != scEnv["FLOW_STATE_DIR"] {
+			t.Errorf("the sidecar's StateDir = %q; want FLOW_STATE_DIR's %q", cfg.StateDir, scEnv["FLOW_STATE_DIR"])
+		}
+		brRec := newRecorder(brEnv)
+		bcfg, err := bridge.ConfigFromEnv(brRec.getenv)
+		if err != nil {
+			t.Fatalf("container bridge: %v", err)
+		}
+		_, _ = actionconf.FromEnv(brRec.getenv) // only the names it reads matter here
+		if unread := brRec.unread(br); len(unread) > 0 {
+			t.Errorf("the bridge container sets %s, which the bridge never reads", strings.Join(unread, ", "))
+		}
+		if bcfg.SidecarPort != cfg.SidecarPort || bcfg.Port != cfg.ProcessPort {
+			t.Errorf("the bridge dials the State service on %d and listens on %d; the sidecar serves it on %d and dials %d", bcfg.SidecarPort, bcfg.Port, cfg.SidecarPort, cfg.ProcessPort)
 		}
 	})
 
@@ -220,7 +262,7 @@ func TestKubernetesStateExample(t *testing.T) {
 			t.Errorf("millrace describe LINE = exit %d %q %q; want exit 0 and the descriptor:\n%s", code, stdout.String(), stderr.String(), descriptor)
 		}
 		for _, s := range a.State {
-			v := actiondir.StateTopicVar(s.Port)
+			v := protocol.StateTopicVar(s.Port)
 			if want := v + "=" + scEnv[v]; !strings.Contains(stderr.String(), want) {
 				t.Errorf("millrace describe --group %s LINE says\n%s\nwhich lacks %s, as the sidecar container sets it", group, stderr.String(), want)
 			}

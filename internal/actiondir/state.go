@@ -1,6 +1,6 @@
 package actiondir
 
-import "strings"
+import "github.com/ankka-flow/millrace/protocol"
 
 // Changelog is the compacted topic one stateful inlet (--state) keeps its states in.
 type Changelog struct {
@@ -15,13 +15,7 @@ type Changelog struct {
 func (a *Action) Changelogs(prefix string) []Changelog {
 	var out []Changelog
 	for _, s := range a.State {
-		out = append(out, Changelog{Inlet: s.Port, Topic: prefix + "." + s.Port + ".state", Var: StateTopicVar(s.Port)})
+		out = append(out, Changelog{Inlet: s.Port, Topic: prefix + "." + s.Port + ".state", Var: protocol.StateTopicVar(s.Port)})
 	}
 	return out
-}
-
-// StateTopicVar is the sidecar's variable naming inlet port's changelog: the port upper case,
-// '-' as '_', as in the batch variables.
-func StateTopicVar(port string) string {
-	return "FLOW_INLET_" + strings.ToUpper(strings.ReplaceAll(port, "-", "_")) + "_STATE_TOPIC"
 }
