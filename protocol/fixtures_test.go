@@ -296,3 +296,37 @@ func str(s *string) string {
 	}
 	return "`" + *s + "`"
 }
+
+func TestFixtureState(t *testing.T) {
+	var cases []struct {
+		Name       string                        `json:"name"`
+		Inlets     []string                      `json:"inlets"`
+		Changelogs map[string]protocol.Changelog `json:"changelogs"`
+		Open       []protocol.OpenInlet          `json:"open"`
+		Opened     []protocol.OpenedInlet        `json:"opened,omitempty"`
+		Problems   []string                      `json:"problems"`
+	}
+	readFixture(t, "state.json", &cases)
+	for i, c := range cases {
+		opened, ps := protocol.CheckStateOpen(c.Inlets, c.Changelogs, c.Open)
+		if ps == nil {
+			ps = []string{}
+		}
+		if *update {
+			cases[i].Opened, cases[i].Problems = opened, ps
+			continue
+		}
+		if !slices.Equal(ps, c.Problems) {
+			t.Errorf("%s: problems\n  %q\nwant\n  %q", c.Name, ps, c.Problems)
+		}
+		if !slices.Equal(opened, c.Opened) {
+			t.Errorf("%s: opened %+v; want %+v", c.Name, opened, c.Opened)
+		}
+		if (len(ps) == 0) == (len(opened) == 0 && len(c.Open) > 0) {
+			t.Errorf("%s: both or neither of opened %v and problems %q", c.Name, opened, ps)
+		}
+	}
+	if *update {
+		writeFixture(t, "state.json", cases)
+	}
+}

@@ -8,7 +8,8 @@ import "time"
 const (
 	// ProcessPort is the port of the process's gRPC services when FLOW_PROCESS_PORT is unset.
 	ProcessPort = 9010
-	// SidecarPort is the port FLOW_SIDECAR_PORT defaults to, reserved for a later callback service.
+	// SidecarPort is the port FLOW_SIDECAR_PORT defaults to: the sidecar's callback service (in
+	// millrace, the State service of protocol 1.1).
 	SidecarPort = 9011
 	// MaxMessageBytes is the message limit (4 MiB): of a Batch, and of an Emit when Start gives
 	// no max_message_bytes.
@@ -21,6 +22,6 @@ const (
 // The environment variables of the pod that the streamlet protocol names.
 const (
 	EnvProcessPort       = "FLOW_PROCESS_PORT"        // the process's port, 127.0.0.1 only
-	EnvSidecarPort       = "FLOW_SIDECAR_PORT"        // reserved for a later callback service
+	EnvSidecarPort       = "FLOW_SIDECAR_PORT"        // the sidecar's callback service, 127.0.0.1 only
 	EnvStallWarningAfter = "FLOW_STALL_WARNING_AFTER" // a stalled partition's warning event waits this long
 )

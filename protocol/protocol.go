@@ -12,8 +12,10 @@ package protocol
 
 import "errors"
 
-// Version is the protocol version this module speaks, "MAJOR.MINOR".
-const Version = "1.0"
+// Version is the protocol version this module speaks, "MAJOR.MINOR". 1.1 adds millrace's
+// State service (protocol/millrace/state/v1) on the sidecar's port, for a process that keeps
+// state per key; a process that needs none reports BaseVersion.
+const Version = "1.1"
 
 // BaseVersion is the version a process reports when it needs nothing a later minor adds (its
 // action line keeps no state): any 1.0 sidecar accepts it, exactly as before 1.1.

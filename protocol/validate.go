@@ -32,9 +32,9 @@ func Validate(spec *flowv1.Spec) Problems {
 		return ps
 	}
 	if v := spec.GetProtocolVersion(); v == "" {
-		ps.add("protocol_version", fmt.Sprintf("missing; want MAJOR.MINOR, %q for this protocol", Version))
+		ps.add("protocol_version", fmt.Sprintf("missing; want MAJOR.MINOR, %q for this protocol", BaseVersion)) // what a stateless process reports: the example fits most
 	} else if _, _, ok := parseVersion(v); !ok {
-		ps.add("protocol_version", fmt.Sprintf("%q is not of the form MAJOR.MINOR; want e.g. %q", v, Version))
+		ps.add("protocol_version", fmt.Sprintf("%q is not of the form MAJOR.MINOR; want e.g. %q", v, BaseVersion))
 	}
 	if spec.GetSdk() == nil {
 		ps.add("sdk", "missing; the SDK that built the process must name itself and its version")
@@ -76,7 +76,7 @@ func checkPorts(ps *Problems, list string, ports []*flowv1.Port, seen map[string
 			continue
 		}
 		if f := c.GetFormat(); f != FormatJSON {
-			ps.add(at+".contract.format", fmt.Sprintf("%q is not a contract format of protocol %s; want %q", f, Version, FormatJSON))
+			ps.add(at+".contract.format", fmt.Sprintf("%q is not a contract format of protocol %s; want %q", f, BaseVersion, FormatJSON)) // 1.1 adds no format
 		}
 		schema := c.GetSchemaName()
 		if schema == "" {

@@ -15,10 +15,11 @@ func TestCheckVersion(t *testing.T) {
 		says   []string // the refusal names these
 	}{
 		{"1.0", true, nil},
-		{"1.1", false, []string{"1.1", "1.0", "later", "upgrade the sidecar"}},
-		{"0.9", false, []string{"0.9", "1.0", "major"}},
-		{"2.0", false, []string{"2.0", "1.0", "major"}},
-		{"", false, []string{`""`, "MAJOR.MINOR", "1.0", "fix the protocol_version"}},
+		{"1.1", true, nil},
+		{"1.2", false, []string{"1.2", "1.1", "later", "upgrade the sidecar"}},
+		{"0.9", false, []string{"0.9", "1.1", "major"}},
+		{"2.0", false, []string{"2.0", "1.1", "major"}},
+		{"", false, []string{`""`, "MAJOR.MINOR", "1.1", "fix the protocol_version"}},
 		{"1", false, []string{`"1"`, "MAJOR.MINOR"}},
 		{"1.0.0", false, []string{`"1.0.0"`, "MAJOR.MINOR"}},
 		{"v1.0", false, []string{`"v1.0"`}},

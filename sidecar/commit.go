@@ -157,7 +157,9 @@ func (s *Sidecar) produceRound(ctx context.Context, round []*batch) error {
 	began := s.now()
 	done := func(r *kgo.Record, err error, batchID uint64) {
 		if err == nil {
-			s.metrics.outlet(r.Topic).produced.Inc()
+			if !s.changelogs[r.Topic] {
+				s.metrics.outlet(r.Topic).produced.Inc()
+			}
 			s.metrics.produce.Observe(s.now().Sub(began).Seconds())
 			return
 		}
@@ -232,6 +234,7 @@ func (w *roundWrites) fail(r *kgo.Record, err error, lost string, batchID func()
 // confirm records batches whose every emit the broker confirmed (at least once): their
 // offsets wait for the next commit, their records stay queued until it (written).
 func (s *Sidecar) confirm(round []*batch) {
+	s.promote(round) // the states Kafka now holds move into the stores
 	s.mu.Lock()
 	for _, b := range round {
 		if p := b.p; !b.revoked && p.owned && p.epoch == b.epoch {

@@ -40,10 +40,12 @@ type Config struct {
 	Inlets  []Inlet
 	Outlets []Outlet
 	// ConfigValues are the deploy-time values of config parameters, as typed strings.
-	ConfigValues      map[string]string
-	ConsumerGroup     string
-	ProcessPort       int
-	SidecarPort       int    // reserved for a later minor version; never bound
+	ConfigValues  map[string]string
+	ConsumerGroup string
+	ProcessPort   int
+	// SidecarPort is where the State service is served, on 127.0.0.1, when an inlet keeps
+	// state (a StateTopic); otherwise it is never bound.
+	SidecarPort       int
 	ReadinessFile     string // written once a conversation is open; empty (by hand) writes none
 	StallWarningAfter time.Duration
 	MaxMessageBytes   int
@@ -92,6 +94,11 @@ type Config struct {
 	// Compression is the codec of the emits' record batches (FLOW_PRODUCE_COMPRESSION); the
 	// zero value is none.
 	Compression Compression
+	// StateDir holds the store files of the stateful inlets' partitions (FLOW_STATE_DIR).
+	StateDir string
+	// StateKeepRevoked is how long a revoked partition's store file is kept in case the
+	// partition comes back (FLOW_STATE_KEEP_REVOKED).
+	StateKeepRevoked time.Duration
 }
 
 // Inlet is one inlet port bound to its topic, with its batch limits.
@@ -100,6 +107,9 @@ type Inlet struct {
 	Topic      string
 	MaxRecords int
 	MaxBytes   int
+	// StateTopic is the inlet's changelog (FLOW_INLET_<PORT>_STATE_TOPIC); "": the inlet
+	// keeps no state.
+	StateTopic string
 }
 
 // Outlet is one outlet port bound to its topic.
@@ -193,6 +203,7 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		in := defaultInlet(port, inTopics[port])
 		in.MaxRecords = r.Int("FLOW_INLET_"+envName(port)+"_BATCH_MAX_RECORDS", in.MaxRecords, 1)
 		in.MaxBytes = int(r.Size("FLOW_INLET_"+envName(port)+"_BATCH_MAX_BYTES", int64(in.MaxBytes), 1, maxMaxMessageBytes))
+		in.StateTopic = strings.TrimSpace(r.String(protocol.StateTopicVar(port), ""))
 		if other, ok := topicOf[in.Topic]; ok && in.Topic != "" {
 			bad("FLOW_INLETS binds inlets %q and %q to the same topic %q: bind each inlet to its own topic", other, port, in.Topic)
 		}
@@ -235,6 +246,8 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		c.CommitInterval = CommitEveryRound
 	}
 	c.KeepMembershipOnShutdown = !r.Bool("FLOW_LEAVE_GROUP_ON_SHUTDOWN", !c.KeepMembershipOnShutdown)
+	c.StateDir = r.String("FLOW_STATE_DIR", c.StateDir)
+	c.StateKeepRevoked = r.Duration("FLOW_STATE_KEEP_REVOKED", c.StateKeepRevoked, time.Nanosecond)
 
 	if d, err := parseDelivery(getenv(envDelivery)); err != nil {
 		bad("%v", err)

@@ -26,6 +26,16 @@ type batch struct {
 
 	sentAt    time.Time // for the round trip, Batch to Ack
 	emitBytes int64     // of emits, held until they are written
+
+	// Of a batch of a stateful inlet (statejoin.go): its distinct record keys; whether its
+	// Ack and its Staged arrived (both: it is answered); its changelog records (held with its
+	// emits, among them) and their keys and values (the records' own are let go once written).
+	stateful      bool
+	keys          map[string]struct{}
+	acked, staged bool
+	state         []*kgo.Record
+	stateKeys     [][]byte
+	stateValues   [][]byte
 }
 
 // conversation is one Run stream, from Start to its end. Its fields are guarded by
@@ -68,6 +78,15 @@ type conversation struct {
 	recvDone   chan struct{} // closed when the receiver has seen the end of the stream
 
 	failed lifetime.Event // fired by the first failure, whichever goroutine has it
+
+	// state is the conversation's State.Attach stream, nil until the process's Open is
+	// accepted; stateOpened fires when it is set (the sender is kicked then). attached is set
+	// once an Open for this conversation is being answered (a second one is refused), and
+	// stateEnd fires when the conversation ends, which ends its State stream.
+	state       *stateLink
+	stateOpened lifetime.Event
+	attached    bool
+	stateEnd    lifetime.Event
 }
 
 // fail records the first failure of the conversation and wakes everyone; later failures are
@@ -118,9 +137,6 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	if err != nil {
 		return streamFailed(causeUnreachable, "cannot open Run on the process: %w", err)
 	}
-	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
-		return streamFailed(causeUnreachable, "cannot send Start to the process: %w", err)
-	}
 	produceCtx, cancelProduce := context.WithCancel(context.Background())
 	defer cancelProduce()
 	c := &conversation{
@@ -137,8 +153,19 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	for _, o := range start.GetOutlets() {
 		c.outlets[o.GetPort()] = o.GetTopic()
 	}
+	// The conversation is live before its Start is sent: the process may open the State
+	// service the moment Start arrives.
 	s.mu.Lock()
 	s.conv = c
+	s.mu.Unlock()
+	if err := stream.Send(&flowv1.ToProcess{Message: &flowv1.ToProcess_Start{Start: start}}); err != nil {
+		s.mu.Lock()
+		s.conv = nil
+		s.mu.Unlock()
+		c.stateEnd.Fire()
+		return streamFailed(causeUnreachable, "cannot send Start to the process: %w", err)
+	}
+	s.mu.Lock()
 	s.stats.Conversations++
 	s.mu.Unlock()
 	s.metrics.conversations.Inc()
@@ -149,7 +176,8 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	senderCtx, stopSender := context.WithCancel(ctx)
 	defer stopSender()
 	commitDone := make(chan struct{})
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); s.watchOpen(c) }()
 	go func() { defer wg.Done(); s.send(senderCtx, c) }()
 	go func() { defer wg.Done(); defer close(c.recvDone); s.receive(c) }()
 	go func() { defer close(commitDone); s.commitLoop(c) }()
@@ -175,6 +203,7 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	}
 	s.removeReadiness()
 	cancelStream()
+	c.stateEnd.Fire()
 	stopSender()
 	wg.Wait()
 	// The committer produces and commits what was acknowledged before the end, then stops.
@@ -209,7 +238,8 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		p.inflight = nil
 		p.sent = 0
 	}
-	s.stats.HeldEmitBytes = 0 // every emit of the conversation is written or dropped
+	s.stats.HeldEmitBytes = 0  // every emit of the conversation is written or dropped
+	s.catchUpLocked(!graceful) // a graceful end is the last: nothing to catch up for
 	s.conv = nil
 	return err
 }
@@ -269,13 +299,19 @@ func (s *Sidecar) sendReady(c *conversation) {
 // the stream failed.
 func (s *Sidecar) sendReadyLocked(c *conversation) bool {
 	for {
-		msg, err := s.nextBatch(c)
+		msg, read, err := s.nextBatch(c)
 		if err != nil {
 			s.failConv(c, err)
 			return false
 		}
 		if msg == nil {
 			return true
+		}
+		if read != nil {
+			if err := s.sendStates(c, msg.GetBatch(), read); err != nil {
+				s.failConv(c, err)
+				return false
+			}
 		}
 		if err := c.stream.Send(msg); err != nil {
 			s.failConv(c, streamFailed(causeUnreachable, "the process is unreachable: sending batch %d: %w", msg.GetBatch().GetBatchId(), err))
@@ -287,22 +323,24 @@ func (s *Sidecar) sendReadyLocked(c *conversation) bool {
 // nextBatch builds the next batch to send, round-robin over the partitions, or returns nil
 // when no partition has one. One batch in flight per partition, in offset order: a partition
 // is skipped while its batch is out. A batch is whatever is queued, capped by the inlet's
-// limits; a record that cannot fit in any batch fails the stream before it is sent.
-func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
+// limits; a record that cannot fit in any batch fails the stream before it is sent. A batch of
+// a stateful inlet waits for its partition's restore and for the State service, and comes
+// with what its states are read from (read; sendStates sends them).
+func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, *stateRead, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.err != nil || c.stopping {
-		return nil, nil
+		return nil, nil, nil
 	}
 	for range s.order {
 		p := s.order[s.next%len(s.order)]
 		s.next++
-		if !p.owned || p.revoking || p.inflight != nil || p.sent >= len(p.queue) {
+		if !p.owned || p.revoking || p.inflight != nil || p.sent >= len(p.queue) || !p.stateReady(c) {
 			continue
 		}
 		if s.heldFull() {
 			s.next-- // this partition is next once written emits wake the sender (release)
-			return nil, nil
+			return nil, nil, nil
 		}
 		limit := s.cfg.MaxMessageBytes - batchOverhead
 		recs := p.queue[p.sent:]
@@ -312,7 +350,7 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 				p.stallSince = s.now()
 			}
 			p.attempts++
-			return nil, fmt.Errorf("%w: %w: topic %s partition %d offset %d is %d bytes as a Batch record, over the limit of %d bytes (FLOW_MAX_MESSAGE_BYTES=%d): raise FLOW_MAX_MESSAGE_BYTES, or remove the record from the topic",
+			return nil, nil, fmt.Errorf("%w: %w: topic %s partition %d offset %d is %d bytes as a Batch record, over the limit of %d bytes (FLOW_MAX_MESSAGE_BYTES=%d): raise FLOW_MAX_MESSAGE_BYTES, or remove the record from the topic",
 				errStreamFailed, errRecordTooLarge, p.topic, p.partition, first.in.GetOffset(), first.size, limit, s.cfg.MaxMessageBytes)
 		}
 		n, bytes := 0, 0
@@ -333,8 +371,13 @@ func (s *Sidecar) nextBatch(c *conversation) (*flowv1.ToProcess, error) {
 		p.inflight = b
 		c.batches[b.id] = b
 		s.stats.BatchesSent++
+		out := &flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: msg}}
+		if p.stateful() {
+			// Counted once trimmed to its states (sendStates).
+			return out, s.readFor(c, b, recs[:n]), nil
+		}
 		s.metrics.inlet(p.topic).sent.Add(float64(n))
-		return &flowv1.ToProcess{Message: &flowv1.ToProcess_Batch{Batch: msg}}, nil
+		return out, nil, nil
 	}
-	return nil, nil
+	return nil, nil, nil
 }

@@ -24,7 +24,7 @@ const discoverTimeout = 10 * time.Second
 func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 	client := flowv1grpc.NewDiscoveryClient(s.conn)
 	b := s.newBackoff(s.cfg.DiscoveryBackoff)
-	info := &flowv1.SidecarInfo{ProtocolVersion: protocol.Version, SidecarVersion: s.cfg.SidecarVersion}
+	info := &flowv1.SidecarInfo{ProtocolVersion: s.version, SidecarVersion: s.cfg.SidecarVersion}
 	var spec *flowv1.Spec
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, discoverTimeout)
@@ -46,8 +46,10 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 	}
 
 	var ps protocol.Problems
-	if err := protocol.CheckVersion(spec.GetProtocolVersion()); err != nil {
+	if err := protocol.CheckVersionAgainst(s.version, spec.GetProtocolVersion()); err != nil {
 		ps = append(ps, protocol.Problem{Path: "protocol_version", Message: err.Error()})
+	} else {
+		ps = append(ps, s.stateVersionProblems(spec.GetProtocolVersion())...)
 	}
 	ps = append(ps, protocol.Validate(spec)...)
 	for _, p := range protocol.Compare(s.cfg.Deployed.GetStreamlet(), spec.GetStreamlet()) {
@@ -75,6 +77,29 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 	}, nil
 }
 
+// stateVersionProblems are the rows of docs/state.md's version matrix that refuse a process
+// whose version the sidecar accepts: one that keeps state (a version later than
+// protocol.BaseVersion) in a deployment that declares no changelog, and one that keeps none
+// in a deployment that declares some (one problem per stateful inlet).
+func (s *Sidecar) stateVersionProblems(version string) protocol.Problems {
+	processKeeps := protocol.CheckVersionAgainst(protocol.BaseVersion, version) != nil
+	var ps protocol.Problems
+	switch {
+	case processKeeps && !s.cfg.keepsState():
+		ps = append(ps, protocol.Problem{Path: "protocol_version", Message: fmt.Sprintf(
+			"the process speaks %s and keeps state, but this deployment declares no changelog: set FLOW_INLET_<PORT>_STATE_TOPIC for each inlet of its --state (millrace describe prints them)", version)})
+	case !processKeeps:
+		for _, in := range s.cfg.Inlets {
+			if in.StateTopic != "" {
+				ps = append(ps, protocol.Problem{Path: "protocol_version", Message: fmt.Sprintf(
+					"the deployment keeps state for inlet %s (%s=%s) but the process speaks %s and takes none: deploy the action with --state %s, or unset the variable",
+					in.Port, protocol.StateTopicVar(in.Port), in.StateTopic, version, in.Port)})
+			}
+		}
+	}
+	return ps
+}
+
 // problemLines is the problems of a refusal as its error shows them, one per indented line,
 // kept in the chain so that a caller takes them with errors.As (protocol.Problems).
 type problemLines struct{ ps protocol.Problems }
@@ -85,9 +110,14 @@ func (p problemLines) Unwrap() error { return p.ps }
 // refuse logs every problem and reports them all to the process in one ReportError, so they
 // appear in the process's own log before the sidecar exits.
 func (s *Sidecar) refuse(ctx context.Context, ps protocol.Problems) {
+	s.refuseWith(ctx, "discovery refused the streamlet process", ps)
+}
+
+// refuseWith is refuse, logging each problem under logMsg.
+func (s *Sidecar) refuseWith(ctx context.Context, logMsg string, ps protocol.Problems) {
 	msg := &flowv1.Problems{}
 	for _, p := range ps {
-		s.log.Error("discovery refused the streamlet process", "problem", p.String())
+		s.log.Error(logMsg, "problem", p.String())
 		msg.Problems = append(msg.Problems, &flowv1.Problem{Message: p.String()})
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discoverTimeout)

@@ -27,8 +27,8 @@ func TestDiscoveryRefusals(t *testing.T) {
 		change func(s *flowv1.Spec)
 		want   []string // each in one problem of the single ReportError
 	}{
-		{name: "later major version", change: func(s *flowv1.Spec) { s.ProtocolVersion = "2.0" }, want: []string{"2.0", "1.0"}},
-		{name: "later minor version", change: func(s *flowv1.Spec) { s.ProtocolVersion = "1.1" }, want: []string{"1.1", "1.0"}},
+		{name: "later major version", change: func(s *flowv1.Spec) { s.ProtocolVersion = "2.0" }, want: []string{"2.0", "1.1"}},
+		{name: "later minor version", change: func(s *flowv1.Spec) { s.ProtocolVersion = "1.2" }, want: []string{"1.2", "later than 1.1"}},
 		{name: "streamlet name", change: func(s *flowv1.Spec) { s.Streamlet.Name = "lower" }, want: []string{`name: differs from the deployed descriptor`, `"lower"`}},
 		{name: "inlet missing", change: func(s *flowv1.Spec) { s.Streamlet.Inlets = nil }, want: []string{`inlets[0]`, `port "in" deployed but not discovered`}},
 		{name: "outlet added", change: func(s *flowv1.Spec) {

@@ -2,7 +2,11 @@ package sidecar
 
 import (
 	"context"
+	"math"
+	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
 )
 
 // SetSleep replaces the waits between attempts (backoffs); call it before Run.
@@ -98,3 +102,70 @@ var (
 	ErrBatchEmitBudget  = errBatchEmitBudget
 	ErrRecordEmitBudget = errRecordEmitBudget
 )
+
+// SetProtocolVersion makes s speak protocol version v instead of protocol.Version; call it
+// before Run.
+func SetProtocolVersion(s *Sidecar, v string) { s.version = v }
+
+// StateOf returns the state of key in the open store of topic/partition (the inlet topic),
+// and whether s holds one.
+func StateOf(t testing.TB, s *Sidecar, topic string, partition int32, key string) (string, bool) {
+	t.Helper()
+	s.mu.Lock()
+	p := s.parts[tp{topic, partition}]
+	var st *state.Partition
+	if p != nil {
+		st = p.store
+	}
+	s.mu.Unlock()
+	if st == nil {
+		return "", false
+	}
+	got, err := st.Get([][]byte{[]byte(key)}, math.MinInt64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 {
+		return "", false
+	}
+	return string(got[0].Value), true
+}
+
+// Restoring reports whether topic/partition is restoring.
+func Restoring(s *Sidecar, topic string, partition int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.parts[tp{topic, partition}]
+	return p != nil && p.restoring
+}
+
+// Overlay returns how many states topic/partition holds acknowledged and not yet in its store.
+func Overlay(s *Sidecar, topic string, partition int32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp{topic, partition}]; p != nil {
+		return len(p.overlay)
+	}
+	return 0
+}
+
+// KeptFile reports whether the revoked topic/partition's store file is kept for its return.
+func KeptFile(s *Sidecar, topic string, partition int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.parts[tp{topic, partition}]
+	return p != nil && p.kept != nil
+}
+
+// TxnStates returns how many state records the open transaction holds (exactly once).
+func TxnStates(s *Sidecar) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	if c := s.conv; c != nil && c.txnOpen {
+		for _, b := range c.txn {
+			n += len(b.state)
+		}
+	}
+	return n
+}

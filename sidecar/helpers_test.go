@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // testSpec is the streamlet the tests deploy: one inlet "in", one outlet "out", a parameter.
 func testSpec() *flowv1.Spec {
 	return &flowv1.Spec{
-		ProtocolVersion: protocol.Version,
+		ProtocolVersion: protocol.BaseVersion,
 		Sdk:             &flowv1.SdkInfo{Name: "test", Version: "0"},
 		Streamlet: &flowv1.StreamletDescriptor{
 			Name:    "upper",
@@ -130,6 +131,8 @@ func baseEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out string) en
 		"FLOW_CONFIG":         `{"min-rooms": 2}`,
 		"FLOW_CONSUMER_GROUP": "group-" + in,
 		"FLOW_PROCESS_PORT":   f.Port(),
+		// Bound when an inlet keeps state: never the default, which tests running at once share.
+		"FLOW_SIDECAR_PORT":   strconv.Itoa(testkit.FreePort(t)),
 		"FLOW_READINESS_FILE": filepath.Join(t.TempDir(), "ready"),
 	}
 }

@@ -153,7 +153,7 @@ func (s *Sidecar) newProducer() (*kgo.Client, error) {
 
 // producerOpts are the options of whichever client writes emits.
 func (s *Sidecar) producerOpts() []kgo.Opt {
-	return []kgo.Opt{
+	return append(s.partitionerOpts(),
 		// Commit after the write: acks from every in-sync replica, idempotent, and no linger,
 		// since an acknowledged batch is waiting on these records.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -167,7 +167,7 @@ func (s *Sidecar) producerOpts() []kgo.Opt {
 		kgo.ProducerBatchMaxBytesFn(s.limits.batchMax),
 		// Learn soon that an outlet topic is gone or back (refreshes happen on errors only).
 		kgo.MetadataMinAge(time.Second),
-	}
+	)
 }
 
 // renewProducer replaces the producer after a produce failure. Called between

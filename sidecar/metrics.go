@@ -84,6 +84,8 @@ type metrics struct {
 	// The counters of each bound topic, looked up once.
 	inlets  map[string]*inletMetrics
 	outlets map[string]*outletMetrics
+
+	state *stateMetrics // statemetrics.go
 }
 
 type inletMetrics struct{ fetched, sent, committed prometheus.Counter }
@@ -156,6 +158,7 @@ func newMetrics(s *Sidecar) *metrics {
 	}
 	m.reg.MustRegister(m.fetched, m.sent, m.committed, m.emitted, m.produced, m.failures, m.discovery,
 		m.conversations, m.roundTrip, m.produce, m.commit, &partitionCollector{s: s})
+	m.state = newStateMetrics(s, m.reg)
 	return m
 }
 

@@ -85,6 +85,8 @@ type partition struct {
 	// says a fetch has come since the assignment: its first record is at the committed offset.
 	hwm, committed int64
 	fetched        bool
+
+	partState // of a stateful inlet (statestore.go)
 }
 
 // fetched is what one fetch brought for one partition, copied out of the fetch.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
 )
 
 // handOverTimeout bounds how long a cooperative revocation waits for the batches of the
@@ -30,6 +32,7 @@ func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 			}
 			s.dropHead(p, len(p.queue))
 			p.newEpoch(true)
+			s.assignState(p)
 			s.log.Info("partition assigned", "topic", topic, "partition", n)
 		}
 	}
@@ -147,6 +150,7 @@ func (s *Sidecar) discard(cl *kgo.Client, m map[string][]int32) {
 	defer s.commitMu.Unlock()
 	s.mu.Lock()
 	resume := map[string][]int32{}
+	stores := map[*partition]*state.Partition{}
 	for topic, ps := range m {
 		for _, n := range ps {
 			p := s.parts[tp{topic, n}]
@@ -162,10 +166,14 @@ func (s *Sidecar) discard(cl *kgo.Client, m map[string][]int32) {
 				resume[topic] = append(resume[topic], n)
 			}
 			p.newEpoch(false)
+			if st := s.revokeState(p); st != nil {
+				stores[p] = st
+			}
 			s.log.Info("partition revoked", "topic", topic, "partition", n)
 		}
 	}
 	s.mu.Unlock()
+	s.keepRevoked(stores)
 	if len(resume) > 0 {
 		cl.ResumeFetchPartitions(resume)
 	}

@@ -53,6 +53,9 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		if err != nil {
 			return err
 		}
+		if b.acked { // a stateful batch waits for its Staged after its Ack; its emits are all in
+			return streamFailed(causeProtocol, "an Emit for batch %d after its Ack (an emit after its batch's ack fails the stream)", b.id)
+		}
 		if b.revoked {
 			return nil // a rebalance discards; the process could not have known
 		}
@@ -90,21 +93,18 @@ func (s *Sidecar) handle(c *conversation, msg *flowv1.FromProcess) error {
 		if err != nil {
 			return err
 		}
-		s.answered(c, b)
-		if b.revoked || b.p.epoch != b.epoch {
-			s.drop(b)
-			return nil
+		if b.stateful {
+			_, err := s.ackArrived(c, b) // answered once its Staged is in too
+			return err
 		}
-		s.metrics.roundTrip.Observe(s.now().Sub(b.sentAt).Seconds())
-		c.acked = append(c.acked, b)
-		select {
-		case c.commitKick <- struct{}{}:
-		default:
-		}
+		s.joined(c, b)
 	case *flowv1.FromProcess_Fail:
 		b, err := c.lookup(m.Fail.GetBatchId(), "a Fail")
 		if err != nil {
 			return err
+		}
+		if b.acked {
+			return streamFailed(causeProtocol, "a Fail for batch %d, which was already acknowledged", b.id)
 		}
 		if b.revoked {
 			s.answered(c, b)

@@ -42,6 +42,12 @@ const (
 	// busy partition, so committing each costs a request (or a transaction) per 100 records,
 	// while a crash redelivers at most this long's confirmed work.
 	DefaultCommitInterval = 100 * time.Millisecond
+	// DefaultStateDir is where the store files are (FLOW_STATE_DIR): in Kubernetes an emptyDir,
+	// so a restarted container finds them and a rescheduled pod starts clean.
+	DefaultStateDir = "/tmp/millrace-state"
+	// defaultStateKeepRevoked is how long a revoked partition's file is kept for a partition
+	// that comes back to catch up instead of restoring (FLOW_STATE_KEEP_REVOKED).
+	defaultStateKeepRevoked = 10 * time.Minute
 	// CommitEveryRound as Config.CommitInterval commits after every round
 	// (FLOW_COMMIT_INTERVAL=0).
 	CommitEveryRound time.Duration = -1
@@ -80,6 +86,8 @@ func defaultConfig() Config {
 		FailureBackoff:    defaultFailureBackoff,
 		Delivery:          AtLeastOnce,
 		Compression:       CompressionNone,
+		StateDir:          DefaultStateDir,
+		StateKeepRevoked:  defaultStateKeepRevoked,
 	}
 }
 
@@ -106,6 +114,8 @@ func (c *Config) withDefaults() {
 	c.CommitInterval = cmp.Or(c.CommitInterval, d.CommitInterval)
 	c.Delivery = cmp.Or(c.Delivery, d.Delivery)
 	c.Compression = cmp.Or(c.Compression, d.Compression)
+	c.StateDir = cmp.Or(c.StateDir, d.StateDir)
+	c.StateKeepRevoked = cmp.Or(c.StateKeepRevoked, d.StateKeepRevoked)
 	if c.ConsumerGroup == "" && c.Pipeline != "" && c.Streamlet != "" {
 		c.ConsumerGroup = c.Pipeline + "." + c.Streamlet
 	}
@@ -133,7 +143,59 @@ func (c *Config) validate() []string {
 	if _, err := parseDelivery(string(c.Delivery)); err != nil {
 		ps = append(ps, err.Error())
 	}
+	return append(ps, c.validateState()...)
+}
+
+// validateState returns the problems of the state settings: a changelog bound twice, or to a
+// topic the streamlet reads or writes, and a deployed descriptor that contradicts them (one
+// of a later version than BaseVersion, which keeps state, with no changelog; one of
+// BaseVersion with one).
+func (c *Config) validateState() []string {
+	var ps []string
+	used := map[string]string{} // topic → what binds it
+	for _, in := range c.Inlets {
+		used[in.Topic] = "inlet " + in.Port + "'s topic (FLOW_INLETS)"
+	}
+	for _, out := range c.Outlets {
+		used[out.Topic] = cmp.Or(used[out.Topic], "outlet "+out.Port+"'s topic (FLOW_OUTLETS)")
+	}
+	var stateful []string
+	for _, in := range c.Inlets {
+		if in.StateTopic == "" {
+			continue
+		}
+		stateful = append(stateful, in.Port)
+		v := protocol.StateTopicVar(in.Port)
+		if other, ok := used[in.StateTopic]; ok {
+			ps = append(ps, fmt.Sprintf("%s=%s is also %s: a changelog is a topic of its own (e.g. %s.%s.state)", v, in.StateTopic, other, c.ConsumerGroup, in.Port))
+			continue
+		}
+		used[in.StateTopic] = "inlet " + in.Port + "'s changelog (" + v + ")"
+	}
+	if c.Deployed == nil {
+		return ps
+	}
+	version := c.Deployed.GetProtocolVersion()
+	keepsState := protocol.CheckVersionAgainst(protocol.BaseVersion, version) != nil
+	switch {
+	case keepsState && len(stateful) == 0:
+		ps = append(ps, fmt.Sprintf("FLOW_DESCRIPTOR=%s speaks protocol %s (its action keeps state) but no FLOW_INLET_<PORT>_STATE_TOPIC is set: set one for each inlet of its --state (millrace describe prints them)", c.DescriptorPath, version))
+	case !keepsState && len(stateful) > 0:
+		for _, port := range stateful {
+			ps = append(ps, fmt.Sprintf("%s is set but FLOW_DESCRIPTOR=%s speaks protocol %s (its action keeps no state): deploy the descriptor of an action line with --state %s, or unset the variable", protocol.StateTopicVar(port), c.DescriptorPath, version, port))
+		}
+	}
 	return ps
+}
+
+// keepsState reports whether an inlet of the deployment keeps state.
+func (c *Config) keepsState() bool {
+	for _, in := range c.Inlets {
+		if in.StateTopic != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Settings is every variable `millrace sidecar` reads, with its default and meaning, the Kafka
@@ -147,10 +209,11 @@ var Settings = withKafkaVars([]settings.Var{
 	{Name: "FLOW_OUTLETS", Default: "required for declared ports", Meaning: "outlet bindings port=topic,port=topic"},
 	{Name: "FLOW_INLET_<PORT>_BATCH_MAX_RECORDS", Default: strconv.Itoa(DefaultBatchMaxRecords), Meaning: "records per batch of one inlet (<PORT> upper case, - as _)"},
 	{Name: "FLOW_INLET_<PORT>_BATCH_MAX_BYTES", Default: settings.FormatSize(DefaultBatchMaxBytes), Meaning: "bytes per batch of one inlet, a size"},
+	{Name: "FLOW_INLET_<PORT>_STATE_TOPIC", Default: "—", Meaning: "the inlet's changelog topic (compacted, the inlet's partitions); set, the inlet keeps state per key"},
 	{Name: "FLOW_CONFIG", Default: "{}", Meaning: "deploy-time config values, a JSON object"},
 	{Name: "FLOW_CONSUMER_GROUP", Default: "<pipeline>.<streamlet>", Meaning: "the consumer group"},
 	{Name: protocol.EnvProcessPort, Default: strconv.Itoa(defaultConfig().ProcessPort), Meaning: "the streamlet process's port on 127.0.0.1"},
-	{Name: protocol.EnvSidecarPort, Default: strconv.Itoa(defaultConfig().SidecarPort), Meaning: "reserved; checked, never bound"},
+	{Name: protocol.EnvSidecarPort, Default: strconv.Itoa(defaultConfig().SidecarPort), Meaning: "the State service, on 127.0.0.1, bound only when an inlet keeps state"},
 	{Name: "FLOW_READINESS_FILE", Default: defaultConfig().ReadinessFile, Meaning: "written once a conversation is open"},
 	{Name: protocol.EnvStallWarningAfter, Default: settings.FormatDuration(defaultConfig().StallWarningAfter), Meaning: "a partition failing this long gets a PartitionStalled Event"},
 	{Name: "FLOW_MAX_MESSAGE_BYTES", Default: settings.FormatSize(int64(defaultConfig().MaxMessageBytes)), Meaning: "the gRPC message limit both ways, and the producer's batch cap"},
@@ -161,6 +224,8 @@ var Settings = withKafkaVars([]settings.Var{
 	{Name: envDelivery, Default: string(defaultConfig().Delivery), Meaning: "exactly-once: each commit interval is one Kafka transaction (emits and offsets)"},
 	{Name: "FLOW_COMMIT_INTERVAL", Default: settings.FormatDuration(defaultConfig().CommitInterval), Meaning: "how often confirmed offsets are committed; 0 after every round"},
 	{Name: envCompression, Default: string(defaultConfig().Compression), Meaning: "the emits' record batch compression: none, gzip, snappy, lz4 or zstd"},
+	{Name: "FLOW_STATE_DIR", Default: defaultConfig().StateDir, Meaning: "where the stateful inlets' store files are; an emptyDir in Kubernetes"},
+	{Name: "FLOW_STATE_KEEP_REVOKED", Default: settings.FormatDuration(defaultConfig().StateKeepRevoked), Meaning: "how long a revoked partition's store file is kept in case it comes back"},
 	{Name: "FLOW_SESSION_TIMEOUT", Default: settings.FormatDuration(defaultConfig().SessionTimeout), Meaning: "the consumer group session timeout"},
 	{Name: "FLOW_LEAVE_GROUP_ON_SHUTDOWN", Default: strconv.FormatBool(!defaultConfig().KeepMembershipOnShutdown), Meaning: "with FLOW_POD_NAME (static membership): leave the group on SIGTERM"},
 	{Name: "FLOW_POD_NAME", Default: "required in Kubernetes", Meaning: "the pod stall Events are about (downward API); the static group member id"},

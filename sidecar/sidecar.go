@@ -31,6 +31,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 )
 
@@ -73,6 +74,11 @@ var (
 	// errTxnDenied is wrapped, with a *PermissionError, when the broker stops allowing the
 	// transactional id while running: the sidecar stops, as when fenced.
 	errTxnDenied = errors.New("sidecar: Kafka refused the transactional id while running")
+	// ErrChangelog is wrapped by Run when a stateful inlet's changelog topic cannot keep
+	// state (missing, not compacted, partitioned unlike its inlet, out of the principal's
+	// reach) or cannot be checked: a *ChangelogError lists every problem; the sidecar must
+	// exit non-zero.
+	ErrChangelog = errors.New("sidecar: the changelog topics cannot keep state")
 )
 
 // Sidecar runs one streamlet instance's side of the protocol. Build it with New and call Run
@@ -114,6 +120,10 @@ type Sidecar struct {
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
 
+	// version is the protocol version the sidecar speaks: protocol.Version; tests make it
+	// speak an earlier one.
+	version string
+
 	now func() time.Time
 	// after is time.After on the clock of now: the commit interval's and the hand-over's
 	// timers. Tests replace it with now.
@@ -121,6 +131,13 @@ type Sidecar struct {
 	// sleep waits d, or until ctx ends (then it returns false): the backoffs between
 	// attempts. Tests replace it, with now, so as not to wait.
 	sleep func(ctx context.Context, d time.Duration) bool
+
+	// changelogs are the stateful inlets' changelog topics. stateCtx is the restores'
+	// context, ended by stopState when Run ends; restores counts them.
+	changelogs map[string]bool
+	stateCtx   context.Context
+	stopState  context.CancelFunc
+	restores   sync.WaitGroup
 }
 
 // stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
@@ -159,11 +176,16 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	if c.Deployed == nil || c.Deployed.GetStreamlet() == nil {
 		return nil, fmt.Errorf("%w: no deployed descriptor", errConfig)
 	}
-	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, now: time.Now, after: time.After, sleep: sleep}
+	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, version: protocol.Version, now: time.Now, after: time.After, sleep: sleep}
 	s.handed = sync.NewCond(&s.mu)
+	s.changelogs = map[string]bool{}
 	for i := range s.cfg.Inlets {
 		s.inlets[s.cfg.Inlets[i].Topic] = &s.cfg.Inlets[i]
+		if t := s.cfg.Inlets[i].StateTopic; t != "" {
+			s.changelogs[t] = true
+		}
 	}
+	s.stateCtx, s.stopState = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ProcessPort))
 	// No keepalive pings: the spec promises a process's default ping policy is never provoked.
@@ -246,6 +268,8 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	s.removeReadiness()
 	defer s.removeReadiness()
+	// After the Kafka client's close (the revocations it makes), the stores close.
+	defer s.closeStores()
 	defer func() {
 		if s.kafka != nil {
 			s.kafka.close(s.log)
@@ -254,6 +278,19 @@ func (s *Sidecar) Run(ctx context.Context) error {
 
 	if err := s.checkKafka(ctx); err != nil {
 		return err
+	}
+	if err := s.checkChangelogs(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	stateLis, err := s.listenState()
+	if err != nil {
+		return err
+	}
+	if stateLis != nil {
+		defer s.serveState(stateLis)()
 	}
 	failures := s.newBackoff(s.cfg.FailureBackoff)
 	for {
@@ -277,6 +314,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			}
 		}
 		start.MaxMessageBytes = s.outletLimits(ctx)
+		s.changelogLimits(ctx)
 		began := s.now()
 		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)
@@ -288,6 +326,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				s.log.Warn("stream ended during shutdown", "error", err)
 			}
 			return nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return err // the State service's Open was refused: it can only repeat
 		}
 		if errors.Is(err, ErrFenced) {
 			s.log.Error("fenced; stopping", "error", err, "transactional_id", s.cfg.TransactionalID)

@@ -25,7 +25,7 @@ func (s *Sidecar) checkStalls(ctx context.Context) {
 	now := s.now()
 	s.mu.Lock()
 	for _, p := range s.order {
-		if p.stallSince.IsZero() || p.warned || !p.owned || len(p.queue) == 0 {
+		if p.stallSince.IsZero() || p.warned || !p.owned || p.restoring || len(p.queue) == 0 {
 			continue
 		}
 		if d := now.Sub(p.stallSince); d >= s.cfg.StallWarningAfter {

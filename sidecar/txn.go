@@ -241,11 +241,14 @@ func (s *Sidecar) endTxn(c *conversation) error {
 				b.p.commits++
 				emits += int64(len(b.emits))
 				for _, r := range b.emits {
-					s.metrics.outlet(r.Topic).produced.Inc() // confirmed, and committed
+					if !s.changelogs[r.Topic] {
+						s.metrics.outlet(r.Topic).produced.Inc() // confirmed, and committed
+					}
 				}
 			}
 			s.stats.EmitsProduced += emits
 			s.mu.Unlock()
+			s.promote(batches) // committed: the transaction's states move into the stores
 			s.settle(batches)
 			return nil
 		}

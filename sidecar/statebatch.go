@@ -1,0 +1,141 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
+	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
+)
+
+// entryOverhead is what one entry adds to a batch's states besides its key and value, for the
+// batch's bytes (records and states together under batch.max-bytes).
+const entryOverhead = 8
+
+// stateRead is what a batch's states are read from, taken with its records under mu and read
+// by sendStates without it: the overlay's entries are copied here, the store is read then.
+type stateRead struct {
+	link  *stateLink
+	store *state.Partition
+	b     *batch
+	recs  []record       // the batch's records, copied out of the queue
+	order [][]byte       // the distinct keys, in record order
+	count map[string]int // records per key
+	// overlay holds the keys the overlay answers (nil: deleted, no state); missing are read
+	// from the store.
+	overlay   map[string][]byte
+	missing   [][]byte
+	notBefore int64 // ms; a state written before it has expired
+}
+
+// readFor takes what batch b's states are read from: its keys, the overlay's answers, the
+// store. Called with mu held.
+func (s *Sidecar) readFor(c *conversation, b *batch, recs []record) *stateRead {
+	p := b.p
+	b.stateful = true
+	r := &stateRead{link: c.state, store: p.store, b: b, recs: append([]record(nil), recs...),
+		count: map[string]int{}, overlay: map[string][]byte{}, notBefore: math.MinInt64}
+	if ttl := s.stateTTL(c, p.inlet.Port); ttl > 0 {
+		r.notBefore = s.now().Add(-ttl).UnixMilli()
+	}
+	for _, rec := range r.recs {
+		key := rec.in.GetRecord().Key
+		if key == nil {
+			continue // a keyless record has no state
+		}
+		k := string(key)
+		r.count[k]++
+		if r.count[k] > 1 {
+			continue
+		}
+		r.order = append(r.order, key)
+		if o, ok := p.overlay[k]; ok {
+			r.overlay[k] = o.value
+		} else {
+			r.missing = append(r.missing, key)
+		}
+	}
+	return r
+}
+
+// sendStates reads a batch's states (the store in one read transaction), trims the batch from
+// its end while its records and states together pass the inlet's batch.max-bytes (never below
+// one record), and sends its BatchState, before its Batch. Called with sendMu held, not mu.
+func (s *Sidecar) sendStates(c *conversation, msg *flowv1.Batch, r *stateRead) error {
+	b := r.b
+	values := make(map[string][]byte, len(r.order))
+	for k, v := range r.overlay {
+		if v != nil {
+			values[k] = v
+		}
+	}
+	if len(r.missing) > 0 {
+		got, err := r.store.Get(r.missing, r.notBefore, nil)
+		if err != nil && errors.Is(err, state.ErrClosed) {
+			s.mu.Lock()
+			revoked := b.revoked || b.p.epoch != b.epoch
+			s.mu.Unlock()
+			if revoked {
+				err = nil // a rebalance took the partition: the batch's answers are dropped
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading the states of batch %d (topic %s partition %d) from the state file: %w", errStreamFailed, b.id, b.p.topic, b.p.partition, err)
+		}
+		for _, e := range got {
+			values[string(e.Key)] = e.Value
+		}
+	}
+	total := 0
+	for _, rec := range r.recs {
+		total += rec.size
+	}
+	for _, v := range values {
+		total += len(v)
+	}
+	for k := range values {
+		total += len(k) + entryOverhead
+	}
+	n := len(r.recs)
+	for n > 1 && total > b.p.inlet.MaxBytes {
+		n--
+		total -= r.recs[n].size
+		key := r.recs[n].in.GetRecord().Key
+		if key == nil {
+			continue
+		}
+		k := string(key)
+		if r.count[k]--; r.count[k] == 0 {
+			if v, ok := values[k]; ok {
+				total -= len(k) + len(v) + entryOverhead
+				delete(values, k)
+			}
+		}
+	}
+	entries := make([]*statev1.Entry, 0, len(values))
+	keys := make(map[string]struct{}, len(r.order))
+	for _, key := range r.order {
+		k := string(key)
+		if r.count[k] == 0 {
+			continue
+		}
+		keys[k] = struct{}{}
+		if v, ok := values[k]; ok {
+			entries = append(entries, &statev1.Entry{Key: key, Value: v})
+		}
+	}
+	s.mu.Lock()
+	b.keys = keys
+	if n < b.n {
+		if b.p.inflight == b && b.p.epoch == b.epoch {
+			b.p.sent -= b.n - n
+		}
+		b.n, b.last = n, r.recs[n-1]
+		msg.Records = msg.Records[:n]
+	}
+	s.metrics.inlet(b.p.topic).sent.Add(float64(n))
+	s.mu.Unlock()
+	return r.link.sendBatchState(b.id, entries)
+}

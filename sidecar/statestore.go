@@ -1,0 +1,346 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
+)
+
+// State per key, the sidecar's side (docs/state.md, sections 2 and 4): each owned partition of
+// an inlet with a changelog (Inlet.StateTopic) has a store file under Config.StateDir, restored
+// from the changelog when the partition is assigned and caught up at every new conversation;
+// no batch of the partition is sent meanwhile. The states a batch staged are held as changelog
+// records with its emits, in its partition's overlay until Kafka holds them (at least once:
+// confirmed; exactly once: committed), and then moved into the store.
+
+// partState is what a partition of a stateful inlet keeps of its state. Guarded by
+// Sidecar.mu, except storeMu.
+type partState struct {
+	store *state.Partition // open while the partition is owned and its file usable; else nil
+	// restoring is set while the store is opened or restored: no batch of the partition is
+	// sent, and its stall clock does not run.
+	restoring bool
+	// restoreGen tells a restore it was superseded (a new assignment, a revocation, a newer
+	// catch-up); cancelRestore cancels the current one.
+	restoreGen    uint64
+	cancelRestore context.CancelFunc
+	// storeMu is held by whoever writes the store: a restore, or a promotion. One restore at
+	// a time per partition, and never a promotion inside a restore.
+	storeMu sync.Mutex
+	// overlay holds the states acknowledged in batches and not yet in the store, by key.
+	overlay map[string]staged
+	// kept is a revoked partition's closed file, deleted when removeKept fires unless the
+	// partition comes back first.
+	kept       *state.Partition
+	removeKept *time.Timer
+	// keys and bytes are the store's counts, as last read (the metrics).
+	keys, bytes int64
+}
+
+// staged is a state acknowledged in a batch, held until its record is confirmed (at least
+// once) or its transaction commits (exactly once).
+type staged struct {
+	value []byte // nil: delete
+	b     *batch
+}
+
+// stateful reports whether p's inlet keeps state.
+func (p *partition) stateful() bool { return p.inlet != nil && p.inlet.StateTopic != "" }
+
+// stateReady reports whether a batch of p may be sent in conversation c: always for a
+// stateless inlet; for a stateful one once the process opened the State service and the
+// partition is restored. Called with mu held.
+func (p *partition) stateReady(c *conversation) bool {
+	return !p.stateful() || (c.state != nil && !p.restoring && p.store != nil)
+}
+
+// stateDir is where the store files are.
+func (s *Sidecar) stateDir() string { return s.cfg.StateDir }
+
+// startRestoreLocked marks p restoring and starts a restore of its store (a full restore or a
+// catch-up, as its file allows), superseding any restore of p in progress. Called with mu
+// held.
+func (s *Sidecar) startRestoreLocked(p *partition) {
+	if !p.stateful() {
+		return
+	}
+	if p.cancelRestore != nil {
+		p.cancelRestore()
+	}
+	p.restoring = true
+	p.restoreGen++
+	ctx, cancel := context.WithCancel(s.stateCtx)
+	p.cancelRestore = cancel
+	s.restores.Add(1)
+	go func(gen uint64) {
+		defer s.restores.Done()
+		defer cancel()
+		s.restore(ctx, p, gen)
+	}(p.restoreGen)
+}
+
+// stopRestoreLocked supersedes p's restore in progress, if any. Called with mu held.
+func (s *Sidecar) stopRestoreLocked(p *partition) {
+	if p.cancelRestore != nil {
+		p.cancelRestore()
+		p.cancelRestore = nil
+	}
+	p.restoreGen++
+	p.restoring = false
+}
+
+// restore opens p's store if it is not open and brings it to the changelog's end, retrying
+// with the failure backoff until it succeeds or is superseded; then p is served.
+func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
+	p.storeMu.Lock()
+	defer p.storeMu.Unlock()
+	topic := p.inlet.StateTopic
+	wait := s.newBackoff(s.cfg.FailureBackoff)
+	current := func() bool { return p.restoreGen == gen && p.owned && ctx.Err() == nil }
+	for {
+		s.mu.Lock()
+		if !current() {
+			s.mu.Unlock()
+			return
+		}
+		st := p.store
+		s.mu.Unlock()
+		if st == nil {
+			opened, _, err := state.Open(s.stateDir(), topic, p.partition, state.Options{Log: s.log})
+			if err != nil {
+				s.log.Error("cannot open the state file of a partition; its batches wait", "topic", topic, "partition", p.partition, "dir", s.stateDir(), "error", err)
+				if !s.sleep(ctx, wait.NextBackOff()) {
+					return
+				}
+				continue
+			}
+			s.mu.Lock()
+			if !current() {
+				s.mu.Unlock()
+				opened.Close()
+				return
+			}
+			p.store, st = opened, opened
+			s.mu.Unlock()
+		}
+		began := s.now()
+		s.metrics.state.restoring(topic, p.partition, true)
+		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log})
+		s.metrics.state.restored(topic, r, s.now().Sub(began))
+		if err != nil {
+			s.metrics.state.restoring(topic, p.partition, false)
+			if ctx.Err() != nil || errors.Is(err, state.ErrClosed) {
+				return
+			}
+			s.log.Warn("cannot restore the state of a partition; retrying, its batches wait", "topic", topic, "partition", p.partition, "error", err)
+			if !s.sleep(ctx, wait.NextBackOff()) {
+				return
+			}
+			continue
+		}
+		cp, _ := st.Checkpoint()
+		s.mu.Lock()
+		done := current()
+		if done {
+			p.restoring = false
+			p.keys, p.bytes = cp.Keys, cp.Bytes
+		}
+		s.mu.Unlock()
+		s.metrics.state.restoring(topic, p.partition, false)
+		if done {
+			if r.Full || r.Records > 0 {
+				s.log.Info("state restored", "topic", topic, "partition", p.partition, "full", r.Full, "reason", r.Reason, "from", r.From, "to", r.To, "records", r.Records, "keys", cp.Keys)
+			}
+			s.kickSender()
+		}
+		return
+	}
+}
+
+// assignState starts the restore of a newly assigned partition of a stateful inlet, taking
+// back its kept file if it was revoked lately. Called with mu held.
+func (s *Sidecar) assignState(p *partition) {
+	if !p.stateful() {
+		return
+	}
+	if p.removeKept != nil {
+		p.removeKept.Stop()
+		p.removeKept, p.kept = nil, nil
+	}
+	p.overlay = nil
+	s.startRestoreLocked(p)
+}
+
+// revokeState gives up the state of a revoked or lost partition: its restore stops, its
+// overlay is dropped, and its store is returned to be closed (outside mu) and kept for
+// StateKeepRevoked. Called with mu held.
+func (s *Sidecar) revokeState(p *partition) *state.Partition {
+	if !p.stateful() {
+		return nil
+	}
+	s.stopRestoreLocked(p)
+	p.overlay = nil
+	st := p.store
+	p.store = nil
+	p.keys, p.bytes = 0, 0
+	return st
+}
+
+// keepRevoked closes the stores of revoked partitions and deletes each file once
+// StateKeepRevoked has passed, unless its partition was assigned again meanwhile.
+func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
+	keep := s.cfg.StateKeepRevoked
+	for p, st := range stores {
+		// The restore that may still use it holds storeMu until it has seen it superseded.
+		p.storeMu.Lock()
+		err := st.Close()
+		p.storeMu.Unlock()
+		if err != nil {
+			s.log.Warn("cannot close the state file of a revoked partition; it is deleted", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+			keep = 0
+		}
+		s.mu.Lock()
+		if !p.owned && p.store == nil {
+			p.kept = st
+			p.removeKept = time.AfterFunc(keep, func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if p.kept != st {
+					return // assigned again: the restore took the file back
+				}
+				p.kept, p.removeKept = nil, nil
+				if err := st.Remove(); err != nil {
+					s.log.Warn("cannot delete the state file of a revoked partition", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+				}
+			})
+		}
+		s.mu.Unlock()
+	}
+}
+
+// closeStores ends every restore and closes every store when Run ends: the files stay, and a
+// sidecar started again catches up from them.
+func (s *Sidecar) closeStores() {
+	s.stopState()
+	s.restores.Wait()
+	s.mu.Lock()
+	var open []*partition
+	for _, p := range s.order {
+		if p.removeKept != nil {
+			p.removeKept.Stop()
+			p.removeKept, p.kept = nil, nil
+		}
+		if p.store != nil {
+			open = append(open, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range open {
+		if err := p.store.Close(); err != nil {
+			s.log.Warn("cannot close a state file", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+		}
+	}
+}
+
+// catchUpLocked is a new conversation's rule: once the old committer is done, what the old
+// conversation acknowledged is in Kafka or never will be, so every overlay is dropped and every
+// owned stateful partition catches up from its file before its next batch. A partition still
+// restoring sent nothing meanwhile and goes on. Without restore, the overlays are dropped
+// only. Called with mu held.
+func (s *Sidecar) catchUpLocked(restore bool) {
+	for _, p := range s.order {
+		if !p.stateful() || !p.owned {
+			continue
+		}
+		p.overlay = nil
+		if restore && !p.restoring {
+			s.startRestoreLocked(p)
+		}
+	}
+}
+
+// promote moves the states of batches Kafka now holds (confirmed at least once, committed
+// exactly once) from their partitions' overlays into the stores, each store's position past
+// the batch's last changelog record. A batch no longer owned as when sent is skipped (its
+// overlay went with the revocation). A store that cannot be written is caught up from the
+// changelog before the partition's next batch.
+func (s *Sidecar) promote(batches []*batch) {
+	for _, b := range batches {
+		if len(b.state) == 0 {
+			continue
+		}
+		p := b.p
+		s.mu.Lock()
+		st := p.store
+		ok := st != nil && !b.revoked && p.owned && p.epoch == b.epoch && !p.restoring
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		es := make([]state.Entry, len(b.state))
+		last := int64(-1)
+		for i, r := range b.state {
+			es[i] = state.Entry{Key: b.stateKeys[i], Value: b.stateValues[i], Written: r.Timestamp.UnixMilli()}
+			last = max(last, r.Offset)
+		}
+		p.storeMu.Lock()
+		err := st.Apply(es, last+1)
+		var cp state.Checkpoint
+		if err == nil {
+			cp, _ = st.Checkpoint()
+		}
+		p.storeMu.Unlock()
+		s.mu.Lock()
+		if err != nil {
+			if p.owned && p.epoch == b.epoch {
+				s.log.Error("cannot write states into the state file; the partition catches up from the changelog", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+				p.overlay = nil
+				s.startRestoreLocked(p)
+			}
+			s.mu.Unlock()
+			continue
+		}
+		p.keys, p.bytes = cp.Keys, cp.Bytes
+		for i, k := range b.stateKeys {
+			if o, ok := p.overlay[string(k)]; ok && o.b == b {
+				delete(p.overlay, string(k))
+			}
+			s.metrics.state.wrote(p.inlet.StateTopic, b.stateValues[i] == nil)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// statePartitioner writes a changelog record to the partition it names (its input
+// partition) and leaves every other topic to franz-go's default partitioner.
+type statePartitioner struct {
+	changelogs map[string]bool
+	manual     kgo.Partitioner
+	def        kgo.Partitioner
+}
+
+func (p statePartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	if p.changelogs[topic] {
+		return p.manual.ForTopic(topic)
+	}
+	return p.def.ForTopic(topic)
+}
+
+// partitionerOpts are the producer's partitioner when some inlet keeps state; none otherwise
+// (franz-go's default stays).
+func (s *Sidecar) partitionerOpts() []kgo.Opt {
+	if len(s.changelogs) == 0 {
+		return nil
+	}
+	return []kgo.Opt{kgo.RecordPartitioner(statePartitioner{
+		changelogs: s.changelogs,
+		manual:     kgo.ManualPartitioner(),
+		// franz-go's own default (kgo's config.go).
+		def: kgo.UniformBytesPartitioner(64<<10, true, true, nil),
+	})}
+}
