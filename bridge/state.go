@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,8 +292,11 @@ func (l *stateLink) await(ctx context.Context, b *flowv1.Batch, after <-chan tim
 // messages under Opened.max_message_bytes (split with more, never within an entry).
 func (l *stateLink) sendStaged(id uint64, inlet string, o *batchOverlay) error {
 	const room = 32 // the message's own tags and lengths, the batch id, more
-	entries := make([]*statev1.Entry, 0, len(o.order))
-	for _, k := range o.order {
+	// In key order: the order records of different keys finish in is the pool's, not the
+	// batch's, and a Staged should say the same for the same batch.
+	keys := slices.Sorted(maps.Keys(o.staged))
+	entries := make([]*statev1.Entry, 0, len(keys))
+	for _, k := range keys {
 		st := o.staged[k]
 		e := &statev1.Entry{Key: []byte(k)}
 		if st.Value != nil {
@@ -354,7 +359,6 @@ type batchOverlay struct {
 
 	mu     sync.Mutex
 	staged map[string]*stdio.StagedState // by key: the last state a done record staged
-	order  []string                      // the keys of staged, in the order first staged
 	pre    []*preEmits                   // by record: emits built when it was done with a state
 	held   int64                         // the budget bytes of the staged states, until Staged is sent
 }
@@ -387,11 +391,7 @@ func (o *batchOverlay) of(key []byte) json.RawMessage {
 func (o *batchOverlay) record(key []byte, st *stdio.StagedState, held int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	k := string(key)
-	if _, ok := o.staged[k]; !ok {
-		o.order = append(o.order, k)
-	}
-	o.staged[k] = st
+	o.staged[string(key)] = st
 	o.held += held
 }
 
