@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,9 +147,12 @@ func (l *stateLink) open(ctx, sctx context.Context, a *actionconf.Action) (map[s
 
 // opened takes the sidecar's limits: each stateful inlet's must be there.
 func (l *stateLink) opened(o *statev1.Opened, a *actionconf.Action) (map[string]engine.StateLimits, error) {
+	// Only the line's inlets keep state here, whatever else Opened names (the sidecar checks
+	// Open's inlets against its own; a disagreement is its Refused).
 	l.limits = map[string]*statev1.InletLimits{}
+	given := map[string]*statev1.InletLimits{}
 	for _, in := range o.GetInlets() {
-		l.limits[in.GetInlet()] = in
+		given[in.GetInlet()] = in
 	}
 	l.maxMsg = int(o.GetMaxMessageBytes())
 	if l.maxMsg <= 0 {
@@ -155,10 +160,11 @@ func (l *stateLink) opened(o *statev1.Opened, a *actionconf.Action) (map[string]
 	}
 	limits := a.StateLimits()
 	for _, p := range a.State {
-		in, ok := l.limits[p.Port]
+		in, ok := given[p.Port]
 		if !ok {
 			return nil, rpcErrorf(codes.FailedPrecondition, "conversation %s: %w: the sidecar's Opened gives no limits for inlet %s (--state %s)", l.c.id, errStateBroken, p.Port, p.Port)
 		}
+		l.limits[p.Port] = in
 		lim := limits[p.Port]
 		if v := int(in.GetMaxValueBytes()); v > 0 && v < lim.MaxValueBytes {
 			lim.MaxValueBytes = v
@@ -286,8 +292,11 @@ func (l *stateLink) await(ctx context.Context, b *flowv1.Batch, after <-chan tim
 // messages under Opened.max_message_bytes (split with more, never within an entry).
 func (l *stateLink) sendStaged(id uint64, inlet string, o *batchOverlay) error {
 	const room = 32 // the message's own tags and lengths, the batch id, more
-	entries := make([]*statev1.Entry, 0, len(o.order))
-	for _, k := range o.order {
+	// In key order: the order records of different keys finish in is the pool's, not the
+	// batch's, and a Staged should say the same for the same batch.
+	keys := slices.Sorted(maps.Keys(o.staged))
+	entries := make([]*statev1.Entry, 0, len(keys))
+	for _, k := range keys {
 		st := o.staged[k]
 		e := &statev1.Entry{Key: []byte(k)}
 		if st.Value != nil {
@@ -350,7 +359,6 @@ type batchOverlay struct {
 
 	mu     sync.Mutex
 	staged map[string]*stdio.StagedState // by key: the last state a done record staged
-	order  []string                      // the keys of staged, in the order first staged
 	pre    []*preEmits                   // by record: emits built when it was done with a state
 	held   int64                         // the budget bytes of the staged states, until Staged is sent
 }
@@ -383,11 +391,7 @@ func (o *batchOverlay) of(key []byte) json.RawMessage {
 func (o *batchOverlay) record(key []byte, st *stdio.StagedState, held int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	k := string(key)
-	if _, ok := o.staged[k]; !ok {
-		o.order = append(o.order, k)
-	}
-	o.staged[k] = st
+	o.staged[string(key)] = st
 	o.held += held
 }
 

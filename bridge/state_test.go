@@ -468,3 +468,49 @@ func TestStateDiscover(t *testing.T) {
 		t.Errorf("bridge log lacks %q:\n%s", why, logs)
 	}
 }
+
+// TestStateOpenedWithoutInlet: an Opened that gives no limits for an inlet of the line's
+// --state ends the conversation naming it.
+func TestStateOpenedWithoutInlet(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "other"}))
+	r := startBridge(t, stateLine, func(o *bridge.Options) { o.SidecarPort = st.port })
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	if err := sc.waitEnd(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "the sidecar's Opened gives no limits for inlet in (--state in)") {
+		t.Errorf("stream ended with %v; want FAILED_PRECONDITION naming inlet in", err)
+	}
+}
+
+// TestStateTooLarge: Opened's max_record_bytes reaches the engine: a state that with its key
+// passes it fails its record for good (dead-lettered, counted too-large) and is not staged.
+func TestStateTooLarge(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in", MaxValueBytes: 8, MaxRecordBytes: 12}))
+	r := startBridge(t, "counter --in in=x.v1 --out out=y.v1 --out dl=x.v1 --dead-letter dl --state in", func(o *bridge.Options) { o.SidecarPort = st.port })
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	st.push(1)
+	sc.batch(1, 0, countRec(0, "u-7"), countRec(1, "long-key-1"))
+	a := sc.wait(1)
+	if !a.ack || len(a.emits) != 2 || a.emits[1].GetOutlet() != "dl" {
+		t.Fatalf("batch 1: %v; want Ack after u-7's emit and long-key-1 dead-lettered", a)
+	}
+	if why := string(headerValue(a.emits[1].GetRecord(), bridge.HeaderError)); !strings.Contains(why, "over the 12 bytes a changelog record of inlet in may be") {
+		t.Errorf("dead letter's error = %q; want the changelog record's limit", why)
+	}
+	if s := st.next(); entries(s) != `u-7={"n":1}` {
+		t.Errorf("Staged = %s; want only u-7's", entries(s))
+	}
+	expectEOF(t, sc.stop())
+	expectMetrics(t, r, `millrace_state_refused_total{inlet="in",reason="too-large"} 1`)
+}
+
+func headerValue(rec *flowv1.Record, key string) []byte {
+	for _, h := range rec.GetHeaders() {
+		if h.GetKey() == key {
+			return h.GetValue()
+		}
+	}
+	return nil
+}

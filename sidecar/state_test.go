@@ -328,7 +328,7 @@ func TestStateMovesWithRebalance(t *testing.T) {
 			fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
 			eb := baseEnv(t, st.b, fb, st.in, st.out)
 			for k, v := range st.e {
-				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
+				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" && k != "FLOW_SIDECAR_PORT" { // B serves State on a port of its own
 					eb[k] = v
 				}
 			}

@@ -70,7 +70,7 @@ func TestKubernetesExample(t *testing.T) {
 		}
 		cm := m["ConfigMap"]
 		if *updateDeploy {
-			if err := os.WriteFile(configMapFile, descriptorConfigMap(cm, imageVersion, descriptor), 0o644); err != nil {
+			if err := os.WriteFile(configMapFile, descriptorConfigMap(cm, imageVersion, "the same as `millrace describe actions/score-listing`", "TestKubernetesExample", descriptor), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			m = readManifests(t, manifestsDir)

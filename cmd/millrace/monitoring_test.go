@@ -25,6 +25,7 @@ const (
 	podMonitorFile   = repoRoot + "/deploy/prometheus/podmonitor.yaml"
 	kedaKafkaFile    = repoRoot + "/deploy/keda/scaledobject-kafka.yaml"
 	kedaPromFile     = repoRoot + "/deploy/keda/scaledobject-prometheus.yaml"
+	alertsTestFile   = repoRoot + "/deploy/prometheus/alerts_test.yaml"
 )
 
 // readYAML reads a manifest into v, fields unknown to v ignored.
@@ -213,10 +214,31 @@ func TestMonitoringManifests(t *testing.T) {
 			"millrace_sidecar_consumer_lag_records",
 			"unless on (namespace, pod, topic, partition)",
 			"millrace_sidecar_partition_stalled",
+			"unless on (namespace, pod, partition)",
+			"millrace_sidecar_state_restoring",
 		} {
 			if !strings.Contains(q, want) {
 				t.Errorf("%s: the query\n%s\nlacks %s", kedaPromFile, q, want)
 			}
+		}
+		// promtool runs the query itself in alerts_test.yaml (scripts/check-deploy): the copy
+		// there is this one, so what it shows of stalled and restoring partitions holds here.
+		var tests struct {
+			Tests []struct {
+				PromQL []struct {
+					Expr string `json:"expr"`
+				} `json:"promql_expr_test"`
+			} `json:"tests"`
+		}
+		readYAML(t, alertsTestFile, &tests)
+		found := false
+		for _, tc := range tests.Tests {
+			for _, e := range tc.PromQL {
+				found = found || strings.TrimSpace(e.Expr) == strings.TrimSpace(q)
+			}
+		}
+		if !found {
+			t.Errorf("%s has no promql_expr_test of the query of %s (copy it there as it is written):\n%s", alertsTestFile, kedaPromFile, q)
 		}
 	})
 }

@@ -78,7 +78,7 @@ func replayKafka(fs *flagSet, e *env, brokers string) (replay.Kafka, error) {
 
 // replayErr makes a refused connection a plain exit 1 with its message.
 func replayErr(err error) error {
-	if errors.Is(err, replay.ErrActiveGroup) || errors.Is(err, kafkaconn.ErrRefused) {
+	if errors.Is(err, replay.ErrActiveGroup) || errors.Is(err, replay.ErrStateful) || errors.Is(err, kafkaconn.ErrRefused) {
 		return &exitError{code: 1, msg: err.Error()}
 	}
 	return err
@@ -99,11 +99,13 @@ func splitBrokers(s string) []string {
 }
 
 func runRewind(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "replay rewind", "--group GROUP | --pipeline P --streamlet S  (--to-time RFC3339 | --to-offset N|earliest) [--topic T]… [--partition N]… [--dry-run]\n\n"+
+	fs := newFlagSet(e, "replay rewind", "--group GROUP | --pipeline P --streamlet S  (--to-time RFC3339 | --to-offset N|earliest) [--topic T]… [--partition N]… [--keep-state] [--dry-run]\n\n"+
 		"Sets the streamlet's consumer group back, on every partition of its topics (or those named),\n"+
 		"to the first record at or after a time, to an offset, or to the earliest one. The streamlet\n"+
 		"must be stopped: a group with members is refused. Bump FLOW_REPLAY_GENERATION on its bridge\n"+
-		"so that the replayed records get new idempotency keys."+replayKafkaHelp)
+		"so that the replayed records get new idempotency keys. A streamlet that keeps state (a compacted\n"+
+		"GROUP.PORT.state or STREAMLET.PORT.state exists) is refused without --keep-state: its states\n"+
+		"are not rewound."+replayKafkaHelp)
 	brokers := brokersFlag(fs, e)
 	group := fs.String("group", "", "the consumer `GROUP` (default <pipeline>.<streamlet>, as the sidecar's FLOW_CONSUMER_GROUP)")
 	pipeline := fs.String("pipeline", "", "the streamlet's `PIPELINE`, for its default group")
@@ -115,11 +117,19 @@ func runRewind(ctx context.Context, e *env, args []string) error {
 	fs.Var(&topics, "topic", "rewind only `TOPIC` (repeatable; default: every topic the group committed on)")
 	fs.Var(&parts, "partition", "rewind only partition `N` (repeatable; default: all)")
 	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing")
+	keepState := fs.Bool("keep-state", false, "rewind a streamlet that keeps state (--state) with its states as they are: the replayed records see today's states")
+	resetState := fs.Bool("reset-state", false, "empty the streamlet's states as well (not built: Kafka refuses DeleteRecords on a compacted topic)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fs.usageErr(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	switch {
+	case *keepState && *resetState:
+		return fs.usageErr("give --keep-state or --reset-state, not both")
+	case *resetState:
+		return &exitError{code: 1, msg: "--reset-state is not built: emptying a changelog with DeleteRecords, as designed, is refused by Kafka on a topic whose cleanup.policy is compact (docs/state.md, Open questions). Rewind with --keep-state, or stop the streamlet and delete and create its changelog topics again, then rewind with --keep-state"}
 	}
 	g := *group
 	switch {
@@ -140,6 +150,7 @@ func runRewind(ctx context.Context, e *env, args []string) error {
 	}
 	_, err = replay.Rewind(ctx, replay.RewindOptions{
 		Kafka: k, Group: g, Topics: topics, Partitions: parts, To: to, DryRun: *dryRun, Out: e.stdout,
+		Streamlet: *streamlet, KeepState: *keepState,
 	})
 	return replayErr(err)
 }

@@ -37,10 +37,15 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "rewind", "--group", "g"}, "say where to rewind to"},
 		{[]string{"replay", "rewind", "--to-offset", "earliest"}, "name the consumer group"},
 		{[]string{"replay", "dead-letters"}, "name the dead-letter topic with --from TOPIC"},
+		{[]string{"replay", "rewind", "--group", "g", "--to-offset", "0", "--keep-state", "--reset-state"}, "not both"},
 	} {
 		if code, _, errOut := runCmd(t, tt.args...); code != 2 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("%v = %d, %s; want 2 and %q", tt.args, code, errOut, tt.want)
 		}
+	}
+	// --reset-state is refused before anything is asked of Kafka, saying why it is not built.
+	if code, _, errOut := runCmd(t, "replay", "rewind", "--brokers", strings.Join(b.Addrs, ","), "--group", "g", "--to-offset", "0", "--reset-state"); code != 1 || !strings.Contains(errOut, "DeleteRecords") || !strings.Contains(errOut, "--keep-state") {
+		t.Errorf("replay rewind --reset-state = %d, %s; want 1, naming DeleteRecords and --keep-state", code, errOut)
 	}
 }
 

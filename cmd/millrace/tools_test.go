@@ -66,6 +66,46 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
+// TestDescribeState: for a line with --state, describe's stdout is still the descriptor alone
+// (1.1 when state is on) and its stderr names each changelog topic to create, compacted with
+// the inlet's partitions, and the variable binding it; --group names them after the group.
+func TestDescribeState(t *testing.T) {
+	line := "count --in events=event.v1 --in clicks=click.v1 --out counts=count.v1 --state events,ttl=720h --state clicks -- python3 main.py"
+	a, err := actionconf.ParseString(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := protocol.MarshalDescriptor(a.Spec(Version()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, "describe", line)
+	if code != 0 || out != string(want)+"\n" {
+		t.Fatalf("describe LINE = %d, %q (stderr %s); want 0 and the descriptor %s", code, out, errOut, want)
+	}
+	for _, w := range []string{
+		"kafka-topics.sh --bootstrap-server BROKERS --create --topic PIPELINE.count.events.state --partitions N --config cleanup.policy=compact",
+		"FLOW_INLET_EVENTS_STATE_TOPIC=PIPELINE.count.events.state",
+		"FLOW_INLET_CLICKS_STATE_TOPIC=PIPELINE.count.clicks.state",
+		"give --group GROUP",
+		"Read, Write, Describe and DescribeConfigs",
+	} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("describe LINE's stderr =\n%s\nlacks %q", errOut, w)
+		}
+	}
+	_, _, errOut = runCmd(t, "describe", "--group", "listings.count", line)
+	if w := "FLOW_INLET_EVENTS_STATE_TOPIC=listings.count.events.state"; !strings.Contains(errOut, w) || strings.Contains(errOut, "PIPELINE") {
+		t.Errorf("describe --group listings.count LINE's stderr =\n%s\nwant %q and no placeholder", errOut, w)
+	}
+	if code, out, errOut := runCmd(t, "describe", "tiny --in a=a.v1 --out b=b.v1 -- cat"); code != 0 || errOut != "" || !strings.HasSuffix(out, "}\n") {
+		t.Errorf("describe of a stateless line = %d, %q, stderr %q; want the descriptor and nothing on stderr", code, out, errOut)
+	}
+	if code, _, errOut := runCmd(t, "describe", "--group", "g", "tiny --in a=a.v1 --out b=b.v1 -- cat"); code != 2 || !strings.Contains(errOut, "keeps no state") {
+		t.Errorf("describe --group on a stateless line = %d, %q; want 2, saying it keeps no state", code, errOut)
+	}
+}
+
 // TestInitThenTest is an author's first minutes, through the commands, for every language
 // with an SDK and for raw: init, then conformance, fixtures and a run on the sample all pass
 // (the time of the four is logged: under 10 s on a quiet machine); a broken golden file makes
@@ -107,6 +147,39 @@ func TestInitThenTest(t *testing.T) {
 			}
 			if code, out, _ := runCmd(t, "test", "action", dir); code != 0 {
 				t.Fatalf("test after --update = %d:\n%s", code, out)
+			}
+		})
+	}
+}
+
+// TestInitStateThenTest: `init --state` writes a line keeping state on the inlet it names, and
+// `millrace test` runs that line's fixtures with state kept per key (the golden files' "state"
+// compared), as it runs the kit's state check with the line's limits.
+func TestInitStateThenTest(t *testing.T) {
+	for _, lang := range []string{"bash", "python"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "x")
+			if code, out, errOut := runCmd(t, "init", "action", dir, "--lang", lang, "--state", "events,ttl=24h"); code != 0 {
+				t.Fatalf("init --state = %d: %s%s", code, out, errOut)
+			}
+			conf, err := os.ReadFile(filepath.Join(dir, "action.conf"))
+			if err != nil || !strings.Contains(string(conf), "--in events=x-request.v1") || !strings.Contains(string(conf), " --state events,ttl=24h ") {
+				t.Fatalf("action.conf = %s, %v; want inlet events and --state events,ttl=24h on the line", conf, err)
+			}
+			if code, out, errOut := runCmd(t, "test", "action", dir, "--conformance"); code != 0 || !strings.Contains(out, "PASS state: ") || !strings.HasSuffix(out, "x: conformant\n") {
+				t.Fatalf("test --conformance = %d:\n%s%s", code, out, errOut)
+			}
+			if code, out, errOut := runCmd(t, "test", "action", dir); code != 0 || !strings.Contains(out, "all pass") {
+				t.Fatalf("test = %d:\n%s%s", code, out, errOut)
+			}
+			// a golden state the action does not reach fails the file, naming the field
+			golden := filepath.Join(dir, "fixtures", "formal.out.jsonl")
+			if err := os.WriteFile(golden, []byte(`{"outcome":"done","state":{"visits":41}}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code, out, _ := runCmd(t, "test", "action", dir); code != 1 || !strings.Contains(out, "state.visits: want 41, got 42") {
+				t.Fatalf("test with a wrong golden state = %d:\n%s", code, out)
 			}
 		})
 	}

@@ -89,7 +89,9 @@ type runner struct {
 	inputEOF bool
 
 	streamlets []*running
-	lr         *localRegistry // the embedded schema registry; nil without encoded ports
+	lr         *localRegistry   // the embedded schema registry; nil without encoded ports
+	stateRoot  string           // the stateful streamlets' stores go in stateRoot/STREAMLET; "": none keeps state
+	keys       map[string]int64 // keys held by each stateful inlet (STREAMLET.PORT) as the run stopped
 }
 
 // Run runs the pipeline: it starts the broker (unless opts.Brokers names one), creates the
@@ -128,6 +130,12 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 	}
 	defer lr.close()
 	r.lr = lr
+	root, removeState, err := stateRoot(p, opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer removeState() // after the sidecars stopped (stop, below) and closed their files
+	r.stateRoot = root
 	for _, s := range p.Streamlets {
 		for _, o := range s.Action.Outlets {
 			r.outlets[s.Bindings[o.Name]] = outletName{s.Action.Name, o.Name}
@@ -159,6 +167,9 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 	r.adm = kadm.NewClient(admin)
 	r.adm.SetTimeoutMillis(10_000) // a CreateTopics the broker cannot finish in 10 s fails
 	if err := r.createTopics(ctx, partitionsGiven); err != nil {
+		return nil, err
+	}
+	if err := r.createChangelogs(ctx); err != nil {
 		return nil, err
 	}
 	// print only what this run produces: from the outlets' end offsets now
@@ -194,6 +205,10 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 	var started []*running
 	stop := func(abort bool) {
 		stopMetrics()
+		keys := stateKeys(started)
+		r.mu.Lock()
+		r.keys = keys
+		r.mu.Unlock()
 		if abort { // a fault that can only repeat: nothing in flight will succeed, so none is waited for
 			for _, st := range started {
 				st.sidecar.cancel()

@@ -19,6 +19,9 @@ type Summary struct {
 	Retries   int            `json:"retries"`   // attempts the actions failed and retried
 	Elapsed   time.Duration  `json:"elapsedNs"`
 	Complete  bool           `json:"complete"` // every input line was processed and committed
+	// State is how many keys each stateful inlet's store held as the run stopped, by
+	// STREAMLET.PORT; nil when no streamlet keeps state.
+	State map[string]int64 `json:"state,omitempty"`
 }
 
 // Total returns the number of output records.
@@ -40,13 +43,21 @@ func (s *Summary) String() string {
 	if len(outs) > 0 {
 		detail = " (" + strings.Join(outs, ", ") + ")"
 	}
-	return fmt.Sprintf("%s in, %d committed, %d out%s, %d failed, %d retried, in %s", plural(s.In, "record", "records"), s.Committed, s.Total(), detail, s.Failed, s.Retries, s.Elapsed.Round(time.Millisecond))
+	line := fmt.Sprintf("%s in, %d committed, %d out%s, %d failed, %d retried, in %s", plural(s.In, "record", "records"), s.Committed, s.Total(), detail, s.Failed, s.Retries, s.Elapsed.Round(time.Millisecond))
+	if len(s.State) > 0 {
+		var held []string
+		for _, k := range slices.Sorted(maps.Keys(s.State)) {
+			held = append(held, fmt.Sprintf("%s %s", k, plural(int(s.State[k]), "key", "keys")))
+		}
+		line += "; state held: " + strings.Join(held, ", ")
+	}
+	return line
 }
 
 func (r *runner) summary(complete bool) *Summary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := &Summary{In: r.in, Out: map[string]int{}, Elapsed: time.Since(r.start), Complete: complete}
+	s := &Summary{In: r.in, Out: map[string]int{}, Elapsed: time.Since(r.start), Complete: complete, State: r.keys}
 	for k, v := range r.out {
 		s.Out[k] = v
 	}

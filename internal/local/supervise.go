@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
@@ -84,7 +85,15 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 		}
 	}
 	events := func(e bridge.Event) { st.faults.event(context.WithoutCancel(ctx), e) }
-	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events, Registry: r.lr.registryOf(s)})
+	sidecarPort := 0 // a stateless line dials no State service
+	if len(s.Action.State) > 0 {
+		var err error
+		if sidecarPort, err = freeLoopbackPort(); err != nil {
+			_ = tracer.Shutdown(ctx)
+			return nil, fmt.Errorf("streamlet %s: %w", name, err)
+		}
+	}
+	srv, err := bridge.NewServer(bridge.Options{Action: s.Action.Action, Version: r.opts.Version, Logger: blog, Metrics: st.metrics, Tracer: tracer, Events: events, Registry: r.lr.registryOf(s), SidecarPort: sidecarPort})
 	if err != nil {
 		_ = tracer.Shutdown(ctx)
 		return nil, err
@@ -105,24 +114,7 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 		return err
 	})
 
-	cfg := &sidecar.Config{
-		Brokers: brokers, Pipeline: r.p.Name, Streamlet: name, Deployed: s.Action.Spec(r.opts.Version),
-		ConfigValues: s.Values, ProcessPort: lis.Addr().(*net.TCPAddr).Port, SidecarVersion: r.opts.Version,
-		ConsumerGroup:     st.group,
-		StallWarningAfter: r.opts.StallAfter,
-		DiscoveryBackoff:  localDiscoveryBackoff,
-		FailureBackoff:    localFailureBackoff,
-	}
-	if r.opts.ExactlyOnce {
-		// One sidecar per streamlet here: the group names it, across runs on one --data.
-		cfg.Delivery, cfg.TransactionalID = sidecar.ExactlyOnce, st.group+".local"
-	}
-	for _, p := range s.Action.Inlets {
-		cfg.Inlets = append(cfg.Inlets, sidecar.Inlet{Port: p.Name, Topic: s.Bindings[p.Name]}) // the default batch limits
-	}
-	for _, p := range s.Action.Outlets {
-		cfg.Outlets = append(cfg.Outlets, sidecar.Outlet{Port: p.Name, Topic: s.Bindings[p.Name]})
-	}
+	cfg := r.sidecarConfig(s, st.group, brokers, lis.Addr().(*net.TCPAddr).Port, sidecarPort)
 	slogger := slog.New(&teeHandler{h: faultHandler{r.log.Handler(), st.faults}, last: st.errs}).With("streamlet", name, "part", "sidecar")
 	sc, err := sidecar.New(cfg, slogger)
 	if err != nil {
@@ -132,4 +124,38 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 	st.sc = sc
 	st.sidecar = startTask(ctx, sc.Run)
 	return st, nil
+}
+
+// sidecarConfig is the configuration of a streamlet's in-process sidecar, as `millrace sidecar`
+// would read it from a deployment's variables: the streamlet's bindings, the bridge's port and,
+// for a line with --state, each stateful inlet's changelog (STREAMLET.PORT.state, which
+// createChangelogs made), the State service's port and the store's folder under the run's.
+func (r *runner) sidecarConfig(s *actiondir.Streamlet, group string, brokers []string, processPort, sidecarPort int) *sidecar.Config {
+	name := s.Action.Name
+	cfg := &sidecar.Config{
+		Brokers: brokers, Pipeline: r.p.Name, Streamlet: name, Deployed: s.Action.Spec(r.opts.Version),
+		ConfigValues: s.Values, ProcessPort: processPort, SidecarVersion: r.opts.Version,
+		ConsumerGroup:     group,
+		StallWarningAfter: r.opts.StallAfter,
+		DiscoveryBackoff:  localDiscoveryBackoff,
+		FailureBackoff:    localFailureBackoff,
+	}
+	if r.opts.ExactlyOnce {
+		// One sidecar per streamlet here: the group names it, across runs on one --data.
+		cfg.Delivery, cfg.TransactionalID = sidecar.ExactlyOnce, group+".local"
+	}
+	changelog := map[string]string{}
+	for _, c := range s.Action.Changelogs(name) {
+		changelog[c.Inlet] = c.Topic
+	}
+	if len(changelog) > 0 {
+		cfg.StateDir, cfg.SidecarPort = filepath.Join(r.stateRoot, name), sidecarPort
+	}
+	for _, p := range s.Action.Inlets {
+		cfg.Inlets = append(cfg.Inlets, sidecar.Inlet{Port: p.Name, Topic: s.Bindings[p.Name], StateTopic: changelog[p.Name]}) // the default batch limits
+	}
+	for _, p := range s.Action.Outlets {
+		cfg.Outlets = append(cfg.Outlets, sidecar.Outlet{Port: p.Name, Topic: s.Bindings[p.Name]})
+	}
+	return cfg
 }

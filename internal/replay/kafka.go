@@ -24,6 +24,10 @@ var (
 	// ErrActiveGroup is returned by Rewind when the group has members: offsets can be set
 	// only while nobody consumes.
 	ErrActiveGroup = errors.New("the consumer group has active members")
+	// ErrStateful is returned by Rewind when the group's streamlet keeps state (a changelog
+	// topic of it exists) and RewindOptions.KeepState is not set: offsets rewound, the states
+	// stay as they are.
+	ErrStateful = errors.New("the streamlet keeps state")
 	// ErrUsage marks a mistake in what was asked (a bad target, a filter that matches nothing).
 	ErrUsage = errors.New("replay: usage")
 	// ErrUnreachable is returned by Rewind and Redrive when no broker of --brokers answers

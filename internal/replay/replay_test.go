@@ -190,3 +190,83 @@ func TestRedrive(t *testing.T) {
 		t.Errorf("the dead-letter topic holds %d records; want its 5 left as they were", n)
 	}
 }
+
+// TestRewindStateful: a group whose streamlet keeps state (a compacted GROUP.PORT.state, or
+// STREAMLET.PORT.state given the streamlet) is refused without KeepState, naming the changelog
+// and why, its offsets unchanged; with KeepState it is rewound and the plan says the states
+// stay. A topic so named but not compacted is no changelog.
+func TestRewindStateful(t *testing.T) {
+	b := newBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	topic := b.Topic(t, "in", 2)
+	for p := range int32(2) {
+		b.Produce(t, &kgo.Record{Topic: topic, Partition: p, Value: []byte("v")}, &kgo.Record{Topic: topic, Partition: p, Value: []byte("v")})
+	}
+	group := testkit.TopicName(t, "", "group")
+	streamlet := testkit.TopicName(t, "", "count")
+	member, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for read := 0; read < 4; {
+		fs := member.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("the member read %d of 4 records", read)
+		}
+		read += fs.NumRecords()
+	}
+	if err := member.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	member.Close()
+	k := replay.Kafka{Brokers: b.Addrs}
+	rewind := func(o replay.RewindOptions, to int64) (string, error) {
+		var out bytes.Buffer
+		o.Kafka, o.Group, o.Topics, o.To, o.Out = k, group, []string{topic}, replay.Target{Offset: to}, &out
+		_, err := replay.Rewind(ctx, o)
+		return out.String(), err
+	}
+	committedAt := func(want int64) {
+		t.Helper()
+		if got, err := b.Committed(ctx, group, topic); err != nil || got[0] != want || got[1] != want {
+			t.Fatalf("committed = %v (%v); want %d on both partitions", got, err, want)
+		}
+	}
+
+	// Not compacted: an ordinary topic that happens to be named so.
+	if err := b.CreateTopic(ctx, group+".audit.state", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rewind(replay.RewindOptions{Streamlet: streamlet}, 1); err != nil {
+		t.Fatalf("Rewind with a delete-policy %s.audit.state = %v; want no refusal", group, err)
+	}
+	committedAt(1)
+
+	for _, tt := range []struct {
+		changelog string
+		opts      replay.RewindOptions
+	}{
+		{streamlet + ".events.state", replay.RewindOptions{Streamlet: streamlet}}, // millrace run's name
+		{group + ".events.state", replay.RewindOptions{}},                         // describe's suggestion
+	} {
+		if err := b.CreateTopic(ctx, tt.changelog, 2, "cleanup.policy", "compact"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := rewind(tt.opts, 0)
+		if !errors.Is(err, replay.ErrStateful) || !strings.Contains(err.Error(), tt.changelog) || !strings.Contains(err.Error(), "--keep-state") || !strings.Contains(err.Error(), "DeleteRecords") {
+			t.Fatalf("Rewind with changelog %s = %v; want ErrStateful naming it, --keep-state and why --reset-state is not built", tt.changelog, err)
+		}
+		committedAt(1)
+		tt.opts.KeepState = true
+		out, err := rewind(tt.opts, 0)
+		if err != nil || !strings.Contains(out, "--keep-state: the states in "+tt.changelog) {
+			t.Fatalf("Rewind --keep-state with changelog %s = %v, printed\n%s\nwant the rewind, saying the states stay", tt.changelog, err, out)
+		}
+		committedAt(0)
+		if _, err := rewind(tt.opts, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

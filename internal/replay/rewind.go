@@ -65,6 +65,12 @@ type RewindOptions struct {
 	To         Target
 	DryRun     bool      // print the plan, change nothing
 	Out        io.Writer // the plan and the outcome (nil: discarded)
+	// Streamlet is the streamlet's name when known: its changelogs as millrace run names them
+	// (STREAMLET.PORT.state) are looked for too, beside GROUP.PORT.state.
+	Streamlet string
+	// KeepState rewinds a streamlet that keeps state, its states left as they are: the
+	// replayed records see today's states. Without it such a rewind is refused (ErrStateful).
+	KeepState bool
 }
 
 // Move is the rewind of one partition.
@@ -101,6 +107,18 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 		return nil, fmt.Errorf("%w: group %s is %s with %d member(s) (%s): stop the streamlet first (scale its deployment to 0 and wait for its sidecars to leave), then rewind; offsets can only be set while nobody consumes",
 			ErrActiveGroup, o.Group, strings.ToLower(g.state), len(g.members), strings.Join(g.members, ", "))
 	}
+	prefixes := []string{o.Group}
+	if o.Streamlet != "" {
+		prefixes = append(prefixes, o.Streamlet)
+	}
+	kept, err := changelogs(ctx, adm, prefixes)
+	if err != nil {
+		return nil, err
+	}
+	if len(kept) > 0 && !o.KeepState {
+		return nil, fmt.Errorf("%w: group %s keeps state in %s, and rewinding offsets does not rewind state: the replayed records would see the states their first run left (a running count counts them again, a dedup drops them). Give --keep-state to rewind with the states as they are; emptying them (--reset-state) is not built, since Kafka refuses DeleteRecords on a compacted topic (docs/state.md, Open questions)",
+			ErrStateful, o.Group, strings.Join(kept, ", "))
+	}
 	have, err := committed(ctx, adm, o.Group)
 	if err != nil {
 		return nil, err
@@ -131,6 +149,9 @@ func Rewind(ctx context.Context, o RewindOptions) ([]Move, error) {
 		verb = "would rewind (dry run)"
 	}
 	fmt.Fprintf(out, "%s group %s to %s:\n", verb, o.Group, o.To)
+	if len(kept) > 0 {
+		fmt.Fprintf(out, "  (--keep-state: the states in %s stay as they are; replayed records see them)\n", strings.Join(kept, ", "))
+	}
 	for _, m := range plan {
 		from := "none committed"
 		if m.From >= 0 {
