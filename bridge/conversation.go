@@ -200,6 +200,7 @@ func (c *conversation) process(b *flowv1.Batch, topic string) {
 	var overlay *batchOverlay
 	if c.state.keeps(b.GetInlet()) {
 		if overlay = c.awaitState(b); overlay == nil {
+			c.s.opts.Metrics.items("abandoned", len(recs))
 			c.forget(b.GetBatchId())
 			c.batches.Done()
 			return

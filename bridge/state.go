@@ -145,9 +145,12 @@ func (l *stateLink) open(ctx, sctx context.Context, a *actionconf.Action) (map[s
 
 // opened takes the sidecar's limits: each stateful inlet's must be there.
 func (l *stateLink) opened(o *statev1.Opened, a *actionconf.Action) (map[string]engine.StateLimits, error) {
+	// Only the line's inlets keep state here, whatever else Opened names (the sidecar checks
+	// Open's inlets against its own; a disagreement is its Refused).
 	l.limits = map[string]*statev1.InletLimits{}
+	given := map[string]*statev1.InletLimits{}
 	for _, in := range o.GetInlets() {
-		l.limits[in.GetInlet()] = in
+		given[in.GetInlet()] = in
 	}
 	l.maxMsg = int(o.GetMaxMessageBytes())
 	if l.maxMsg <= 0 {
@@ -155,10 +158,11 @@ func (l *stateLink) opened(o *statev1.Opened, a *actionconf.Action) (map[string]
 	}
 	limits := a.StateLimits()
 	for _, p := range a.State {
-		in, ok := l.limits[p.Port]
+		in, ok := given[p.Port]
 		if !ok {
 			return nil, rpcErrorf(codes.FailedPrecondition, "conversation %s: %w: the sidecar's Opened gives no limits for inlet %s (--state %s)", l.c.id, errStateBroken, p.Port, p.Port)
 		}
+		l.limits[p.Port] = in
 		lim := limits[p.Port]
 		if v := int(in.GetMaxValueBytes()); v > 0 && v < lim.MaxValueBytes {
 			lim.MaxValueBytes = v

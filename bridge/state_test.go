@@ -468,3 +468,16 @@ func TestStateDiscover(t *testing.T) {
 		t.Errorf("bridge log lacks %q:\n%s", why, logs)
 	}
 }
+
+// TestStateOpenedWithoutInlet: an Opened that gives no limits for an inlet of the line's
+// --state ends the conversation naming it.
+func TestStateOpenedWithoutInlet(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "other"}))
+	r := startBridge(t, stateLine, func(o *bridge.Options) { o.SidecarPort = st.port })
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	if err := sc.waitEnd(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "the sidecar's Opened gives no limits for inlet in (--state in)") {
+		t.Errorf("stream ended with %v; want FAILED_PRECONDITION naming inlet in", err)
+	}
+}

@@ -106,6 +106,7 @@ const (
 	childGrow         = "grow"          // every item: one emit of 12 KB, the payload and a pad
 	childFanOut       = "fan-out"       // every item: fanOutEmits emits of fanOutBytes each (fanout_test.go)
 	childGate         = "gate"          // answers no item until the file named by envGate exists
+	childCount        = "count"         // a running count per key, kept in the key's state (state_test.go)
 	childExitMessage  = "e2e-action: cannot start: the credentials file /run/secrets/e2e is missing"
 	childFloodLine    = "e2e-action: a noisy log line"
 	childPoisonMarker = `"poison":true`
@@ -134,6 +135,9 @@ type childEmit struct {
 
 // runChild is the action the test binary plays; it returns the exit status.
 func runChild(mode string) int {
+	if mode == childCount {
+		return runCount()
+	}
 	if mode == childExitAtStart {
 		fmt.Fprintln(os.Stderr, childExitMessage)
 		return 3

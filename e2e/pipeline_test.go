@@ -143,6 +143,9 @@ type pipeline struct {
 	group      string
 	descriptor string
 	sidecarEnv []string
+	// replicaEnv, when set, adds a replica's own variables to its bridge's and its sidecar's
+	// environment (the same at each of their starts), as a pod's own settings.
+	replicaEnv func(r *replica) (bridge, sidecar []string)
 
 	mu       sync.Mutex
 	produced []produced
@@ -205,6 +208,10 @@ func (pl *pipeline) start(idx int) *replica {
 func (pl *pipeline) startBridge(r *replica) {
 	r.starts++
 	env := append([]string{"FLOW_PROCESS_PORT=" + strconv.Itoa(r.port)}, pl.a.env...)
+	if pl.replicaEnv != nil {
+		own, _ := pl.replicaEnv(r)
+		env = append(env, own...)
+	}
 	r.bridge = startProc(pl.t, pl.dir, fmt.Sprintf("bridge-%d.%d", r.idx, r.starts), env, append([]string{"bridge"}, pl.a.args...)...)
 }
 
@@ -230,8 +237,13 @@ func (pl *pipeline) startSidecar(r *replica) {
 		// transactional id, so a restarted sidecar fences its predecessor.
 		"FLOW_POD_NAME=" + fmt.Sprintf("%s-%d", pl.group, r.idx),
 	}
+	env = append(env, pl.sidecarEnv...)
+	if pl.replicaEnv != nil {
+		_, own := pl.replicaEnv(r)
+		env = append(env, own...)
+	}
 	r.sidecarStarts++
-	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), append(env, pl.sidecarEnv...), "sidecar")
+	r.sidecar = startProc(pl.t, pl.dir, fmt.Sprintf("sidecar-%d.%d", r.idx, r.sidecarStarts), env, "sidecar")
 }
 
 // metricsAddr returns the replica's sidecar metrics address, chosen at its first start.
@@ -294,8 +306,14 @@ func (pl *pipeline) produce(rs ...*kgo.Record) {
 // produceSpread produces n records from first in chunks over about d, in the background;
 // wait blocks until all are written.
 func (pl *pipeline) produceSpread(first, n int, d time.Duration) (wait func()) {
+	return pl.spread(pl.records(first, n), d)
+}
+
+// spread produces rs in chunks over about d, in the background, in their order; wait blocks
+// until all are written.
+func (pl *pipeline) spread(rs []*kgo.Record, d time.Duration) (wait func()) {
 	const chunk = 50
-	rs := pl.records(first, n)
+	n := len(rs)
 	chunks := (n + chunk - 1) / chunk
 	done := make(chan struct{})
 	var failed error
@@ -304,6 +322,9 @@ func (pl *pipeline) produceSpread(first, n int, d time.Duration) (wait func()) {
 		for i := 0; i < n; i += chunk {
 			j := min(i+chunk, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			for _, r := range rs[i:j] {
+				r.Topic = pl.inTopic
+			}
 			results := pl.b.Admin.ProduceSync(ctx, rs[i:j]...)
 			cancel()
 			if err := results.FirstErr(); err != nil {

@@ -204,3 +204,17 @@ func configValue(cs []kadm.Config, key string) string {
 func (s *Sidecar) maxRecordBytes(topic string) int {
 	return max(min(s.limits.of(topic)-batchFraming-recordFraming, s.cfg.MaxMessageBytes-batchOverhead), 1)
 }
+
+// changelogLimits reads the changelogs' max.message.bytes again at a conversation start, as
+// the outlets' are read, so that Opened gives the limits of now.
+func (s *Sidecar) changelogLimits(ctx context.Context) {
+	var topics []string
+	for _, in := range s.cfg.Inlets {
+		if in.StateTopic != "" {
+			topics = append(topics, in.StateTopic)
+		}
+	}
+	if len(topics) > 0 {
+		s.readLimits(ctx, topics)
+	}
+}

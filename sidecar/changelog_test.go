@@ -2,7 +2,6 @@ package sidecar_test
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ func statefulEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out, chang
 	e := baseEnv(t, b, f, in, out)
 	e["FLOW_DESCRIPTOR"] = writeDescriptor(t, statefulSpec())
 	e["FLOW_INLET_IN_STATE_TOPIC"] = changelog
-	e["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
 	return e
 }
 

@@ -238,8 +238,8 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 		p.inflight = nil
 		p.sent = 0
 	}
-	s.stats.HeldEmitBytes = 0 // every emit of the conversation is written or dropped
-	s.catchUpLocked()
+	s.stats.HeldEmitBytes = 0  // every emit of the conversation is written or dropped
+	s.catchUpLocked(!graceful) // a graceful end is the last: nothing to catch up for
 	s.conv = nil
 	return err
 }

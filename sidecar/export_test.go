@@ -3,15 +3,9 @@ package sidecar
 import (
 	"context"
 	"math"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
 	"github.com/ankka-flow/millrace/sidecar/internal/state"
 )
 
@@ -113,86 +107,6 @@ var (
 // before Run.
 func SetProtocolVersion(s *Sidecar, v string) { s.version = v }
 
-// ServeState serves the State service for s on a free loopback port and returns its address,
-// the bridge's side of it: a stand-in for stateserve.go's server, so the data path can be
-// tested as the bridge drives it. Open attaches the live conversation it names (waiting for
-// it to be live), with the limits of the Open itself; a batch's Staged messages are
-// reassembled and joined (stagedArrived); a broken stream fails the conversation.
-func ServeState(t testing.TB, s *Sidecar) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	statev1.RegisterStateServer(srv, &testStateServer{s: s})
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
-}
-
-type testStateServer struct {
-	statev1.UnimplementedStateServer
-	s *Sidecar
-}
-
-func (ts *testStateServer) Attach(stream statev1.State_AttachServer) error {
-	s := ts.s
-	m, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	open := m.GetOpen()
-	var c *conversation
-	for deadline := time.Now().Add(10 * time.Second); c == nil && time.Now().Before(deadline); {
-		s.mu.Lock()
-		if s.conv != nil && s.conv.start.GetConversationId() == open.GetConversationId() {
-			c = s.conv
-		}
-		s.mu.Unlock()
-		if c == nil {
-			time.Sleep(time.Millisecond) // the Start is sent before the conversation is live
-		}
-	}
-	if c == nil {
-		return status.Errorf(codes.FailedPrecondition, "conversation %s is not the live one", open.GetConversationId())
-	}
-	limits := map[string]*statev1.InletLimits{}
-	var ls []*statev1.InletLimits
-	for _, in := range open.GetInlets() {
-		l := &statev1.InletLimits{Inlet: in.GetInlet(), MaxValueBytes: in.GetMaxValueBytes(), MaxRecordBytes: uint32(s.cfg.MaxMessageBytes - 1024)}
-		limits[in.GetInlet()] = l
-		ls = append(ls, l)
-	}
-	opened := &statev1.SidecarMessage{Message: &statev1.SidecarMessage_Opened{Opened: &statev1.Opened{Inlets: ls, MaxMessageBytes: uint32(s.cfg.MaxMessageBytes)}}}
-	if err := stream.Send(opened); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	c.state = &stateLink{stream: stream, limits: limits, maxMessageBytes: s.cfg.MaxMessageBytes}
-	c.stateOpened.Fire()
-	s.kickSenderLocked()
-	s.mu.Unlock()
-	var entries []*statev1.Entry
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			s.failConv(c, streamFailed(causeUnreachable, "the State stream ended: %w", err))
-			return nil
-		}
-		st := m.GetStaged()
-		entries = append(entries, st.GetEntries()...)
-		if st.GetMore() {
-			continue
-		}
-		if err := s.stagedArrived(c, st.GetBatchId(), entries); err != nil {
-			s.failConv(c, err)
-			return err
-		}
-		entries = nil
-	}
-}
-
 // StateOf returns the state of key in the open store of topic/partition (the inlet topic),
 // and whether s holds one.
 func StateOf(t testing.TB, s *Sidecar, topic string, partition int32, key string) (string, bool) {
@@ -241,4 +155,17 @@ func KeptFile(s *Sidecar, topic string, partition int32) bool {
 	defer s.mu.Unlock()
 	p := s.parts[tp{topic, partition}]
 	return p != nil && p.kept != nil
+}
+
+// TxnStates returns how many state records the open transaction holds (exactly once).
+func TxnStates(s *Sidecar) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	if c := s.conv; c != nil && c.txnOpen {
+		for _, b := range c.txn {
+			n += len(b.state)
+		}
+	}
+	return n
 }

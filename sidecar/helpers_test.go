@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,8 @@ func baseEnv(t testing.TB, b *testkit.Broker, f *fakeProcess, in, out string) en
 		"FLOW_CONFIG":         `{"min-rooms": 2}`,
 		"FLOW_CONSUMER_GROUP": "group-" + in,
 		"FLOW_PROCESS_PORT":   f.Port(),
+		// Bound when an inlet keeps state: never the default, which tests running at once share.
+		"FLOW_SIDECAR_PORT":   strconv.Itoa(testkit.FreePort(t)),
 		"FLOW_READINESS_FILE": filepath.Join(t.TempDir(), "ready"),
 	}
 }

@@ -289,7 +289,7 @@ func (s *Sidecar) readLimits(ctx context.Context, topics []string) {
 			n, ok := effectiveMaxMessageBytes(rc.Configs)
 			if ok {
 				if s.limits.set(t, n) {
-					s.log.Info("outlet topic limit", "topic", t, "max_message_bytes", n, "source", limitRead)
+					s.log.Info("topic limit", "topic", t, "max_message_bytes", n, "source", limitRead)
 				}
 				continue
 			}

@@ -314,6 +314,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			}
 		}
 		start.MaxMessageBytes = s.outletLimits(ctx)
+		s.changelogLimits(ctx)
 		began := s.now()
 		committedBefore := s.snapshot().BatchesCommitted
 		err = s.converse(ctx, start)

@@ -1,276 +1,19 @@
 package sidecar_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
-	"github.com/ankka-flow/millrace/protocol"
-	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
-	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
 	"github.com/ankka-flow/millrace/sidecar"
 )
-
-// stateBridge plays the bridge's side of the State service for a fake process: at each
-// Start it attaches and opens the conversation's inlet "in", keeps every batch's BatchState
-// (reassembled) for the batch to read, and sends a batch's Staged.
-type stateBridge struct {
-	t    testing.TB
-	addr string
-
-	mu     sync.Mutex
-	stream statev1.State_AttachClient
-	cancel context.CancelFunc
-	got    map[string]map[uint64]map[string]string // by conversation id, batch id, key
-	ready  map[string]map[uint64]chan struct{}
-	// seen are the states each batch's first record of a key saw, in order, for the test.
-	seen []string
-}
-
-func newStateBridge(t testing.TB) *stateBridge {
-	sb := &stateBridge{t: t, got: map[string]map[uint64]map[string]string{}, ready: map[string]map[uint64]chan struct{}{}}
-	t.Cleanup(func() {
-		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		if sb.cancel != nil {
-			sb.cancel()
-		}
-	})
-	return sb
-}
-
-// onStart attaches to the State service for the conversation start opened (OnStart).
-func (sb *stateBridge) onStart(_ int, start *flowv1.Start) error {
-	conn, err := grpc.NewClient("passthrough:///"+sb.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := statev1.NewStateClient(conn).Attach(ctx)
-	if err != nil {
-		cancel()
-		conn.Close()
-		return err
-	}
-	id := start.GetConversationId()
-	open := &statev1.ProcessMessage{Message: &statev1.ProcessMessage_Open{Open: &statev1.Open{ConversationId: id,
-		Inlets: []*statev1.InletState{{Inlet: "in", MaxValueBytes: 64 << 10}}}}}
-	if err := stream.Send(open); err != nil {
-		cancel()
-		conn.Close()
-		return err
-	}
-	m, err := stream.Recv()
-	if err != nil || m.GetOpened() == nil {
-		cancel()
-		conn.Close()
-		return fmt.Errorf("no Opened: %v %v", m, err)
-	}
-	sb.mu.Lock()
-	if sb.cancel != nil {
-		sb.cancel() // the previous conversation's stream
-	}
-	sb.stream, sb.cancel = stream, func() { cancel(); conn.Close() }
-	sb.got[id], sb.ready[id] = map[uint64]map[string]string{}, map[uint64]chan struct{}{}
-	sb.mu.Unlock()
-	go func() {
-		parts := map[string]string{}
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			bs := m.GetBatchState()
-			for _, e := range bs.GetEntries() {
-				parts[string(e.GetKey())] = string(e.GetValue())
-			}
-			if bs.GetMore() {
-				continue
-			}
-			sb.mu.Lock()
-			sb.got[id][bs.GetBatchId()] = parts
-			sb.readyLocked(id, bs.GetBatchId())
-			close(sb.ready[id][bs.GetBatchId()])
-			sb.mu.Unlock()
-			parts = map[string]string{}
-		}
-	}()
-	return nil
-}
-
-func (sb *stateBridge) readyLocked(conv string, batch uint64) chan struct{} {
-	ch, ok := sb.ready[conv][batch]
-	if !ok {
-		ch = make(chan struct{})
-		sb.ready[conv][batch] = ch
-	}
-	return ch
-}
-
-// states waits for the BatchState of c's batch and returns it, by key; false when the stream
-// ended first.
-func (sb *stateBridge) states(c *call) (map[string]string, bool) {
-	conv := c.Start.GetConversationId()
-	sb.mu.Lock()
-	if sb.ready[conv] == nil {
-		sb.mu.Unlock()
-		return nil, false
-	}
-	ch := sb.readyLocked(conv, c.Batch.BatchId)
-	sb.mu.Unlock()
-	select {
-	case <-ch:
-	case <-c.Done():
-		return nil, false
-	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.got[conv][c.Batch.BatchId], true
-}
-
-// staged sends the Staged of batch id: each key's new state, "" deleting it.
-func (sb *stateBridge) staged(id uint64, states map[string]string) error {
-	var es []*statev1.Entry
-	for k, v := range states {
-		e := &statev1.Entry{Key: []byte(k)}
-		if v != "" {
-			e.Value = []byte(v)
-		}
-		es = append(es, e)
-	}
-	sb.mu.Lock()
-	stream := sb.stream
-	sb.mu.Unlock()
-	return stream.Send(&statev1.ProcessMessage{Message: &statev1.ProcessMessage_Staged{Staged: &statev1.Staged{BatchId: id, Entries: es}}})
-}
-
-// counter answers each batch as a per-key running count does: each keyed record's output is
-// its key's count so far, the state it saw plus one; the batch's Staged holds each key's
-// last count. ackFirst sends the Ack before the Staged.
-func (sb *stateBridge) counter(ackFirst bool) func(*call) error {
-	return func(c *call) error {
-		states, ok := sb.states(c)
-		if !ok {
-			return nil
-		}
-		counts := map[string]int{}
-		for _, r := range c.Batch.Records {
-			key := r.Record.Key
-			if key == nil {
-				continue
-			}
-			k := string(key)
-			n, ok := counts[k]
-			if !ok {
-				n, _ = strconv.Atoi(states[k])
-				sb.mu.Lock()
-				sb.seen = append(sb.seen, k+"="+states[k])
-				sb.mu.Unlock()
-			}
-			n++
-			counts[k] = n
-			if err := c.Emit("out", &flowv1.Record{Key: key, Value: []byte(strconv.Itoa(n))}); err != nil {
-				return err
-			}
-		}
-		changed := map[string]string{}
-		for k, n := range counts {
-			changed[k] = strconv.Itoa(n)
-		}
-		if ackFirst {
-			if err := c.Ack(); err != nil {
-				return err
-			}
-			return sb.staged(c.Batch.BatchId, changed)
-		}
-		if err := sb.staged(c.Batch.BatchId, changed); err != nil {
-			return err
-		}
-		return c.Ack()
-	}
-}
-
-// stateSpec is testSpec speaking the version that keeps state.
-func stateSpec() *flowv1.Spec {
-	s := testSpec()
-	s.ProtocolVersion = protocol.Version
-	return s
-}
-
-// stateSetup is a stateful deployment: inlet "in" of partitions partitions with its compacted
-// changelog, outlet "out", a counting process, the sidecar not yet started.
-type stateSetup struct {
-	b                  *testkit.Broker
-	in, out, changelog string
-	f                  *fakeProcess
-	sb                 *stateBridge
-	e                  env
-	dir                string
-}
-
-func newStateSetup(t *testing.T, partitions int32, ackFirst bool) *stateSetup {
-	b := newBroker(t)
-	st := &stateSetup{b: b, in: b.Topic(t, "in", partitions), out: b.Topic(t, "out", partitions),
-		changelog: b.Topic(t, "state", partitions, "cleanup.policy", "compact"), sb: newStateBridge(t), dir: t.TempDir()}
-	st.f = newProcess(t, st.sb.counter(ackFirst))
-	st.f.Spec = stateSpec()
-	st.f.OnStart = st.sb.onStart
-	st.e = baseEnv(t, b, st.f, st.in, st.out)
-	st.e["FLOW_DESCRIPTOR"] = writeDescriptor(t, stateSpec())
-	st.e["FLOW_INLET_IN_STATE_TOPIC"] = st.changelog
-	st.e["FLOW_STATE_DIR"] = st.dir
-	return st
-}
-
-// start runs a sidecar of the setup, serving State to its bridge.
-func (st *stateSetup) start(t *testing.T, tune func(*sidecar.Config)) *running {
-	cfg := st.e.config(t)
-	if tune != nil {
-		tune(cfg)
-	}
-	return startTuned(t, cfg, func(sc *sidecar.Sidecar) { st.sb.addr = sidecar.ServeState(t, sc) })
-}
-
-// produceKeys writes n records to partition p of topic in, keyed p<p>-k0..k(keys-1) in turn.
-func (st *stateSetup) produceKeys(t *testing.T, p int32, keys, n int) {
-	rs := make([]*kgo.Record, n)
-	for i := range n {
-		rs[i] = &kgo.Record{Topic: st.in, Partition: p, Key: []byte(fmt.Sprintf("p%d-k%d", p, i%keys)), Value: []byte("x")}
-	}
-	st.b.Produce(t, rs...)
-}
-
-// lastCounts returns the last output per key of topic out, and every output's key and value
-// in order per partition.
-func lastCounts(rs []*kgo.Record) map[string]int {
-	out := map[string]int{}
-	for _, r := range rs {
-		n, _ := strconv.Atoi(string(r.Value))
-		out[string(r.Key)] = max(out[string(r.Key)], n)
-	}
-	return out
-}
-
-// changelogValues returns each key's last value in the changelog, read committed.
-func changelogValues(t *testing.T, b *testkit.Broker, topic string) map[string]string {
-	out := map[string]string{}
-	for _, r := range b.ReadAll(t, topic) {
-		if r.Value == nil {
-			delete(out, string(r.Key))
-			continue
-		}
-		out[string(r.Key)] = string(r.Value)
-	}
-	return out
-}
 
 // TestStateRestoredBeforeFirstBatch: the changelog holds k1=41 before the sidecar starts; the
 // first batch's BatchState holds it, so the count goes on from it, and the changelog and the
@@ -499,23 +242,41 @@ func TestStateNewConversationCatchesUp(t *testing.T) {
 	}
 }
 
-// TestStateExactlyOnce fails the stream once mid-run in exactly-once mode: the open
-// transaction's outputs and states are aborted together, the batches are delivered again with
-// the committed states, and a read_committed reader sees every key count 1, 2, 3... to its
-// exact total, in the outputs and in the changelog.
+// TestStateExactlyOnce fails the stream once mid-run in exactly-once mode, while the open
+// transaction holds states: its outputs and states are aborted together, the batches are
+// delivered again with the committed states, and a read_committed reader sees every key count
+// 1, 2, 3... to its exact total, in the outputs and in the changelog.
 func TestStateExactlyOnce(t *testing.T) {
 	st := newStateSetup(t, 2, true)
-	st.f.OnBatch = failOnce(5, st.sb.counter(true))
+	count := st.sb.counter(true)
+	// Once armed, the second batch fails, when the states of the first are in the open
+	// transaction (begun after a commit, so it stays open for the commit interval).
+	var armed, calls atomic.Int32
+	var sc atomic.Pointer[sidecar.Sidecar]
+	st.f.OnBatch = func(c *call) error {
+		if armed.Load() == 1 && calls.Add(1) == 2 {
+			waitFor(t, "states in the open transaction", func() bool { return sidecar.TxnStates(sc.Load()) > 0 })
+			return c.Fail("the test fails this batch once")
+		}
+		return count(c)
+	}
 	st.e["FLOW_DELIVERY"] = "exactly-once"
 	st.e["FLOW_POD_NAME"] = "pod-a"
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
-	// Long enough that the first batches are still in the open transaction at the failure.
 	st.e["FLOW_COMMIT_INTERVAL"] = "1s"
 	r := st.start(t, nil)
-	st.produceKeys(t, 0, 2, 20)
-	st.produceKeys(t, 1, 2, 20)
+	sc.Store(r.sc)
+	group := st.e["FLOW_CONSUMER_GROUP"]
+	st.produceKeys(t, 0, 2, 10)
+	st.produceKeys(t, 1, 2, 10)
+	waitFor(t, "the first half committed", func() bool {
+		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
+	})
+	armed.Store(1)
+	st.produceKeys(t, 0, 2, 10)
+	st.produceKeys(t, 1, 2, 10)
 	waitFor(t, "every record committed", func() bool {
-		return allCommitted(t, st.b, st.e["FLOW_CONSUMER_GROUP"], st.in, map[int32]int64{0: 20, 1: 20})
+		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 20, 1: 20})
 	})
 	if r.sc.Conversations() < 2 {
 		t.Fatalf("%d conversations, want the failure to start a second", r.sc.Conversations())
@@ -563,13 +324,15 @@ func TestStateMovesWithRebalance(t *testing.T) {
 			fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
 			eb := baseEnv(t, st.b, fb, st.in, st.out)
 			for k, v := range st.e {
-				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
+				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" && k != "FLOW_SIDECAR_PORT" { // B serves State on a port of its own
 					eb[k] = v
 				}
 			}
 			eb["FLOW_POD_NAME"] = "pod-b"
 			eb["FLOW_STATE_DIR"] = t.TempDir()
-			rb := startTuned(t, eb.config(t), func(sc *sidecar.Sidecar) { sbB.addr = sidecar.ServeState(t, sc) })
+			eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+			sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
+			rb := start(t, eb.config(t))
 			var moved []int32
 			waitFor(t, "B owns partitions", func() bool {
 				moved = sidecar.Owned(rb.sc, st.in)
@@ -608,6 +371,95 @@ func TestStateMovesWithRebalance(t *testing.T) {
 					t.Errorf("A did not keep the file of partition %d it gave up", p)
 				}
 			}
+
+			// B leaves: A takes the moved partitions back and catches their kept files up
+			// with what B wrote, without a full restore.
+			rb.stop(t)
+			v := changelogValues(t, st.b, st.changelog)
+			for _, p := range moved {
+				k := fmt.Sprintf("p%d-k0", p)
+				waitFor(t, "A serves "+k+" as B left it", func() bool {
+					got, ok := sidecar.StateOf(t, ra.sc, st.in, p, k)
+					return ok && got == v[k] && !sidecar.Restoring(ra.sc, st.in, p)
+				})
+			}
+			m := testkit.Gather(t, ra.sc.Registry())
+			if full, _ := m.Value("millrace_sidecar_state_full_restores_total", "topic", st.changelog, "reason", "empty"); full != parts {
+				t.Errorf("A made %v full restores of new files; want %d, the partitions given back caught up from their kept files", full, parts)
+			}
 		})
 	}
+}
+
+// TestStateExpiredOnRead: with a TTL of 1 h in the Open and the sidecar's clock 2 h ahead of
+// the changelog's timestamps, the restored k1=41 has expired: the batch's BatchState leaves it
+// out and the count starts over.
+func TestStateExpiredOnRead(t *testing.T) {
+	st := newStateSetup(t, 1, false)
+	st.sb.ttlMs = uint64(time.Hour.Milliseconds())
+	st.b.Produce(t, &kgo.Record{Topic: st.changelog, Partition: 0, Key: []byte("k1"), Value: []byte("41")})
+	st.b.Produce(t, &kgo.Record{Topic: st.in, Partition: 0, Key: []byte("k1"), Value: []byte("x")})
+	startTuned(t, st.e.config(t), func(sc *sidecar.Sidecar) {
+		sidecar.SetClock(sc, func() time.Time { return time.Now().Add(2 * time.Hour) }, time.After)
+	})
+	outs := st.b.ReadN(t, st.out, 1, waitTimeout)
+	if string(outs[0].Value) != "1" {
+		t.Fatalf("k1 counted %s; want 1, its restored state past the TTL", outs[0].Value)
+	}
+}
+
+// TestStateStagedForRevokedBatch (exactly once, where a revocation discards at once): A's
+// process holds a batch until B has joined and taken partitions; its Staged and Ack then come
+// for batches possibly revoked, which are dropped without failing A's stream, and the totals
+// are exact.
+func TestStateStagedForRevokedBatch(t *testing.T) {
+	const parts = 2
+	st := newStateSetup(t, parts, false)
+	st.e["FLOW_DELIVERY"] = "exactly-once"
+	st.e["FLOW_POD_NAME"] = "pod-a"
+	group := st.e["FLOW_CONSUMER_GROUP"]
+	release := make(chan struct{})
+	count := st.sb.counter(false)
+	st.f.Async = true
+	st.f.OnBatch = func(c *call) error {
+		select {
+		case <-release:
+		case <-c.Done():
+			return nil
+		}
+		return count(c)
+	}
+	ra := st.start(t, nil)
+	for p := range int32(parts) {
+		st.produceKeys(t, p, 2, 10)
+	}
+	waitFor(t, "A sends its batches", func() bool { return ra.sc.Stats().BatchesSent >= parts })
+
+	sbB := newStateBridge(t)
+	fb := newProcess(t, sbB.counter(false))
+	fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
+	eb := baseEnv(t, st.b, fb, st.in, st.out)
+	for k, v := range st.e {
+		if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
+			eb[k] = v
+		}
+	}
+	eb["FLOW_POD_NAME"] = "pod-b"
+	eb["FLOW_STATE_DIR"] = t.TempDir()
+	eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+	sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
+	rb := start(t, eb.config(t))
+	waitFor(t, "B owns a partition", func() bool { return len(sidecar.Owned(rb.sc, st.in)) > 0 })
+	close(release)
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
+	})
+	if fs := ra.failures(""); len(fs) > 0 {
+		t.Fatalf("A's stream failed (%v); want the revoked batch's Staged and Ack dropped", fs)
+	}
+	outs := st.b.ReadAll(t, st.out)
+	if len(outs) != 20 {
+		t.Fatalf("read_committed: %d outputs, want exactly 20", len(outs))
+	}
+	checkChains(t, outs)
 }

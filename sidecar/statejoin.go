@@ -134,9 +134,8 @@ func (s *Sidecar) joined(c *conversation, b *batch) {
 }
 
 // stateTTL is how long a state of inlet lives in conversation c (the Open's
-// InletState.ttl_ms); 0: states never expire. The State link does not keep the Open's TTLs
-// yet, so no state expires on read until it does (TTL is slice 7).
-func (s *Sidecar) stateTTL(_ *conversation, _ string) time.Duration { return 0 }
+// InletState.ttl_ms); 0: states never expire. Called with mu held, c.state set.
+func (s *Sidecar) stateTTL(c *conversation, inlet string) time.Duration { return c.state.ttl[inlet] }
 
 // clipKey is a key for an error message: at most 64 bytes of it.
 func clipKey(k []byte) string {

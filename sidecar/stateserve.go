@@ -19,6 +19,7 @@ import (
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
 )
 
 // The State service (millrace.state.v1, protocol 1.1, docs/state.md section 3): served on
@@ -40,6 +41,9 @@ type stateLink struct {
 	// maxMessageBytes is Opened.max_message_bytes: every message either way stays under it.
 	maxMessageBytes int
 	mu              sync.Mutex // held while sending on stream
+	// ttl is each inlet's InletState.ttl_ms from Open, by inlet port; absent or 0: states
+	// never expire.
+	ttl map[string]time.Duration
 }
 
 // sendBatchState sends one batch's states before its Batch, split with `more` so each message
@@ -218,7 +222,10 @@ func (s *Sidecar) open(stream statev1.State_AttachServer, open *statev1.Open) (*
 		return c, nil, nil
 	}
 
-	link := &stateLink{stream: stream, limits: map[string]*statev1.InletLimits{}, maxMessageBytes: s.cfg.MaxMessageBytes}
+	link := &stateLink{stream: stream, limits: map[string]*statev1.InletLimits{}, maxMessageBytes: s.cfg.MaxMessageBytes, ttl: map[string]time.Duration{}}
+	for _, in := range open.GetInlets() {
+		link.ttl[in.GetInlet()] = time.Duration(in.GetTtlMs()) * time.Millisecond
+	}
 	msg := &statev1.Opened{MaxMessageBytes: uint32(s.cfg.MaxMessageBytes)}
 	for _, o := range opened {
 		l := &statev1.InletLimits{Inlet: o.Inlet, ChangelogTopic: o.ChangelogTopic, MaxValueBytes: uint32(o.MaxValueBytes), MaxRecordBytes: uint32(o.MaxRecordBytes)}
@@ -310,6 +317,11 @@ func (s *Sidecar) checkStaged(c *conversation, l *stateLink, st *statev1.Staged)
 	}
 	for _, e := range st.GetEntries() {
 		k, v := len(e.GetKey()), len(e.GetValue())
+		if k > state.MaxKeyBytes {
+			// Opened has no key limit to send; the store cannot keep a longer key.
+			return streamFailed(causeMessageLarge, "a state staged in batch %d (topic %s partition %d) has a key of %d bytes, over the %d bytes a key with state may be on changelog %s: nothing of the batch is written; keep such keys stateless",
+				b.id, b.p.topic, b.p.partition, k, state.MaxKeyBytes, lim.GetChangelogTopic())
+		}
 		if v > int(lim.GetMaxValueBytes()) || k+v > int(lim.GetMaxRecordBytes()) {
 			return streamFailed(causeMessageLarge, "a state staged in batch %d (topic %s partition %d) is over the limits sent in Opened: key %d bytes and value %d bytes, for at most %d bytes of value (max_value_bytes) and %d of key and value (max_record_bytes) on changelog %s: nothing of the batch is written; the process must fail such an item's state",
 				b.id, b.p.topic, b.p.partition, k, v, lim.GetMaxValueBytes(), lim.GetMaxRecordBytes(), lim.GetChangelogTopic())

@@ -251,11 +251,14 @@ func TestStateBrokenAttach(t *testing.T) {
 func TestStagedOverLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		configs    []string // the changelog's
 		key, value int
 		want       string
 	}{
 		{name: "value", key: 3, value: 64<<10 + 1, want: "key 3 bytes and value 65537 bytes, for at most 65536 bytes of value"},
-		{name: "key and value", key: 1048459 - 1000, value: 1001, want: "key 1047459 bytes and value 1001 bytes"},
+		// The changelog accepts records of 19,871 bytes: so does a value alone, not with its key.
+		{name: "key and value", configs: []string{"max.message.bytes", "20000"}, key: 100, value: 19800, want: "key 100 bytes and value 19800 bytes, for at most 19871 bytes of value (max_value_bytes) and 19871 of key and value"},
+		{name: "key", key: 32761, value: 1, want: "has a key of 32761 bytes, over the 32760 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			batches := make(chan *call, 10)
@@ -267,7 +270,7 @@ func TestStagedOverLimits(t *testing.T) {
 				case <-c.Done():
 				}
 				return nil
-			}, nil)
+			}, nil, tc.configs...)
 			id := st.conversationID(t, 1)
 			stream := st.attach(t)
 			if got, err := open(t, stream, id, "in"); err != nil || got.GetOpened() == nil {

@@ -250,14 +250,15 @@ func (s *Sidecar) closeStores() {
 // catchUpLocked is a new conversation's rule: once the old committer is done, what the old
 // conversation acknowledged is in Kafka or never will be, so every overlay is dropped and every
 // owned stateful partition catches up from its file before its next batch. A partition still
-// restoring sent nothing meanwhile and goes on. Called with mu held.
-func (s *Sidecar) catchUpLocked() {
+// restoring sent nothing meanwhile and goes on. Without restore, the overlays are dropped
+// only. Called with mu held.
+func (s *Sidecar) catchUpLocked(restore bool) {
 	for _, p := range s.order {
 		if !p.stateful() || !p.owned {
 			continue
 		}
 		p.overlay = nil
-		if !p.restoring {
+		if restore && !p.restoring {
 			s.startRestoreLocked(p)
 		}
 	}

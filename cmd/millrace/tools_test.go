@@ -152,6 +152,39 @@ func TestInitThenTest(t *testing.T) {
 	}
 }
 
+// TestInitStateThenTest: `init --state` writes a line keeping state on the inlet it names, and
+// `millrace test` runs that line's fixtures with state kept per key (the golden files' "state"
+// compared), as it runs the kit's state check with the line's limits.
+func TestInitStateThenTest(t *testing.T) {
+	for _, lang := range []string{"bash", "python"} {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "x")
+			if code, out, errOut := runCmd(t, "init", "action", dir, "--lang", lang, "--state", "events,ttl=24h"); code != 0 {
+				t.Fatalf("init --state = %d: %s%s", code, out, errOut)
+			}
+			conf, err := os.ReadFile(filepath.Join(dir, "action.conf"))
+			if err != nil || !strings.Contains(string(conf), "--in events=x-request.v1") || !strings.Contains(string(conf), " --state events,ttl=24h ") {
+				t.Fatalf("action.conf = %s, %v; want inlet events and --state events,ttl=24h on the line", conf, err)
+			}
+			if code, out, errOut := runCmd(t, "test", "action", dir, "--conformance"); code != 0 || !strings.Contains(out, "PASS state: ") || !strings.HasSuffix(out, "x: conformant\n") {
+				t.Fatalf("test --conformance = %d:\n%s%s", code, out, errOut)
+			}
+			if code, out, errOut := runCmd(t, "test", "action", dir); code != 0 || !strings.Contains(out, "all pass") {
+				t.Fatalf("test = %d:\n%s%s", code, out, errOut)
+			}
+			// a golden state the action does not reach fails the file, naming the field
+			golden := filepath.Join(dir, "fixtures", "formal.out.jsonl")
+			if err := os.WriteFile(golden, []byte(`{"outcome":"done","state":{"visits":41}}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code, out, _ := runCmd(t, "test", "action", dir); code != 1 || !strings.Contains(out, "state.visits: want 41, got 42") {
+				t.Fatalf("test with a wrong golden state = %d:\n%s", code, out)
+			}
+		})
+	}
+}
+
 // TestRunCommand: millrace run reads stdin when no --input is given, prints the outputs on
 // stdout and the summary on stderr, and exits 1 with the reason on a bad input line.
 func TestRunCommand(t *testing.T) {

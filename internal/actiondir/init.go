@@ -16,6 +16,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/sdk"
 )
 
@@ -47,6 +48,10 @@ type InitOptions struct {
 	Source string
 	// Getenv reads the environment (default os.Getenv).
 	Getenv func(string) string
+	// State is the word of the line's --state, PORT[,ttl=D][,max-bytes=SIZE] ("": the action
+	// keeps no state). The inlet is named PORT, the line carries --state with the word as
+	// given, and the program and fixtures show the key's state: its visits.
+	State string
 }
 
 // Init writes a new action directory dir for lang: action.conf, the program, fixtures that it
@@ -75,6 +80,10 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 	if program == "" {
 		return fmt.Errorf("unknown language %q: want one of %s", lang, langNames())
 	}
+	inlet, err := stateInlet(name, opts.State)
+	if err != nil {
+		return err
+	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s exists and is not empty: pick a new name, or remove it", dir)
 	}
@@ -89,7 +98,7 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 			return err
 		}
 	}
-	data := struct{ Name, Lang, LangName, Program, SDK string }{Name: name, Lang: lang, Program: program}
+	data := struct{ Name, Lang, LangName, Program, SDK, Inlet, State string }{Name: name, Lang: lang, Program: program, Inlet: inlet, State: opts.State}
 	if f, ok := sdk.For(lang); ok {
 		data.SDK = f.Name
 	}
@@ -150,6 +159,21 @@ func Init(ctx context.Context, dir, lang string, opts InitOptions) error {
 		}
 	}
 	return nil
+}
+
+// stateInlet returns the inlet of a new action: "in", or the port of its --state word, which
+// is checked as the action line checks it, so that nothing is written for a word the line
+// would refuse.
+func stateInlet(name, word string) (string, error) {
+	if word == "" {
+		return "in", nil
+	}
+	port, _, _ := strings.Cut(word, ",")
+	line := []string{name, "--in", port + "=" + name + "-request.v1", "--state", word, "--", "true"}
+	if _, err := actionconf.ParseLine(line); err != nil {
+		return "", fmt.Errorf("--state %q: %w", word, err)
+	}
+	return port, nil
 }
 
 func langNames() string {

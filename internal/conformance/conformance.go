@@ -63,9 +63,9 @@ type Action struct {
 	Env           []string        // extra environment, "K=V"
 	Config        json.RawMessage // hello's config: every declared parameter resolved ({} when none)
 	ShutdownGrace time.Duration   // shutdown → exit (default the engine's, 5s)
-	// State holds the inlets whose items keep state per key, with their limits (nil: none).
-	// The action line's --state will fill it; until the sidecar keeps state, it is set only
-	// by callers of this package (see docs/state.md, slice 1).
+	// State holds the inlets whose items keep state per key, with their limits. nil: the
+	// line's --state (Action.StateLimits), so `millrace test` runs a stateful line's fixtures
+	// as the bridge would; a caller may set its own instead.
 	State map[string]engine.StateLimits
 }
 
@@ -78,6 +78,9 @@ func (a *Action) defaults() {
 	}
 	if a.Name == "" {
 		a.Name = "action"
+	}
+	if a.State == nil {
+		a.State = a.Action.StateLimits()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/action"
@@ -152,10 +153,11 @@ func TestStateCheck(t *testing.T) {
 
 // TestStateFixtures: a running count keeps its state across the lines of a fixture file as
 // production does; a line's "state" overrides it, a failing line applies nothing, and the
-// golden lines hold each item's state after it.
+// golden lines hold each item's state after it. The stateful inlet is the line's --state, as
+// `millrace test` gives it.
 func TestStateFixtures(t *testing.T) {
 	a := testAction(t, "state-count")
-	a.State = map[string]engine.StateLimits{"in": {}}
+	a.Action.State = []actionconf.StatePort{{Port: "in", MaxBytes: engine.DefaultStateMaxBytes}}
 	writeFile(t, filepath.Join(a.Dir, "fixtures", "count.in.jsonl"), `{"key":"u-7","payload":{}}
 {"key":"u-7","payload":{}}
 {"key":"u-7","payload":{"fail":true}}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ankka-flow/millrace/internal/actiondir"
@@ -11,7 +12,8 @@ import (
 )
 
 // TestExampleActions runs the conformance kit and the fixtures on every directory under
-// actions/. None is skipped: a missing runtime (python3, node, bash, jq, go) fails its test.
+// actions/, the stateful ones (--state on their line) with their state kept per key as the
+// line says. None is skipped: a missing runtime (python3, node, bash, jq, go) fails its test.
 func TestExampleActions(t *testing.T) {
 	entries, err := os.ReadDir("../../actions")
 	if err != nil {
@@ -45,6 +47,19 @@ func TestExampleActions(t *testing.T) {
 			}
 			if len(fx) == 0 {
 				t.Fatalf("%s has no fixtures: write fixtures/NAME.in.jsonl and NAME.out.jsonl (see README, Writing an action)", dir)
+			}
+			if len(a.State) > 0 { // a stateful example's golden files say each key's state after each item
+				for _, f := range fx {
+					golden, err := os.ReadFile(f.Out)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i, l := range strings.Split(strings.TrimSpace(string(golden)), "\n") {
+						if !strings.Contains(l, `"state":`) {
+							t.Errorf("%s line %d holds no \"state\": a stateful example's golden line says the key's state after the item", f.Out, i+1)
+						}
+					}
+				}
 			}
 			checkAction(t, dir)
 		})

@@ -3,17 +3,22 @@ package local_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"text/template"
+	"time"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/sdk"
+	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // runtimes are the programs each language's action needs on PATH. CI installs them all; a
@@ -23,7 +28,8 @@ var runtimes = map[string][]string{
 }
 
 // checkAction runs the conformance kit and the fixtures on the action directory dir and fails
-// t unless both pass.
+// t unless both pass. A line with --state must also have its state check run in full (the
+// kit's state items fed with the line's limits), not only its fixtures pass.
 func checkAction(t *testing.T, dir string) {
 	t.Helper()
 	a, err := actiondir.Load(dir)
@@ -42,6 +48,11 @@ func checkAction(t *testing.T, dir string) {
 	_ = rep.WriteText(&out)
 	if !rep.Conformant {
 		t.Errorf("%s is not conformant:\n%s", dir, out.String())
+	}
+	if len(a.State) > 0 && !slices.ContainsFunc(rep.Checks, func(c conformance.Check) bool {
+		return c.Name == "state" && strings.Contains(c.Detail, "answered: states of every JSON type")
+	}) {
+		t.Errorf("%s keeps state (--state %s), but the kit's state check did not run in full:\n%s", dir, a.State[0].Port, out.String())
 	}
 	frep, err := conformance.RunFixtures(ctx, a.Conformance("test"), conformance.FixtureOptions{})
 	if err != nil {
@@ -64,35 +75,71 @@ func needRuntimes(t *testing.T, lang string) {
 }
 
 // TestInitPassesItsOwnTests: every language's new action passes conformance and its
-// fixtures the moment it is written.
+// fixtures the moment it is written; with --state too, its inlet named after the word's port,
+// the line keeping state there, and its fixtures holding each key's state after each item.
 func TestInitPassesItsOwnTests(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range actiondir.Langs {
-		t.Run(l.Name, func(t *testing.T) {
-			t.Parallel()
-			needRuntimes(t, l.Name)
-			dir := filepath.Join(t.TempDir(), "greet-"+l.Name)
-			if err := actiondir.Init(context.Background(), dir, l.Name, actiondir.InitOptions{Source: root}); err != nil {
-				t.Fatalf("Init(%s) = %v", l.Name, err)
+		for _, state := range []string{"", "names,ttl=24h"} {
+			name := l.Name
+			if state != "" {
+				name += "/state"
 			}
-			for _, f := range []string{"action.conf", l.Program, "README.md", "sample.jsonl", "fixtures/basic.in.jsonl", "fixtures/basic.out.jsonl"} {
-				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-					t.Errorf("Init(%s) wrote no %s", l.Name, f)
-				}
-			}
-			prog, err := os.ReadFile(filepath.Join(dir, l.Program))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := bytes.Count(prog, []byte("\n")); n >= 40 && l.Name != "raw" {
-				t.Errorf("Init(%s) wrote a %s of %d lines; want under 40 (the protocol is the SDK's)", l.Name, l.Program, n)
-			}
-			checkAction(t, dir)
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				needRuntimes(t, l.Name)
+				initPassesItsOwnTests(t, root, l.Name, l.Program, state)
+			})
+		}
 	}
+}
+
+func initPassesItsOwnTests(t *testing.T, root, lang, program, state string) {
+	dir := filepath.Join(t.TempDir(), "greet-"+lang)
+	if err := actiondir.Init(context.Background(), dir, lang, actiondir.InitOptions{Source: root, State: state}); err != nil {
+		t.Fatalf("Init(%s, --state %q) = %v", lang, state, err)
+	}
+	a, err := actionconf.ParseFile(filepath.Join(dir, "action.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := os.ReadFile(filepath.Join(dir, program))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(filepath.Join(dir, "fixtures", "basic.out.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state == "" {
+		if len(a.State) != 0 || a.Inlets[0].Name != "in" || bytes.Contains(golden, []byte(`"state"`)) || bytes.Contains(prog, []byte("state")) {
+			t.Errorf("Init(%s) without --state: line %+v, a golden file or a %s speaking of state; want none", lang, a.State, program)
+		}
+	} else {
+		want := []actionconf.StatePort{{Port: "names", TTL: 24 * time.Hour, MaxBytes: engine.DefaultStateMaxBytes}}
+		if !slices.Equal(a.State, want) || a.Inlets[0].Name != "names" || !bytes.Contains(golden, []byte(`"state": {"visits": 2}`)) {
+			t.Errorf("Init(%s, --state %s): line's state %+v, inlet %q, golden:\n%s\nwant %+v on inlet names, and the second visit's state", lang, state, a.State, a.Inlets[0].Name, golden, want)
+		}
+		if lang == "bash" && !bytes.Contains(prog, []byte(`echo '{"type":"ready","state":true}'`)) {
+			t.Errorf("Init(bash, --state) wrote a main.sh whose ready does not declare state:\n%s", prog)
+		}
+	}
+	for _, f := range []string{"action.conf", program, "README.md", "sample.jsonl", "fixtures/basic.in.jsonl", "fixtures/basic.out.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("Init(%s) wrote no %s", lang, f)
+		}
+	}
+	limit := 40
+	if state != "" {
+		limit = 55 // reading the key's state, counting, staging the next one
+	}
+	if n := bytes.Count(prog, []byte("\n")); n >= limit && lang != "raw" {
+		t.Errorf("Init(%s, --state %q) wrote a %s of %d lines; want under %d (the protocol is the SDK's)", lang, state, program, n, limit)
+	}
+	checkAction(t, dir)
 }
 
 // TestInitVendorsTheSDK: the SDK file init writes beside the program is byte for byte the one
@@ -142,6 +189,21 @@ func TestInitErrors(t *testing.T) {
 			t.Errorf("Init(%s, %s) = %v; want an error containing %q", tt.dir, tt.lang, err, tt.want)
 		}
 	}
+	// a --state word the line would refuse is refused as the line words it, before anything is written
+	for word, want := range map[string]string{
+		"events,ttl=5":   `--state "events,ttl=5": `,
+		"Events":         `--state "Events": `,
+		"events,colour=": `unknown option "colour="`,
+	} {
+		target := filepath.Join(dir, "s")
+		err := actiondir.Init(context.Background(), target, "bash", actiondir.InitOptions{State: word})
+		if !errors.Is(err, actionconf.ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Init(--state %s) = %v; want an action config error containing %q", word, err, want)
+		}
+		if _, err := os.Stat(target); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Init(--state %s) left %s behind (%v)", word, target, err)
+		}
+	}
 	// a Go action outside any millrace checkout, with none named, cannot find the SDK
 	t.Chdir(dir)
 	err := actiondir.Init(context.Background(), filepath.Join(dir, "g"), "go", actiondir.InitOptions{Getenv: func(string) string { return "" }})
@@ -163,7 +225,11 @@ func TestTemplatesShowTheDeadLetterDoor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := strings.ReplaceAll(string(data), "{{.Name}}", "greet")
+		var out strings.Builder
+		if err := template.Must(template.New(file).Parse(string(data))).Execute(&out, struct{ Name, Inlet, State string }{"greet", "in", ""}); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		text := out.String()
 		var door string
 		for _, l := range strings.Split(text, "\n") {
 			if f, ok := strings.CutPrefix(strings.TrimSpace(l), "#"); ok && strings.Contains(f, "--dead-letter") {

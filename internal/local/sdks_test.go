@@ -10,15 +10,13 @@ import (
 
 	"github.com/ankka-flow/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/conformance"
-	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
 // TestSDKActions runs the conformance kit on each SDK's echo example and on its test action
 // (sdk/LANG/testdata) in map and batch mode, as TestExampleActions does for actions/: every SDK
 // keeps the protocol at its defaults (a window, chunked reads and writes). Its count example
-// runs with its inlet keeping state, which the action line cannot say yet (conformance.Action.
-// State, as the kit's own tests set it), so the state check runs in full. A missing runtime
-// fails its test.
+// runs on a line whose inlet keeps state (--state in), so the state check runs in full. A
+// missing runtime fails its test.
 func TestSDKActions(t *testing.T) {
 	root, err := filepath.Abs("../../sdk")
 	if err != nil {
@@ -36,7 +34,7 @@ func TestSDKActions(t *testing.T) {
 			{"echo", "-- " + s.runtime + " " + filepath.Join(dir, s.echo)},
 			{"map", params + " -- " + s.runtime + " " + filepath.Join(dir, s.action) + " map"},
 			{"batch", " -- " + s.runtime + " " + filepath.Join(dir, s.action) + " batch 8 0.005"},
-			{"count", "-- " + s.runtime + " " + filepath.Join(dir, s.count)},
+			{"count", "--state in -- " + s.runtime + " " + filepath.Join(dir, s.count)},
 		}
 		for _, c := range cases {
 			t.Run(s.lang+"/"+c.name, func(t *testing.T) {
@@ -46,11 +44,7 @@ func TestSDKActions(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Load = %v", err)
 				}
-				ca := a.Conformance("test")
-				if c.name == "count" {
-					ca.State = map[string]engine.StateLimits{"in": {}}
-				}
-				rep, err := conformance.Run(context.Background(), ca, conformance.Options{})
+				rep, err := conformance.Run(context.Background(), a.Conformance("test"), conformance.Options{})
 				if err != nil {
 					t.Fatalf("conformance.Run = %v", err)
 				}

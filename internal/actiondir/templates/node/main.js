@@ -13,5 +13,12 @@ millrace.map((payload, item) => {
     throw new Error('payload has no name'); // the item fails (not retried); logged to stderr
   }
   item.log.info('greeting', { name }); // logs go to stderr; stdout is the protocol's
+{{- if .State}}
+  const state = item.state; // the key's state, undefined when none
+  const visits = (state && Number.isInteger(state.visits) ? state.visits : 0) + 1;
+  if (item.key !== null) item.setState({ visits }); // a keyless record has no state
+  return { message: `${item.config.greeting}, ${name}!`, visits }; // the state applies if this returns
+{{- else}}
   return { message: `${item.config.greeting}, ${name}!` }; // one output, the item's key
+{{- end}}
 }, { config });

@@ -18,7 +18,15 @@ def greet(payload, item):
     if not isinstance(name, str) or not name:
         raise ValueError("payload has no name")  # the item fails (not retried); logged to stderr
     item.log.info("greeting", name=name)  # logs go to stderr; stdout is the protocol's
+{{- if .State}}
+    state = item.state if isinstance(item.state, dict) else {}  # item.state: None when none
+    visits = (state.get("visits") if type(state.get("visits")) is int else 0) + 1
+    if item.key is not None:  # a keyless record has no state
+        item.set_state({"visits": visits})  # applied only if greet returns normally
+    return {"message": f"{item.config.greeting}, {name}!", "visits": visits}
+{{- else}}
     return {"message": f"{item.config.greeting}, {name}!"}  # one output, the item's key
+{{- end}}
 
 
 millrace.map(greet, config=Config)

@@ -3,9 +3,11 @@
 This file is the whole protocol, written out by hand, as a starting point in any language.
 One JSON object per line, UTF-8, in this order:
 
-  engine: {"type":"hello","config":{...},...}          action: {"type":"ready"}
-  engine: {"type":"item","delivery":"…","key":"…","payload":{...},...}
-  action: any number of {"type":"emit","delivery":"…","payload":{...}}, then exactly one of
+  engine: {"type":"hello","config":{...},...}          action: {"type":"ready"{{if .State}},"state":true{{end}}}
+  engine: {"type":"item","delivery":"…","key":"…","payload":{...},...{{if .State}},"state":…{{end}}}
+  action: any number of {"type":"emit","delivery":"…","payload":{...}}, then{{if .State}}
+          at most one {"type":"state","delivery":"…","state":…} (the key's next state; null
+          deletes it; applied only if the item is done), then{{end}} exactly one of
           {"type":"done","delivery":"…"}
           {"type":"error","delivery":"…","retryable":false,"message":"…"}
           {"type":"abstain","delivery":"…","reason":"…"}
@@ -40,7 +42,7 @@ for line in sys.stdin:
     kind = msg.get("type") if isinstance(msg, dict) else None
     if kind == "hello":
         config = msg.get("config") or {}
-        send({"type": "ready"})
+        send({"type": "ready"{{if .State}}, "state": True{{end}}})
     elif kind == "item":
         delivery = msg["delivery"]
         greeting = config.get("greeting") if isinstance(config, dict) else None
@@ -57,7 +59,17 @@ for line in sys.stdin:
             out = {"type": "emit", "delivery": delivery, "payload": {"message": f"{greeting}, {name}!"}}
             if "key" in msg:
                 out["key"] = msg["key"]  # keep the record's key
+{{- if .State}}
+            # "state" is the key's state, absent when it has none (a first visit, a keyless record)
+            state = msg.get("state") if isinstance(msg.get("state"), dict) else {}
+            visits = (state.get("visits") if type(state.get("visits")) is int else 0) + 1
+            out["payload"]["visits"] = visits
             send(out)
+            if "key" in msg or "keyBase64" in msg:  # a keyless record has no state
+                send({"type": "state", "delivery": delivery, "state": {"visits": visits}})
+{{- else}}
+            send(out)
+{{- end}}
             send({"type": "done", "delivery": delivery})
     elif kind == "shutdown":
         sys.exit(0)

@@ -12,5 +12,12 @@ Millrace.map(config: { greeting: [String, 'Hello'] }) do |payload, item|
   raise ArgumentError, 'payload has no name' unless name.is_a?(String) && !name.empty?
 
   item.log.info('greeting', name: name) # logs go to stderr; stdout is the protocol's
+{{- if .State}}
+  state = item.state # the key's state, nil when none
+  visits = (state.is_a?(Hash) && state['visits'].is_a?(Integer) ? state['visits'] : 0) + 1
+  item.state = { 'visits' => visits } unless item.key.nil? # a keyless record has no state
+  { 'message' => "#{item.config.greeting}, #{name}!", 'visits' => visits } # the state applies if this returns
+{{- else}}
   { 'message' => "#{item.config.greeting}, #{name}!" } # one output, the item's key
+{{- end}}
 end
