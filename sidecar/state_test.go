@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sidecar"
@@ -462,4 +466,80 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 		t.Fatalf("read_committed: %d outputs, want exactly 20", len(outs))
 	}
 	checkChains(t, outs)
+}
+
+// failWrites fails the nth produce request (from 1) that writes topic, named or by its topic
+// id, with INVALID_RECORD, which franz-go does not retry: every record of it fails.
+func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
+	t.Helper()
+	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
+	if err == nil {
+		err = md.Topics[topic].Err
+	}
+	if err != nil {
+		t.Fatalf("the topic id of %s: %v", topic, err)
+	}
+	id := md.Topics[topic].ID
+	var seen atomic.Int32
+	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		hit := false
+		for _, tp := range pr.Topics {
+			hit = hit || tp.Topic == topic || tp.TopicID == id
+		}
+		if !hit || seen.Add(1) != int32(nth) {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		resp.Version = pr.Version
+		for _, tp := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecord.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestStateProduceFailureCatchesUp (at least once): the write of a batch's state fails, so the
+// stream fails with its state in the overlay and not in Kafka; the next conversation drops
+// the overlay and catches up from the changelog, so the batch delivered again counts from the
+// state before it, and the key's total is exact.
+func TestStateProduceFailureCatchesUp(t *testing.T) {
+	t.Setenv(testkit.EnvBrokers, "") // failing a request needs kfake
+	st := newStateSetup(t, 1, false)
+	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "2"
+	count := st.sb.counter(false)
+	// The conversation's third batch waits for the stream's end: the failed write's batch is
+	// the last one answered.
+	var calls atomic.Int32
+	st.f.OnBatch = func(c *call) error {
+		if calls.Add(1) == 3 {
+			<-c.Done()
+			return nil
+		}
+		return count(c)
+	}
+	failWrites(t, st.b, st.changelog, 2)
+	r := st.start(t, nil)
+	st.produceKeys(t, 0, 1, 10)
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, st.b, st.e["FLOW_CONSUMER_GROUP"], st.in, map[int32]int64{0: 10})
+	})
+	if len(wrapping(r.failures(""), sidecar.ErrProduce)) == 0 {
+		t.Fatalf("no produce failure; want the state write refused")
+	}
+	if v := changelogValues(t, st.b, st.changelog); v["p0-k0"] != "10" {
+		t.Fatalf("changelog: p0-k0=%q, want exactly 10 (the refused state never applied)", v["p0-k0"])
+	}
+	waitFor(t, "the store holds 10", func() bool {
+		got, _ := sidecar.StateOf(t, r.sc, st.in, 0, "p0-k0")
+		return got == "10"
+	})
 }

@@ -128,13 +128,22 @@ func TestStateOpened(t *testing.T) {
 }
 
 // TestStateOpenAnotherConversation: an Open naming another conversation is refused with
-// FAILED_PRECONDITION and changes nothing: the live conversation's Open is accepted after it.
+// FAILED_PRECONDITION and changes nothing (nor does a stream that begins with something else):
+// the live conversation's Open is accepted after it.
 func TestStateOpenAnotherConversation(t *testing.T) {
 	st := startStateful(t, echo, nil)
 	id := st.conversationID(t, 1)
 	_, err := open(t, st.attach(t), "not-"+id, "in")
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "the live one is \""+id+"\"") {
 		t.Fatalf("Open(another conversation) = %v; want FAILED_PRECONDITION naming the live one", err)
+	}
+	// A stream that does not begin with Open is ended, and changes nothing either.
+	first := st.attach(t)
+	if err := first.Send(&statev1.ProcessMessage{Message: &statev1.ProcessMessage_Staged{Staged: &statev1.Staged{BatchId: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "the first message of State.Attach is Open") {
+		t.Fatalf("a Staged first = %v; want INVALID_ARGUMENT naming Open", err)
 	}
 	got, err := open(t, st.attach(t), id, "in")
 	if err != nil || got.GetOpened() == nil {
