@@ -250,11 +250,16 @@ func TestStateNewConversationCatchesUp(t *testing.T) {
 // transaction holds states: its outputs and states are aborted together, the batches are
 // delivered again with the committed states, and a read_committed reader sees every key count
 // 1, 2, 3... to its exact total, in the outputs and in the changelog.
+//
+// The sidecar runs on a clock the test moves, so the transaction holding the states cannot
+// end before the failure: the clock stands still from the first half's last commit on. Each
+// move is half the commit interval and the test checks for that commit before each, so the
+// one move that may follow it leaves the next commit not yet due.
 func TestStateExactlyOnce(t *testing.T) {
 	st := newStateSetup(t, 2, true)
 	count := st.sb.counter(true)
 	// Once armed, the second batch fails, when the states of the first are in the open
-	// transaction (begun after a commit, so it stays open for the commit interval).
+	// transaction.
 	var armed, calls atomic.Int32
 	var sc atomic.Pointer[sidecar.Sidecar]
 	st.f.OnBatch = func(c *call) error {
@@ -267,19 +272,35 @@ func TestStateExactlyOnce(t *testing.T) {
 	st.e["FLOW_DELIVERY"] = "exactly-once"
 	st.e["FLOW_POD_NAME"] = "pod-a"
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
-	st.e["FLOW_COMMIT_INTERVAL"] = "1s"
-	r := st.start(t, nil)
+	st.e["FLOW_COMMIT_INTERVAL"] = "2s"
+	clock := newFakeClock()
+	r := startTuned(t, st.e.config(t), func(s *sidecar.Sidecar) { sidecar.SetClock(s, clock.now, clock.after) })
 	sc.Store(r.sc)
+	// committedOnClock moves the clock until the sidecar has committed n records, checking
+	// before each move. The conversation's Open is waited for first: its 10 s clock is this
+	// one too.
+	committedOnClock := func(what string, conversations int, n int64) {
+		waitFor(t, "the process's Open", func() bool { return st.sb.opened() >= conversations })
+		waitFor(t, what, func() bool {
+			if r.sc.Stats().RecordsCommitted >= n {
+				return true
+			}
+			clock.advance(time.Second)
+			return false
+		})
+	}
 	group := st.e["FLOW_CONSUMER_GROUP"]
 	st.produceKeys(t, 0, 2, 10)
 	st.produceKeys(t, 1, 2, 10)
-	waitFor(t, "the first half committed", func() bool {
+	committedOnClock("the first half committed", 1, 20)
+	waitFor(t, "the first half's offsets", func() bool {
 		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
 	})
 	armed.Store(1)
 	st.produceKeys(t, 0, 2, 10)
 	st.produceKeys(t, 1, 2, 10)
-	waitFor(t, "every record committed", func() bool {
+	committedOnClock("every record committed", 2, 40)
+	waitFor(t, "every offset committed", func() bool {
 		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 20, 1: 20})
 	})
 	if r.sc.Conversations() < 2 {

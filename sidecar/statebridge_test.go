@@ -106,6 +106,13 @@ func (sb *stateBridge) onStart(_ int, start *flowv1.Start) error {
 	return nil
 }
 
+// opened returns how many conversations the bridge has opened the State service for.
+func (sb *stateBridge) opened() int {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return len(sb.got)
+}
+
 func (sb *stateBridge) readyLocked(conv string, batch uint64) chan struct{} {
 	ch, ok := sb.ready[conv][batch]
 	if !ok {
