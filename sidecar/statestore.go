@@ -147,7 +147,8 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 		}
 		began := s.now()
 		s.metrics.state.restoring(topic, p.partition, true)
-		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log})
+		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log,
+			Progress: func(n int64) { s.metrics.state.remaining(topic, p.partition, n) }})
 		s.metrics.state.restored(topic, r, s.now().Sub(began))
 		if err != nil {
 			s.metrics.state.restoring(topic, p.partition, false)
