@@ -1,7 +1,6 @@
 package sidecar_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -344,20 +342,7 @@ func TestStateMovesWithRebalance(t *testing.T) {
 				return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10})
 			})
 
-			sbB := newStateBridge(t)
-			fb := newProcess(t, sbB.counter(false))
-			fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
-			eb := baseEnv(t, st.b, fb, st.in, st.out)
-			for k, v := range st.e {
-				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" && k != "FLOW_SIDECAR_PORT" { // B serves State on a port of its own
-					eb[k] = v
-				}
-			}
-			eb["FLOW_POD_NAME"] = "pod-b"
-			eb["FLOW_STATE_DIR"] = t.TempDir()
-			eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
-			sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
-			rb := start(t, eb.config(t))
+			rb, sbB := st.startPeer(t, "pod-b")
 			var moved []int32
 			waitFor(t, "B owns partitions", func() bool {
 				moved = sidecar.Owned(rb.sc, st.in)
@@ -460,20 +445,7 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 	}
 	waitFor(t, "A sends its batches", func() bool { return ra.sc.Stats().BatchesSent >= parts })
 
-	sbB := newStateBridge(t)
-	fb := newProcess(t, sbB.counter(false))
-	fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
-	eb := baseEnv(t, st.b, fb, st.in, st.out)
-	for k, v := range st.e {
-		if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
-			eb[k] = v
-		}
-	}
-	eb["FLOW_POD_NAME"] = "pod-b"
-	eb["FLOW_STATE_DIR"] = t.TempDir()
-	eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
-	sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
-	rb := start(t, eb.config(t))
+	rb, _ := st.startPeer(t, "pod-b")
 	waitFor(t, "B owns a partition", func() bool { return len(sidecar.Owned(rb.sc, st.in)) > 0 })
 	close(release)
 	waitFor(t, "every record committed", func() bool {
@@ -493,14 +465,7 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 // id, with INVALID_RECORD, which franz-go does not retry: every record of it fails.
 func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
 	t.Helper()
-	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
-	if err == nil {
-		err = md.Topics[topic].Err
-	}
-	if err != nil {
-		t.Fatalf("the topic id of %s: %v", topic, err)
-	}
-	id := md.Topics[topic].ID
+	id := topicID(t, b, topic)
 	var seen atomic.Int32
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		b.Cluster.KeepControl()

@@ -1,12 +1,10 @@
 package sidecar_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -17,14 +15,7 @@ import (
 // release is called; held is closed once it is held.
 func holdFetch(t *testing.T, b *testkit.Broker, topic string) (held <-chan struct{}, release func()) {
 	t.Helper()
-	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
-	if err == nil {
-		err = md.Topics[topic].Err
-	}
-	if err != nil {
-		t.Fatalf("the topic id of %s: %v", topic, err)
-	}
-	id := md.Topics[topic].ID
+	id := topicID(t, b, topic)
 	h, r := make(chan struct{}), make(chan struct{})
 	b.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		hit := false
