@@ -150,6 +150,10 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log,
 			Progress: func(n int64) { s.metrics.state.remaining(topic, p.partition, n) }})
 		s.metrics.state.restored(topic, r, s.now().Sub(began))
+		var cp state.Checkpoint
+		if err == nil {
+			cp, err = st.Checkpoint() // the counts the metrics show; fails only once st is closed
+		}
 		if err != nil {
 			s.metrics.state.restoring(topic, p.partition, false)
 			if ctx.Err() != nil || errors.Is(err, state.ErrClosed) {
@@ -161,7 +165,6 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 			}
 			continue
 		}
-		cp, _ := st.Checkpoint()
 		s.mu.Lock()
 		done := current()
 		if done {
@@ -246,21 +249,25 @@ func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
 func (s *Sidecar) closeStores() {
 	s.stopState()
 	s.restores.Wait()
+	type held struct {
+		p  *partition
+		st *state.Partition
+	}
+	var stores []held
 	s.mu.Lock()
-	var open []*partition
 	for _, p := range s.order {
 		if p.removeKept != nil {
 			p.removeKept.Stop()
 			p.removeKept, p.kept = nil, nil
 		}
 		if p.store != nil {
-			open = append(open, p)
+			stores = append(stores, held{p, p.store}) // p.store is read under mu; closed outside it
 		}
 	}
 	s.mu.Unlock()
-	for _, p := range open {
-		if err := p.store.Close(); err != nil {
-			s.log.Warn("cannot close a state file", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+	for _, o := range stores {
+		if err := o.st.Close(); err != nil {
+			s.log.Warn("cannot close a state file", "topic", o.p.inlet.StateTopic, "partition", o.p.partition, "error", err)
 		}
 	}
 }
@@ -309,8 +316,9 @@ func (s *Sidecar) promote(batches []*batch) {
 		p.storeMu.Lock()
 		err := st.Apply(es, last+1)
 		var cp state.Checkpoint
+		var cpErr error
 		if err == nil {
-			cp, _ = st.Checkpoint()
+			cp, cpErr = st.Checkpoint() // fails only once st is closed: revoked meanwhile
 		}
 		p.storeMu.Unlock()
 		s.mu.Lock()
@@ -323,7 +331,9 @@ func (s *Sidecar) promote(batches []*batch) {
 			s.mu.Unlock()
 			continue
 		}
-		p.keys, p.bytes = cp.Keys, cp.Bytes
+		if cpErr == nil && p.owned && p.epoch == b.epoch {
+			p.keys, p.bytes = cp.Keys, cp.Bytes // not a later owner's counts
+		}
 		for i, k := range b.stateKeys {
 			if o, ok := p.overlay[string(k)]; ok && o.b == b {
 				delete(p.overlay, string(k))
