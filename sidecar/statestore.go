@@ -215,8 +215,8 @@ func (s *Sidecar) revokeState(p *partition) *state.Partition {
 // keepRevoked closes the stores of revoked partitions and deletes each file once
 // StateKeepRevoked has passed, unless its partition was assigned again meanwhile.
 func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
-	keep := s.cfg.StateKeepRevoked
 	for p, st := range stores {
+		keep := s.cfg.StateKeepRevoked // per file: one that cannot be closed is deleted at once, not the others
 		// The restore that may still use it holds storeMu until it has seen it superseded.
 		p.storeMu.Lock()
 		err := st.Close()
