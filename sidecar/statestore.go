@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -34,10 +33,12 @@ type partState struct {
 	storeMu sync.Mutex
 	// overlay holds the states acknowledged in batches and not yet in the store, by key.
 	overlay map[string]staged
-	// kept is a revoked partition's closed file, deleted when removeKept fires unless the
-	// partition comes back first.
-	kept       *state.Partition
-	removeKept *time.Timer
+	// kept is a revoked partition's closed file, deleted once StateKeepRevoked has passed
+	// unless the partition comes back first.
+	kept *state.Partition
+	// keepEnd ends the wait of kept's deletion (closed when the partition comes back); the
+	// wait runs on the sidecar's clock (s.after), and Run's end ends it too.
+	keepEnd chan struct{}
 	// keys and bytes are the store's counts, as last read (the metrics).
 	keys, bytes int64
 }
@@ -189,9 +190,9 @@ func (s *Sidecar) assignState(p *partition) {
 	if !p.stateful() {
 		return
 	}
-	if p.removeKept != nil {
-		p.removeKept.Stop()
-		p.removeKept, p.kept = nil, nil
+	if p.keepEnd != nil {
+		close(p.keepEnd)
+		p.keepEnd, p.kept = nil, nil
 	}
 	p.overlay = nil
 	s.startRestoreLocked(p)
@@ -227,18 +228,28 @@ func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
 		}
 		s.mu.Lock()
 		if !p.owned && p.store == nil {
-			p.kept = st
-			p.removeKept = time.AfterFunc(keep, func() {
+			end := make(chan struct{})
+			p.kept, p.keepEnd = st, end
+			s.restores.Add(1)
+			go func() {
+				defer s.restores.Done()
+				select {
+				case <-s.after(keep):
+				case <-end: // assigned again: the restore takes the file back
+					return
+				case <-s.stateCtx.Done(): // Run ends: the file stays for a later start
+					return
+				}
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				if p.kept != st {
-					return // assigned again: the restore took the file back
+					return // assigned again meanwhile
 				}
-				p.kept, p.removeKept = nil, nil
+				p.kept, p.keepEnd = nil, nil
 				if err := st.Remove(); err != nil {
 					s.log.Warn("cannot delete the state file of a revoked partition", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
 				}
-			})
+			}()
 		}
 		s.mu.Unlock()
 	}
@@ -256,10 +267,7 @@ func (s *Sidecar) closeStores() {
 	var stores []held
 	s.mu.Lock()
 	for _, p := range s.order {
-		if p.removeKept != nil {
-			p.removeKept.Stop()
-			p.removeKept, p.kept = nil, nil
-		}
+		p.keepEnd, p.kept = nil, nil // their waits ended with stopState
 		if p.store != nil {
 			stores = append(stores, held{p, p.store}) // p.store is read under mu; closed outside it
 		}
