@@ -64,7 +64,39 @@ func TestStateNoFaults(t *testing.T) {
 	sr.spread(countRecords(seed(t), stateRecords/2, stateKeys), 4*time.Second)()
 	sr.waitDone(stateIdle)
 	sum := sr.checkCounts(t, r, true)
+	checkStateMetricsDeployed(t, r)
 	sr.stateReport("state: no faults, at least once", sum, "")
+}
+
+// checkStateMetricsDeployed holds that every state metric the deployed dashboard, alerts and
+// autoscaler query name is one the stateful sidecar of r exports (TestPrometheus checks the
+// others on a stateless pipeline, whose sidecar exports none of these).
+func checkStateMetricsDeployed(t *testing.T, r *replica) {
+	t.Helper()
+	fams, err := testkit.Metrics(r.metrics)
+	if err != nil {
+		t.Fatalf("scraping the sidecar: %v", err)
+	}
+	var missing []string
+	n := 0
+	for _, name := range deployedMetricNames(t) {
+		if !strings.HasPrefix(name, stateMetricPrefix) {
+			continue
+		}
+		n++
+		family := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if f, ok := strings.CutSuffix(name, suffix); ok && fams[f] != nil {
+				family = f
+			}
+		}
+		if fams[family] == nil {
+			missing = append(missing, name)
+		}
+	}
+	if n == 0 || len(missing) > 0 {
+		t.Errorf("of the %d state metrics deploy/ names, the stateful sidecar does not export %v", n, missing)
+	}
 }
 
 // checkCounts reads the outlet and the changelog and checks them, exactly (the exactly-once

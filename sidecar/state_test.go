@@ -1,7 +1,6 @@
 package sidecar_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -250,11 +248,16 @@ func TestStateNewConversationCatchesUp(t *testing.T) {
 // transaction holds states: its outputs and states are aborted together, the batches are
 // delivered again with the committed states, and a read_committed reader sees every key count
 // 1, 2, 3... to its exact total, in the outputs and in the changelog.
+//
+// The sidecar runs on a clock the test moves, so the transaction holding the states cannot
+// end before the failure: the clock stands still from the first half's last commit on. Each
+// move is half the commit interval and the test checks for that commit before each, so the
+// one move that may follow it leaves the next commit not yet due.
 func TestStateExactlyOnce(t *testing.T) {
 	st := newStateSetup(t, 2, true)
 	count := st.sb.counter(true)
 	// Once armed, the second batch fails, when the states of the first are in the open
-	// transaction (begun after a commit, so it stays open for the commit interval).
+	// transaction.
 	var armed, calls atomic.Int32
 	var sc atomic.Pointer[sidecar.Sidecar]
 	st.f.OnBatch = func(c *call) error {
@@ -267,19 +270,35 @@ func TestStateExactlyOnce(t *testing.T) {
 	st.e["FLOW_DELIVERY"] = "exactly-once"
 	st.e["FLOW_POD_NAME"] = "pod-a"
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
-	st.e["FLOW_COMMIT_INTERVAL"] = "1s"
-	r := st.start(t, nil)
+	st.e["FLOW_COMMIT_INTERVAL"] = "2s"
+	clock := newFakeClock()
+	r := startTuned(t, st.e.config(t), func(s *sidecar.Sidecar) { sidecar.SetClock(s, clock.now, clock.after) })
 	sc.Store(r.sc)
+	// committedOnClock moves the clock until the sidecar has committed n records, checking
+	// before each move. The conversation's Open is waited for first: its 10 s clock is this
+	// one too.
+	committedOnClock := func(what string, conversations int, n int64) {
+		waitFor(t, "the process's Open", func() bool { return st.sb.opened() >= conversations })
+		waitFor(t, what, func() bool {
+			if r.sc.Stats().RecordsCommitted >= n {
+				return true
+			}
+			clock.advance(time.Second)
+			return false
+		})
+	}
 	group := st.e["FLOW_CONSUMER_GROUP"]
 	st.produceKeys(t, 0, 2, 10)
 	st.produceKeys(t, 1, 2, 10)
-	waitFor(t, "the first half committed", func() bool {
+	committedOnClock("the first half committed", 1, 20)
+	waitFor(t, "the first half's offsets", func() bool {
 		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
 	})
 	armed.Store(1)
 	st.produceKeys(t, 0, 2, 10)
 	st.produceKeys(t, 1, 2, 10)
-	waitFor(t, "every record committed", func() bool {
+	committedOnClock("every record committed", 2, 40)
+	waitFor(t, "every offset committed", func() bool {
 		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 20, 1: 20})
 	})
 	if r.sc.Conversations() < 2 {
@@ -323,20 +342,7 @@ func TestStateMovesWithRebalance(t *testing.T) {
 				return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10})
 			})
 
-			sbB := newStateBridge(t)
-			fb := newProcess(t, sbB.counter(false))
-			fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
-			eb := baseEnv(t, st.b, fb, st.in, st.out)
-			for k, v := range st.e {
-				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" && k != "FLOW_SIDECAR_PORT" { // B serves State on a port of its own
-					eb[k] = v
-				}
-			}
-			eb["FLOW_POD_NAME"] = "pod-b"
-			eb["FLOW_STATE_DIR"] = t.TempDir()
-			eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
-			sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
-			rb := start(t, eb.config(t))
+			rb, sbB := st.startPeer(t, "pod-b")
 			var moved []int32
 			waitFor(t, "B owns partitions", func() bool {
 				moved = sidecar.Owned(rb.sc, st.in)
@@ -439,20 +445,7 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 	}
 	waitFor(t, "A sends its batches", func() bool { return ra.sc.Stats().BatchesSent >= parts })
 
-	sbB := newStateBridge(t)
-	fb := newProcess(t, sbB.counter(false))
-	fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
-	eb := baseEnv(t, st.b, fb, st.in, st.out)
-	for k, v := range st.e {
-		if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
-			eb[k] = v
-		}
-	}
-	eb["FLOW_POD_NAME"] = "pod-b"
-	eb["FLOW_STATE_DIR"] = t.TempDir()
-	eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
-	sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
-	rb := start(t, eb.config(t))
+	rb, _ := st.startPeer(t, "pod-b")
 	waitFor(t, "B owns a partition", func() bool { return len(sidecar.Owned(rb.sc, st.in)) > 0 })
 	close(release)
 	waitFor(t, "every record committed", func() bool {
@@ -472,14 +465,7 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 // id, with INVALID_RECORD, which franz-go does not retry: every record of it fails.
 func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
 	t.Helper()
-	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
-	if err == nil {
-		err = md.Topics[topic].Err
-	}
-	if err != nil {
-		t.Fatalf("the topic id of %s: %v", topic, err)
-	}
-	id := md.Topics[topic].ID
+	id := topicID(t, b, topic)
 	var seen atomic.Int32
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		b.Cluster.KeepControl()

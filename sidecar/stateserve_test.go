@@ -376,26 +376,13 @@ func TestDiscoveryStateMatrix(t *testing.T) {
 				e = statefulEnv(t, b, f, in, out, b.Topic(t, "state", 1, "cleanup.policy", "compact"))
 			}
 			r := startTuned(t, e.config(t), func(sc *sidecar.Sidecar) { sidecar.SetProtocolVersion(sc, tc.sidecar) })
-			var err error
-			select {
-			case err = <-r.done:
-				close(r.done)
-			case <-f.Started:
-				t.Fatal("the sidecar opened Run with a refused process")
-			}
-			if !errors.Is(err, sidecar.ErrRefused) {
-				t.Fatalf("Run() = %v; want ErrRefused", err)
-			}
-			reports := f.Reports()
-			if len(reports) != 1 {
-				t.Fatalf("ReportError calls = %d; want 1", len(reports))
-			}
+			report, err := refusedAtDiscovery(t, r, f)
 			for _, w := range tc.want {
-				if !strings.Contains(reports[0].String(), w) || !strings.Contains(err.Error(), w) {
-					t.Errorf("ReportError %v, Run() %v; want both to name %q", reports[0], err, w)
+				if !strings.Contains(report.String(), w) || !strings.Contains(err.Error(), w) {
+					t.Errorf("ReportError %v, Run() %v; want both to name %q", report, err, w)
 				}
 			}
-			if len(r.records.Attrs("discovery refused the streamlet process")) != len(reports[0].GetProblems()) {
+			if len(r.records.Attrs("discovery refused the streamlet process")) != len(report.GetProblems()) {
 				t.Errorf("each problem is logged: %v", r.records.Attrs("discovery refused the streamlet process"))
 			}
 		})
