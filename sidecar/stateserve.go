@@ -150,7 +150,7 @@ type stateServer struct {
 }
 
 // Attach serves one process's State stream: Open, then Staged until the conversation ends or
-// the stream breaks (either fails the conversation).
+// the stream does (which fails the conversation unless it is a graceful end: stateEndFailure).
 func (srv stateServer) Attach(stream statev1.State_AttachServer) error {
 	s := srv.s
 	first, err := stream.Recv()
@@ -250,7 +250,8 @@ func (s *Sidecar) open(stream statev1.State_AttachServer, open *statev1.Open) (*
 
 // receiveState reads the process's Staged messages until the stream ends: a batch's messages
 // are reassembled by `more`, checked against the limits sent in Opened, and handed to the join.
-// A stream that breaks, or that the process ends while the conversation lives, fails it.
+// A stream that breaks, or that the process ends before Stop or with a Staged outstanding,
+// fails it.
 func (s *Sidecar) receiveState(c *conversation, l *stateLink) {
 	var (
 		pending   []*statev1.Entry
