@@ -37,6 +37,10 @@ const stateOpenTimeout = 10 * time.Second
 // Batch: the sidecar sends it first, so only a broken sidecar or stream is this late.
 const batchStateWait = 10 * time.Second
 
+// stateEndWait bounds the wait, once a conversation finished and half-closed its State
+// stream, for the sidecar to end the stream: it does as soon as it reads the half-close.
+const stateEndWait = 2 * time.Second
+
 var (
 	// errStateRefused: the sidecar answered Open with Refused, or does not serve the State
 	// service: the deployment and the action line disagree, and a new conversation would too.
@@ -335,6 +339,32 @@ func (l *stateLink) sendStaged(id uint64, inlet string, o *batchOverlay) error {
 		l.c.s.opts.Metrics.stateStaged(inlet, kind)
 	}
 	return nil
+}
+
+// finish ends the stream of a conversation that finished cleanly, every batch answered (no
+// Staged is to come): it half-closes the process's side, so that the sidecar reads the end
+// of a process done with the stream rather than a canceled one (which it takes for a broken
+// link), and waits for the sidecar to end its side, at most stateEndWait (on after, the
+// State stream's clock) or until ctx ends; then it closes.
+func (l *stateLink) finish(ctx context.Context, after <-chan time.Time) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.sendMu.Lock()
+	err := l.stream.CloseSend()
+	l.sendMu.Unlock()
+	if err == nil {
+		select {
+		case <-l.broken:
+		case <-after:
+			l.c.log.Warn("the sidecar did not end the State stream after the conversation finished; closing it", "waited", stateEndWait)
+		case <-ctx.Done():
+		}
+	}
+	l.close()
 }
 
 // close ends the stream and the connection; the conversation is over.

@@ -3,6 +3,8 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/http/httptest"
 	"slices"
@@ -33,6 +35,10 @@ type stateServer struct {
 	port   int
 	answer *statev1.SidecarMessage // to Open
 	broken chan struct{}           // when closed, the stream fails (after Opened)
+	// linger keeps the stream open after the bridge half-closes it, until the test ends;
+	// ends gets the error that ended each stream's reading (io.EOF: half-closed).
+	linger bool
+	ends   chan error
 
 	opens    chan *statev1.Open
 	staged   chan *statev1.Staged
@@ -51,7 +57,7 @@ func serveState(t *testing.T, answer *statev1.SidecarMessage) *stateServer {
 		t.Fatal(err)
 	}
 	s := &stateServer{t: t, port: lis.Addr().(*net.TCPAddr).Port, answer: answer,
-		broken: make(chan struct{}), opens: make(chan *statev1.Open, 4), staged: make(chan *statev1.Staged, 64), messages: make(chan *statev1.Staged, 64)}
+		broken: make(chan struct{}), ends: make(chan error, 4), opens: make(chan *statev1.Open, 4), staged: make(chan *statev1.Staged, 64), messages: make(chan *statev1.Staged, 64)}
 	gs := grpc.NewServer()
 	if answer != nil {
 		statev1.RegisterStateServer(gs, s)
@@ -86,6 +92,7 @@ func (s *stateServer) Attach(stream statev1.State_AttachServer) error {
 		for {
 			m, err := stream.Recv()
 			if err != nil {
+				s.ends <- err
 				return
 			}
 			recv <- m
@@ -100,6 +107,9 @@ func (s *stateServer) Attach(stream statev1.State_AttachServer) error {
 			return status.Error(codes.Internal, "the test breaks the State stream")
 		}
 		if m == nil {
+			if s.linger {
+				<-stream.Context().Done()
+			}
 			return nil
 		}
 		st := m.GetStaged()
@@ -403,6 +413,69 @@ func TestStateMissingBatchState(t *testing.T) {
 	if len(sc.all) != 0 {
 		t.Errorf("the bridge sent %v for a batch without its states; want nothing", sc.all)
 	}
+}
+
+// TestStateEndAtStop: a conversation that finishes on Stop half-closes its State stream (the
+// sidecar reads io.EOF, the end of a process done with it, not a cancel, which it would take
+// for a broken link) and the stream completes.
+func TestStateEndAtStop(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in", MaxValueBytes: 1000, MaxRecordBytes: 2000}))
+	r := startBridge(t, stateLine, func(o *bridge.Options) { o.SidecarPort = st.port })
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	st.push(1, "u-7", `{"n":1}`)
+	sc.batch(1, 0, countRec(0, "u-7"))
+	if a := sc.wait(1); !a.ack {
+		t.Fatalf("batch 1: %v; want Ack", a)
+	}
+	st.next()
+	expectEOF(t, sc.stop())
+	select {
+	case err := <-st.ends:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("the State stream ended at the sidecar with %v; want io.EOF (half-closed)", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the State stream did not end")
+	}
+	sc.check()
+}
+
+// TestStateEndWaitBounded: a sidecar that does not end the State stream after the bridge
+// half-closed it holds the conversation's finish only until the wait's clock fires.
+func TestStateEndWaitBounded(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in", MaxValueBytes: 1000, MaxRecordBytes: 2000}))
+	st.linger = true
+	waits := make(chan time.Duration, 1)
+	fire := make(chan time.Time)
+	r := startBridge(t, stateLine, func(o *bridge.Options) { o.SidecarPort = st.port }, bridge.WithStateClock(func(d time.Duration) <-chan time.Time {
+		waits <- d
+		return fire
+	}))
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	stopped := make(chan error, 1)
+	go func() { stopped <- sc.stop() }()
+	select {
+	case d := <-waits:
+		if d != 2*time.Second {
+			t.Errorf("the bridge waits %s for the sidecar to end the State stream; want 2s", d)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the bridge never waited for the State stream's end")
+	}
+	if err := <-st.ends; !errors.Is(err, io.EOF) {
+		t.Errorf("the State stream ended at the sidecar with %v; want io.EOF (half-closed)", err)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("the conversation finished (%v) before the wait's clock fired, with the State stream still open", err)
+	default:
+	}
+	close(fire)
+	expectEOF(t, <-stopped)
 }
 
 // TestStateBroken: a State stream that fails ends the conversation.
