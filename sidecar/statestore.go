@@ -140,7 +140,9 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 			s.mu.Lock()
 			if !current() {
 				s.mu.Unlock()
-				opened.Close()
+				if err := opened.Close(); err != nil {
+					s.log.Warn("cannot close the state file of a superseded restore", "topic", topic, "partition", p.partition, "error", err)
+				}
 				return
 			}
 			p.store, st = opened, opened
