@@ -507,6 +507,7 @@ func (s *Server) logStateVersion(info *flowv1.SidecarInfo) {
 		return
 	}
 	if err := protocol.CheckVersionAgainst(info.GetProtocolVersion(), s.spec.GetProtocolVersion()); err != nil {
-		s.log.Error(fmt.Sprintf("this action keeps state (--state %s), which needs a sidecar speaking %s; the sidecar speaks %s", statePorts(a), s.spec.GetProtocolVersion(), info.GetProtocolVersion()), "error", err)
+		s.log.Error("this action keeps state, which needs a sidecar speaking the process's protocol version or later",
+			"state", statePorts(a), "process_version", s.spec.GetProtocolVersion(), "sidecar_version", info.GetProtocolVersion(), "error", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -530,15 +531,24 @@ func TestStateDiscover(t *testing.T) {
 	if err != nil || spec.GetProtocolVersion() != protocol.Version {
 		t.Fatalf("Discover = %v, %v; want protocol %s", spec, err, protocol.Version)
 	}
-	const why = "this action keeps state (--state in), which needs a sidecar speaking"
+	const why = `"msg":"this action keeps state, which needs a sidecar speaking the process's protocol version or later"`
 	if strings.Contains(r.logs.String(), why) {
-		t.Errorf("the bridge logs %q for a sidecar speaking %s", why, protocol.Version)
+		t.Errorf("the bridge logs %s for a sidecar speaking %s", why, protocol.Version)
 	}
 	if _, err := sc.disc.Discover(context.Background(), &flowv1.SidecarInfo{ProtocolVersion: "0.9"}); err != nil {
 		t.Fatal(err)
 	}
-	if logs := r.logs.String(); !strings.Contains(logs, why+" "+protocol.Version+"; the sidecar speaks 0.9") {
-		t.Errorf("bridge log lacks %q:\n%s", why, logs)
+	want := []string{why, `"state":"in"`, `"process_version":"` + protocol.Version + `"`, `"sidecar_version":"0.9"`}
+	logged := func(line string) bool {
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				return false
+			}
+		}
+		return true
+	}
+	if !slices.ContainsFunc(strings.Split(r.logs.String(), "\n"), logged) {
+		t.Errorf("bridge log lacks a line with %s:\n%s", strings.Join(want, " "), r.logs.String())
 	}
 }
 

@@ -45,7 +45,7 @@ type ChangelogError struct {
 
 func (e *ChangelogError) Error() string {
 	if e.Err != nil {
-		return "sidecar: the changelog topics cannot be checked: " + e.Err.Error()
+		return "sidecar: the changelog topics cannot be checked: " + e.Err.Error() + ": the sidecar asks Kafka for their metadata and configs at start; mend what this names (brokers of FLOW_BROKERS that do not answer, a broker error), then start it again"
 	}
 	lines := make([]string, len(e.Problems))
 	for i, p := range e.Problems {

@@ -133,7 +133,8 @@ type Sidecar struct {
 	sleep func(ctx context.Context, d time.Duration) bool
 
 	// changelogs are the stateful inlets' changelog topics. stateCtx is the restores'
-	// context, ended by stopState when Run ends; restores counts them.
+	// context, ended by stopState when Run ends; restores counts them and the waits of the
+	// revoked partitions' kept files (keepRevoked).
 	changelogs map[string]bool
 	// cancelRun ends Run's context; stopped is the error Run then returns (stopWith). Both
 	// guarded by mu.

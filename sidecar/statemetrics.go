@@ -108,19 +108,25 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	type file struct{ topic, part, path string }
+	type file struct {
+		topic, part, path string
+		keys, bytes       int64
+	}
 	var files []file
+	// The counts are copied under mu and sent without it: a scrape that reads ch slowly
+	// never holds up the sidecar's lock.
 	s.mu.Lock()
 	for _, p := range s.order {
 		if !p.owned || !p.stateful() || p.store == nil {
 			continue
 		}
-		part := strconv.Itoa(int(p.partition))
-		ch <- prometheus.MustNewConstMetric(descStateKeys, prometheus.GaugeValue, float64(p.keys), p.inlet.StateTopic, part)
-		ch <- prometheus.MustNewConstMetric(descStateBytes, prometheus.GaugeValue, float64(p.bytes), p.inlet.StateTopic, part)
-		files = append(files, file{p.inlet.StateTopic, part, state.Path(s.stateDir(), p.inlet.StateTopic, p.partition)})
+		files = append(files, file{p.inlet.StateTopic, strconv.Itoa(int(p.partition)), state.Path(s.stateDir(), p.inlet.StateTopic, p.partition), p.keys, p.bytes})
 	}
 	s.mu.Unlock()
+	for _, f := range files {
+		ch <- prometheus.MustNewConstMetric(descStateKeys, prometheus.GaugeValue, float64(f.keys), f.topic, f.part)
+		ch <- prometheus.MustNewConstMetric(descStateBytes, prometheus.GaugeValue, float64(f.bytes), f.topic, f.part)
+	}
 	// The files' sizes are asked of the filesystem outside the lock; one gone meanwhile (its
 	// partition revoked) has no series.
 	for _, f := range files {

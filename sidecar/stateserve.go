@@ -281,7 +281,7 @@ func (s *Sidecar) receiveState(c *conversation, l *stateLink) {
 			s.failConv(c, streamFailed(causeProtocol, "a Staged for batch %d came while batch %d's was incomplete (its last message had more set)", st.GetBatchId(), pendingID))
 			return
 		}
-		if err := s.checkStaged(c, l, st); err != nil {
+		if err := s.checkStaged(c, l, st, len(pending)); err != nil {
 			s.failConv(c, err)
 			return
 		}
@@ -301,12 +301,18 @@ func (s *Sidecar) receiveState(c *conversation, l *stateLink) {
 
 // checkStaged checks one Staged message's entries against the limits of its batch's inlet:
 // a process that ignores Opened fails the stream before anything of the batch is written.
-func (s *Sidecar) checkStaged(c *conversation, l *stateLink, st *statev1.Staged) error {
+// before is how many entries the batch's earlier messages (more set) brought: a batch has at
+// most one per key, so a process that keeps setting more cannot grow what is held for it.
+func (s *Sidecar) checkStaged(c *conversation, l *stateLink, st *statev1.Staged, before int) error {
 	s.mu.Lock()
-	b := c.batches[st.GetBatchId()]
+	b, err := c.lookup(st.GetBatchId(), "a Staged") // a revoked batch is still in flight: the join drops it
+	keys := 0
+	if b != nil {
+		keys = len(b.keys)
+	}
 	s.mu.Unlock()
-	if b == nil {
-		return nil // not in flight: the join decides (an unknown batch fails, a revoked one is dropped)
+	if err != nil {
+		return err
 	}
 	lim := l.limits[b.p.inlet.Port]
 	if lim == nil {
@@ -323,6 +329,10 @@ func (s *Sidecar) checkStaged(c *conversation, l *stateLink, st *statev1.Staged)
 			return streamFailed(causeMessageLarge, "a state staged in batch %d (topic %s partition %d) is over the limits sent in Opened: key %d bytes and value %d bytes, for at most %d bytes of value (max_value_bytes) and %d of key and value (max_record_bytes) on changelog %s: nothing of the batch is written; the process must fail such an item's state",
 				b.id, b.p.topic, b.p.partition, k, v, lim.GetMaxValueBytes(), lim.GetMaxRecordBytes(), lim.GetChangelogTopic())
 		}
+	}
+	if n := before + len(st.GetEntries()); n > keys {
+		return streamFailed(causeProtocol, "the Staged of batch %d (topic %s partition %d) brings %d entries, more than the batch's %d distinct keys: a process stages each of its batch's keys at most once",
+			b.id, b.p.topic, b.p.partition, n, keys)
 	}
 	return nil
 }

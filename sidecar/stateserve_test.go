@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -313,6 +314,57 @@ func TestStagedOverLimits(t *testing.T) {
 				t.Errorf("%d emits written; want none", n)
 			}
 		})
+	}
+}
+
+// TestStagedMoreThanKeys: a process that keeps setting more on a batch's Staged fails the
+// stream once its entries pass the batch's distinct keys, rather than growing what the
+// sidecar holds for the batch; nothing of the batch is written.
+func TestStagedMoreThanKeys(t *testing.T) {
+	batches := make(chan *call, 10)
+	release := make(chan struct{})
+	st := startStateful(t, func(c *call) error {
+		batches <- c
+		select {
+		case <-release:
+		case <-c.Done():
+		}
+		return nil
+	}, nil)
+	id := st.conversationID(t, 1)
+	stream := st.attach(t)
+	if got, err := open(t, stream, id, "in"); err != nil || got.GetOpened() == nil {
+		t.Fatalf("Open = %v, %v; want Opened", got, err)
+	}
+	go func() { // the BatchStates the sidecar sends
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	st.b.Produce(t, &kgo.Record{Topic: st.in, Key: []byte("k1"), Value: []byte("1")})
+	var c *call
+	select {
+	case c = <-batches:
+	case <-time.After(waitTimeout):
+		t.Fatal("no batch")
+	}
+	defer close(release)
+	for range 2 {
+		m := &statev1.ProcessMessage{Message: &statev1.ProcessMessage_Staged{Staged: &statev1.Staged{BatchId: c.Batch.GetBatchId(), More: true,
+			Entries: []*statev1.Entry{{Key: []byte("k1"), Value: []byte("1")}}}}}
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.conversationID(t, 2)
+	const want = "brings 2 entries, more than the batch's 1 distinct keys"
+	if fs := st.r.failures(sidecar.CauseProtocol); len(fs) != 1 || !strings.Contains(fs[0].Error(), want) || !strings.Contains(fs[0].Error(), "topic "+st.in) {
+		t.Errorf("protocol failures = %v; want one naming %q and the topic", fs, want)
+	}
+	if n := st.b.Count(t, st.changelog); n != 0 {
+		t.Errorf("%d changelog records written; want none", n)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -34,10 +33,12 @@ type partState struct {
 	storeMu sync.Mutex
 	// overlay holds the states acknowledged in batches and not yet in the store, by key.
 	overlay map[string]staged
-	// kept is a revoked partition's closed file, deleted when removeKept fires unless the
-	// partition comes back first.
-	kept       *state.Partition
-	removeKept *time.Timer
+	// kept is a revoked partition's closed file, deleted once StateKeepRevoked has passed
+	// unless the partition comes back first.
+	kept *state.Partition
+	// keepEnd ends the wait of kept's deletion (closed when the partition comes back); the
+	// wait runs on the sidecar's clock (s.after), and Run's end ends it too.
+	keepEnd chan struct{}
 	// keys and bytes are the store's counts, as last read (the metrics).
 	keys, bytes int64
 }
@@ -139,7 +140,9 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 			s.mu.Lock()
 			if !current() {
 				s.mu.Unlock()
-				opened.Close()
+				if err := opened.Close(); err != nil {
+					s.log.Warn("cannot close the state file of a superseded restore", "topic", topic, "partition", p.partition, "error", err)
+				}
 				return
 			}
 			p.store, st = opened, opened
@@ -150,6 +153,10 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log,
 			Progress: func(n int64) { s.metrics.state.remaining(topic, p.partition, n) }})
 		s.metrics.state.restored(topic, r, s.now().Sub(began))
+		var cp state.Checkpoint
+		if err == nil {
+			cp, err = st.Checkpoint() // the counts the metrics show; fails only once st is closed
+		}
 		if err != nil {
 			s.metrics.state.restoring(topic, p.partition, false)
 			if ctx.Err() != nil || errors.Is(err, state.ErrClosed) {
@@ -161,7 +168,6 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 			}
 			continue
 		}
-		cp, _ := st.Checkpoint()
 		s.mu.Lock()
 		done := current()
 		if done {
@@ -186,9 +192,9 @@ func (s *Sidecar) assignState(p *partition) {
 	if !p.stateful() {
 		return
 	}
-	if p.removeKept != nil {
-		p.removeKept.Stop()
-		p.removeKept, p.kept = nil, nil
+	if p.keepEnd != nil {
+		close(p.keepEnd)
+		p.keepEnd, p.kept = nil, nil
 	}
 	p.overlay = nil
 	s.startRestoreLocked(p)
@@ -212,8 +218,8 @@ func (s *Sidecar) revokeState(p *partition) *state.Partition {
 // keepRevoked closes the stores of revoked partitions and deletes each file once
 // StateKeepRevoked has passed, unless its partition was assigned again meanwhile.
 func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
-	keep := s.cfg.StateKeepRevoked
 	for p, st := range stores {
+		keep := s.cfg.StateKeepRevoked // per file: one that cannot be closed is deleted at once, not the others
 		// The restore that may still use it holds storeMu until it has seen it superseded.
 		p.storeMu.Lock()
 		err := st.Close()
@@ -224,18 +230,28 @@ func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
 		}
 		s.mu.Lock()
 		if !p.owned && p.store == nil {
-			p.kept = st
-			p.removeKept = time.AfterFunc(keep, func() {
+			end := make(chan struct{})
+			p.kept, p.keepEnd = st, end
+			s.restores.Add(1)
+			go func() {
+				defer s.restores.Done()
+				select {
+				case <-s.after(keep):
+				case <-end: // assigned again: the restore takes the file back
+					return
+				case <-s.stateCtx.Done(): // Run ends: the file stays for a later start
+					return
+				}
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				if p.kept != st {
-					return // assigned again: the restore took the file back
+					return // assigned again meanwhile
 				}
-				p.kept, p.removeKept = nil, nil
+				p.kept, p.keepEnd = nil, nil
 				if err := st.Remove(); err != nil {
 					s.log.Warn("cannot delete the state file of a revoked partition", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
 				}
-			})
+			}()
 		}
 		s.mu.Unlock()
 	}
@@ -246,21 +262,22 @@ func (s *Sidecar) keepRevoked(stores map[*partition]*state.Partition) {
 func (s *Sidecar) closeStores() {
 	s.stopState()
 	s.restores.Wait()
+	type held struct {
+		p  *partition
+		st *state.Partition
+	}
+	var stores []held
 	s.mu.Lock()
-	var open []*partition
 	for _, p := range s.order {
-		if p.removeKept != nil {
-			p.removeKept.Stop()
-			p.removeKept, p.kept = nil, nil
-		}
+		p.keepEnd, p.kept = nil, nil // their waits ended with stopState
 		if p.store != nil {
-			open = append(open, p)
+			stores = append(stores, held{p, p.store}) // p.store is read under mu; closed outside it
 		}
 	}
 	s.mu.Unlock()
-	for _, p := range open {
-		if err := p.store.Close(); err != nil {
-			s.log.Warn("cannot close a state file", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+	for _, o := range stores {
+		if err := o.st.Close(); err != nil {
+			s.log.Warn("cannot close a state file", "topic", o.p.inlet.StateTopic, "partition", o.p.partition, "error", err)
 		}
 	}
 }
@@ -309,8 +326,9 @@ func (s *Sidecar) promote(batches []*batch) {
 		p.storeMu.Lock()
 		err := st.Apply(es, last+1)
 		var cp state.Checkpoint
+		var cpErr error
 		if err == nil {
-			cp, _ = st.Checkpoint()
+			cp, cpErr = st.Checkpoint() // fails only once st is closed: revoked meanwhile
 		}
 		p.storeMu.Unlock()
 		s.mu.Lock()
@@ -323,7 +341,9 @@ func (s *Sidecar) promote(batches []*batch) {
 			s.mu.Unlock()
 			continue
 		}
-		p.keys, p.bytes = cp.Keys, cp.Bytes
+		if cpErr == nil && p.owned && p.epoch == b.epoch {
+			p.keys, p.bytes = cp.Keys, cp.Bytes // not a later owner's counts
+		}
 		for i, k := range b.stateKeys {
 			if o, ok := p.overlay[string(k)]; ok && o.b == b {
 				delete(p.overlay, string(k))

@@ -33,6 +33,10 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Refused before anything is written, so that -o leaves no file behind.
+	if *group != "" && len(a.State) == 0 {
+		return fs.usageErr("--group names the changelog topics of a line with --state, and this one keeps no state: leave it out")
+	}
 	if problems := protocol.Validate(a.Spec(Version())); len(problems) > 0 {
 		return fmt.Errorf("%s declares a streamlet that is not valid:\n%v", a.Source, problems)
 	}
@@ -48,9 +52,6 @@ func runDescribe(_ context.Context, e *env, args []string) error {
 		// Text on stdout ends with a newline; -o writes the canonical bytes exactly (a trailing
 		// newline is whitespace to every JSON reader, the sidecar's included).
 		return err
-	}
-	if *group != "" && len(a.State) == 0 {
-		return fs.usageErr("--group names the changelog topics of a line with --state, and this one keeps no state: leave it out")
 	}
 	if g := *group; len(a.State) > 0 {
 		if g == "" {

@@ -101,8 +101,8 @@ func TestDescribeState(t *testing.T) {
 	if code, out, errOut := runCmd(t, "describe", "tiny --in a=a.v1 --out b=b.v1 -- cat"); code != 0 || errOut != "" || !strings.HasSuffix(out, "}\n") {
 		t.Errorf("describe of a stateless line = %d, %q, stderr %q; want the descriptor and nothing on stderr", code, out, errOut)
 	}
-	if code, _, errOut := runCmd(t, "describe", "--group", "g", "tiny --in a=a.v1 --out b=b.v1 -- cat"); code != 2 || !strings.Contains(errOut, "keeps no state") {
-		t.Errorf("describe --group on a stateless line = %d, %q; want 2, saying it keeps no state", code, errOut)
+	if code, out, errOut := runCmd(t, "describe", "--group", "g", "tiny --in a=a.v1 --out b=b.v1 -- cat"); code != 2 || !strings.Contains(errOut, "keeps no state") || out != "" {
+		t.Errorf("describe --group on a stateless line = %d, stdout %q, stderr %q; want 2, saying it keeps no state, and no descriptor", code, out, errOut)
 	}
 }
 

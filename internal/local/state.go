@@ -168,6 +168,11 @@ func stateKeys(started []*running) map[string]int64 {
 		}
 		mfs, err := st.sc.Registry().Gather()
 		if err != nil {
+			// The summary is a report, not the run's outcome: a count it cannot read is left
+			// out rather than shown as 0 keys.
+			for _, name := range inlet {
+				delete(out, name)
+			}
 			continue
 		}
 		for _, mf := range mfs {
