@@ -74,6 +74,28 @@ func tombstones(t *testing.T, b *testkit.Broker, topic string) []string {
 	return out
 }
 
+// tombstonesOf returns the tombstones of key in rs.
+func tombstonesOf(rs []*kgo.Record, key string) []*kgo.Record {
+	var out []*kgo.Record
+	for _, r := range rs {
+		if r.Value == nil && string(r.Key) == key {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lastValue is the value of key's last record in rs ("" when none, or a tombstone).
+func lastValue(t *testing.T, rs []*kgo.Record, key string) string {
+	v := ""
+	for _, r := range rs {
+		if string(r.Key) == key {
+			v = string(r.Value)
+		}
+	}
+	return v
+}
+
 // TestStateSweep seeds 1,200 expired states and one fresh, and counts one expired key (k0000)
 // whose new state is still in the overlay when the first sweep comes (exactly once: in the
 // open transaction, whose commit is due after the sweep). The first sweep writes the
@@ -96,10 +118,12 @@ func TestStateSweep(t *testing.T) {
 			// The first transaction commits at once (nothing was committed before); the
 			// next one waits for the commit interval on the clock.
 			st.b.Produce(t, &kgo.Record{Topic: st.in, Partition: 0, Key: []byte("warm"), Value: []byte("x")})
-			st.b.ReadN(t, st.out, 1, waitTimeout)
+			waitFor(t, "warm committed", func() bool { return r.sc.RecordsCommitted() == 1 })
 			st.b.Produce(t, &kgo.Record{Topic: st.in, Partition: 0, Key: []byte("k0000"), Value: []byte("x")})
 			if mode == "exactly-once" {
-				waitFor(t, "k0000's new state in the open transaction", func() bool { return sidecar.TxnStates(r.sc) == 1 })
+				waitFor(t, "k0000's new state in the open transaction", func() bool {
+					return lastValue(t, st.b.ReadAllUncommitted(t, st.changelog), "k0000") == "1"
+				})
 			} else {
 				waitFor(t, "k0000's new state in the changelog", func() bool { return changelogValues(t, st.b, st.changelog)["k0000"] == "1" })
 			}
@@ -112,6 +136,7 @@ func TestStateSweep(t *testing.T) {
 					t.Fatalf("the overlay holds %d states; want k0000's and the 1,000 tombstones", n)
 				}
 				clock.advance(500 * time.Millisecond) // the commit
+				waitFor(t, "k0000 committed", func() bool { return r.sc.RecordsCommitted() == 2 })
 			}
 			waitFor(t, "1,000 tombstones written", func() bool { return st.writes(t, r, "expire") == 1000 })
 			got := tombstones(t, st.b, st.changelog)
@@ -196,11 +221,15 @@ func TestStateStagedAfterSweep(t *testing.T) {
 			clock.waitTimerAt(t, t0.Add(time.Second))
 			clock.advance(time.Second) // the sweep, k's batch in flight
 			waitFor(t, "k's tombstone written", func() bool { return st.writes(t, r, "expire") == 1 })
-			// Exactly once, the sweep's transaction committed at once (the first); the
-			// batch's is due 100 ms after it.
-			clock.advance(200 * time.Millisecond)
 			close(release)
-			outs := st.b.ReadN(t, st.out, 1, waitTimeout)
+			var outs []*kgo.Record
+			waitFor(t, "k's first record counted", func() bool {
+				if outs = st.b.ReadAll(t, st.out); len(outs) == 1 {
+					return true
+				}
+				clock.advance(10 * time.Millisecond) // exactly once: its commit, due 100 ms after the sweep's
+				return false
+			})
 			if string(outs[0].Value) != "1" {
 				t.Fatalf("k counted %s; want 1, its state expired", outs[0].Value)
 			}
@@ -210,6 +239,9 @@ func TestStateStagedAfterSweep(t *testing.T) {
 				log = append(log, fmt.Sprintf("%s=%s", rec.Key, rec.Value))
 			}
 			if fmt.Sprint(log) != "[k=41 k= k=1]" {
+				for _, rec := range st.b.ReadAllUncommitted(t, st.changelog) {
+					t.Logf("uncommitted %d %s=%s", rec.Offset, rec.Key, rec.Value)
+				}
 				t.Fatalf("the changelog holds %v; want k's seed, its tombstone, then the state staged after the sweep", log)
 			}
 			waitFor(t, "the store holds k=1", func() bool {
@@ -246,12 +278,12 @@ func TestStateSweepAborted(t *testing.T) {
 	r := st.startClocked(t, clock)
 	// The first transaction commits at once; the next waits for the interval.
 	st.b.Produce(t, &kgo.Record{Topic: st.in, Partition: 0, Key: []byte("warm"), Value: []byte("x")})
-	st.b.ReadN(t, st.out, 1, waitTimeout)
+	waitFor(t, "warm committed", func() bool { return r.sc.RecordsCommitted() == 1 })
 
 	clock.waitTimerAt(t, t0.Add(time.Second))
 	clock.advance(time.Second)
 	waitFor(t, "k's tombstone in the open transaction", func() bool {
-		return sidecar.TxnStates(r.sc) == 1 && len(st.b.ReadAllUncommitted(t, st.changelog)) == 2
+		return sidecar.TxnStates(r.sc) == 1 && len(tombstonesOf(st.b.ReadAllUncommitted(t, st.changelog), "k")) == 1
 	})
 	// Short of the commit (due at 1.5 s), and so that the next conversation's sweep is due
 	// apart from this one's next (at 2 s).
@@ -275,19 +307,20 @@ func TestStateSweepAborted(t *testing.T) {
 	if got := tombstones(t, st.b, st.changelog); fmt.Sprint(got) != "[k]" {
 		t.Fatalf("read committed, the changelog's tombstones are %v; want k's, once", got)
 	}
-	all := 0
-	for _, rec := range st.b.ReadAllUncommitted(t, st.changelog) {
-		if rec.Value == nil && string(rec.Key) == "k" {
-			all++
-		}
-	}
-	if all != 2 {
+	if all := len(tombstonesOf(st.b.ReadAllUncommitted(t, st.changelog), "k")); all != 2 {
 		t.Fatalf("read uncommitted, the changelog holds %d tombstones of k; want 2, the aborted one and the one written again", all)
 	}
 	if _, ok := sidecar.StateOf(t, r.sc, st.in, 0, "k"); ok {
 		t.Fatal("the store still holds k after its tombstone committed")
 	}
-	outs := st.b.ReadN(t, st.out, 2, waitTimeout)
+	var outs []*kgo.Record
+	waitFor(t, "x delivered again and committed", func() bool {
+		if outs = st.b.ReadAll(t, st.out); len(outs) == 2 {
+			return true
+		}
+		clock.advance(100 * time.Millisecond) // its commit, if its transaction is the last
+		return false
+	})
 	if string(outs[1].Key) != "x" || string(outs[1].Value) != "1" {
 		t.Fatalf("outputs %s=%s after warm; want the failed batch's x=1, delivered again", outs[1].Key, outs[1].Value)
 	}
