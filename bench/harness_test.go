@@ -55,18 +55,20 @@ func value(i, size int) []byte {
 	return append(v, `"}`...)
 }
 
-// bins are the binaries the benchmarks build once per run: millrace, the Go echo action and
-// the idle-measuring echo of BenchmarkGap.
+// bins are the binaries the benchmarks build once per run: millrace, the Go echo action, the
+// idle-measuring echo of BenchmarkGap and the running count of BenchmarkState.
 var bins struct {
-	once     sync.Once
-	dir      string
-	millrace string
-	goEcho   string
-	gapEcho  string
-	err      error
+	once       sync.Once
+	dir        string
+	millrace   string
+	goEcho     string
+	gapEcho    string
+	stateCount string
+	err        error
 }
 
-// binaries builds cmd/millrace and actions/go-echo once, into a folder TestMain removes.
+// binaries builds cmd/millrace, actions/go-echo, gapecho and statecount once, into a folder
+// TestMain removes.
 func binaries(b testing.TB) (millrace, goEcho string) {
 	b.Helper()
 	bins.once.Do(func() {
@@ -75,7 +77,8 @@ func binaries(b testing.TB) (millrace, goEcho string) {
 			return
 		}
 		bins.millrace, bins.goEcho, bins.gapEcho = filepath.Join(bins.dir, "millrace"), filepath.Join(bins.dir, "go-echo"), filepath.Join(bins.dir, "gapecho")
-		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo", bins.gapEcho: "./gapecho"} {
+		bins.stateCount = filepath.Join(bins.dir, "statecount")
+		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo", bins.gapEcho: "./gapecho", bins.stateCount: "./statecount"} {
 			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return
@@ -285,13 +288,31 @@ func recordNumber(v []byte) (int, bool) {
 // produce writes n records of valueSize-byte values round-robin over parts partitions of
 // topic, numbered from first, and waits until the broker has them all.
 func produce(cl *kgo.Client, topic string, parts, first, n, size int) error {
+	return produceKeyed(cl, topic, parts, 0, first, n, size)
+}
+
+// recordKey is the key of record i among keys keys ("k" and i modulo keys) and its
+// partition among parts: a key's records all go to one partition, as Kafka's partitioner
+// sends them, and in the order of their numbers.
+func recordKey(i, keys, parts int) ([]byte, int32) {
+	k := i % keys
+	return strconv.AppendInt([]byte{'k'}, int64(k), 10), int32(k % parts)
+}
+
+// produceKeyed is produce with keys keys (0: keyless, round-robin): record i has the key
+// recordKey gives it.
+func produceKeyed(cl *kgo.Client, topic string, parts, keys, first, n, size int) error {
 	var (
 		mu   sync.Mutex
 		ferr error
 	)
 	ctx := context.Background()
 	for i := first; i < first+n; i++ {
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % parts), Value: value(i, size)}, func(_ *kgo.Record, err error) {
+		r := &kgo.Record{Topic: topic, Partition: int32(i % parts), Value: value(i, size)}
+		if keys > 0 {
+			r.Key, r.Partition = recordKey(i, keys, parts)
+		}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				ferr = cmp(ferr, err)

@@ -39,6 +39,15 @@ func TestHelpers(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
+		i, keys, parts int
+		key            string
+		partition      int32
+	}{{0, 1000, 8, "k0", 0}, {1009, 1000, 8, "k9", 1}, {2009, 1000, 1, "k9", 0}, {7, 5, 3, "k2", 2}} {
+		if key, p := recordKey(tc.i, tc.keys, tc.parts); string(key) != tc.key || p != tc.partition {
+			t.Errorf("recordKey(%d, %d, %d) = %q, %d; want %q, %d", tc.i, tc.keys, tc.parts, key, p, tc.key, tc.partition)
+		}
+	}
+	for _, tc := range []struct {
 		in   runs
 		want float64
 	}{

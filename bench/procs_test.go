@@ -43,6 +43,9 @@ type procPipeline struct {
 	sidecar *testkit.Proc
 	bridge  *testkit.Proc // or the native streamlet in its place
 	ready   string        // the sidecar's readiness file
+	// changelog is the inlet's changelog topic ("" when it keeps no state), on broker br.
+	changelog string
+	br        *broker
 }
 
 // procs names how to start the two processes: argv of the bridge and of the sidecar, extra
@@ -81,7 +84,7 @@ func startProcs(b testing.TB, br *broker, how procs, line string, parts int, sid
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	p := &procPipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts), ready: filepath.Join(dir, "ready")}
+	p := &procPipeline{in: br.topic(b, "in", parts), out: br.topic(b, "out", parts), ready: filepath.Join(dir, "ready"), br: br}
 	bridgeEnv := append([]string{"MILLRACE_ACTION=" + line, "FLOW_PROCESS_PORT=" + port}, how.bridgeEnv...)
 	bridgeEnv = append(bridgeEnv, strings.Fields(os.Getenv("BENCH_BRIDGE_ENV"))...) // experiments: GOMAXPROCS=1, GOGC=200
 	name := how.streamlet

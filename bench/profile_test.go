@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,7 +126,7 @@ func serveBridgeRole(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	port := bcfg.Port
-	return bridge.ListenAndServe(ctx, port, bridge.Options{Action: a, Version: version, Logger: logger}, nil)
+	return bridge.ListenAndServe(ctx, port, bridge.Options{Action: a, Version: version, Logger: logger, SidecarPort: bcfg.SidecarPort}, nil)
 }
 
 // serveNativeRole serves the native Go streamlet (see native) where the bridge would listen,
@@ -223,6 +224,12 @@ type deployment struct {
 	native bool
 	// sidecarEnv is the sidecar's extra environment (FLOW_DELIVERY=exactly-once).
 	sidecarEnv []string
+	// keys keys the records (0: keyless), as produceKeyed does.
+	keys int
+	// state deploys the inlet "in" with a changelog, for a line with --state in: a compacted
+	// topic of the inlet's partitions (FLOW_INLET_IN_STATE_TOPIC), a state directory of its
+	// own (FLOW_STATE_DIR) and a free FLOW_SIDECAR_PORT in both processes.
+	state bool
 }
 
 // runDeployed runs one deployed-shape benchmark of the config line on parts partitions and
@@ -245,7 +252,20 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	}
 	br := newBroker(b)
 	statsDir := b.TempDir()
-	pp := startProcs(b, br, roleProcs(dir, statsDir, tag, side), line, parts, dep.sidecarEnv...)
+	how := roleProcs(dir, statsDir, tag, side)
+	sidecarEnv := dep.sidecarEnv
+	changelog := ""
+	if dep.state {
+		changelog = br.name("state")
+		if err := br.CreateTopic(context.Background(), changelog, int32(parts), "cleanup.policy", "compact"); err != nil {
+			b.Fatal(err)
+		}
+		port := "FLOW_SIDECAR_PORT=" + strconv.Itoa(testkit.FreePort(b))
+		how.bridgeEnv = append(how.bridgeEnv, port)
+		sidecarEnv = append(slices.Clone(sidecarEnv), port, "FLOW_INLET_IN_STATE_TOPIC="+changelog, "FLOW_STATE_DIR="+b.TempDir())
+	}
+	pp := startProcs(b, br, how, line, parts, sidecarEnv...)
+	pp.changelog = changelog
 	pp.waitReady(b)
 	sc, st := pp.sidecar.Pid(), pp.bridge.Pid()
 	seq := map[string]int{}
@@ -271,7 +291,7 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	if !dep.native {
 		meters = append(meters, meter{[]string{"child-cpu-µs/rec"}, func() []float64 { return []float64{micros(childrenOf(st))} }})
 	}
-	records := benchFlow(b, br, pp.in, pp.out, parts, pp.check, meters...)
+	records := benchFlowKeyed(b, br, pp.in, pp.out, parts, dep.keys, pp.check, meters...)
 	pp.alive(b)
 	b.ReportMetric(mib(pp.sidecar.Status("VmHWM")), "sidecar-peak-MiB")
 	b.ReportMetric(mib(pp.bridge.Status("VmHWM")), side+"-peak-MiB")

@@ -94,12 +94,18 @@ type meter struct {
 // returns the records it moved, warm-up included. check, when not nil, is called while
 // waiting and ends the benchmark early with its error; meters are reported beside the rate.
 func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func() error, meters ...meter) int {
+	return benchFlowKeyed(b, br, in, out, parts, 0, check, meters...)
+}
+
+// benchFlowKeyed is benchFlow with records of keys keys (0: keyless), as produceKeyed writes
+// them.
+func benchFlowKeyed(b *testing.B, br *broker, in, out string, parts, keys int, check func() error, meters ...meter) int {
 	n := envInt("BENCH_RECORDS", defaultRecords)
 	prod := br.producer(b)
 	cnt := br.counter(b, out)
 	cnt.check = check
 	warm := min(n, 2000)
-	if err := produce(prod, in, parts, 0, warm, valueSize); err != nil {
+	if err := produceKeyed(prod, in, parts, keys, 0, warm, valueSize); err != nil {
 		b.Fatal(err)
 	}
 	if err := cnt.waitFor(warm, 2*time.Minute); err != nil {
@@ -119,7 +125,7 @@ func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func()
 		}
 		start, cpu0, kids0 := time.Now(), cpuTime(), childrenCPU()
 		errc := make(chan error, 1)
-		go func(first int) { errc <- produce(prod, in, parts, first, n, valueSize) }(next)
+		go func(first int) { errc <- produceKeyed(prod, in, parts, keys, first, n, valueSize) }(next)
 		err := cnt.waitFor(next+n, 5*time.Minute)
 		if perr := <-errc; perr != nil {
 			b.Fatalf("producing: %v", perr)

@@ -490,7 +490,13 @@ func (c *conversation) finish(ctx context.Context) {
 			<-answered
 		}
 		c.closePool(true)
-		c.state.close()
+		switch {
+		case c.state == nil:
+		case c.voided.HasFired():
+			c.state.close() // void closes it too: its batches were abandoned
+		default:
+			c.state.finish(ctx, c.s.opts.stateAfter(stateEndWait))
+		}
 		c.s.release(c)
 		c.log.Info("conversation finished")
 	})

@@ -75,8 +75,9 @@ type Options struct {
 	// 127.0.0.1, after each Start (default protocol.SidecarPort, FLOW_SIDECAR_PORT). A
 	// stateless line dials nothing.
 	SidecarPort int
-	// stateAfter is the clock of a batch's wait for its BatchState (default time.After);
-	// tests drive it.
+	// stateAfter is the clock of a batch's wait for its BatchState and of the wait for the
+	// sidecar to end a finished conversation's State stream (default time.After); tests
+	// drive it.
 	stateAfter func(time.Duration) <-chan time.Time
 	// RegistryRetryFor is how long a registry that does not answer is retried, with backoff,
 	// before the batch is failed (default DefaultRegistryRetryFor).

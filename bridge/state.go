@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,10 @@ const stateOpenTimeout = 10 * time.Second
 // batchStateWait is how long a batch of a stateful inlet waits for its BatchState after its
 // Batch: the sidecar sends it first, so only a broken sidecar or stream is this late.
 const batchStateWait = 10 * time.Second
+
+// stateEndWait bounds the wait, once a conversation finished and half-closed its State
+// stream, for the sidecar to end the stream: it does as soon as it reads the half-close.
+const stateEndWait = 2 * time.Second
 
 var (
 	// errStateRefused: the sidecar answered Open with Refused, or does not serve the State
@@ -290,8 +296,11 @@ func (l *stateLink) await(ctx context.Context, b *flowv1.Batch, after <-chan tim
 // messages under Opened.max_message_bytes (split with more, never within an entry).
 func (l *stateLink) sendStaged(id uint64, inlet string, o *batchOverlay) error {
 	const room = 32 // the message's own tags and lengths, the batch id, more
-	entries := make([]*statev1.Entry, 0, len(o.order))
-	for _, k := range o.order {
+	// In key order: the order records of different keys finish in is the pool's, not the
+	// batch's, and a Staged should say the same for the same batch.
+	keys := slices.Sorted(maps.Keys(o.staged))
+	entries := make([]*statev1.Entry, 0, len(keys))
+	for _, k := range keys {
 		st := o.staged[k]
 		e := &statev1.Entry{Key: []byte(k)}
 		if st.Value != nil {
@@ -332,6 +341,32 @@ func (l *stateLink) sendStaged(id uint64, inlet string, o *batchOverlay) error {
 	return nil
 }
 
+// finish ends the stream of a conversation that finished cleanly, every batch answered (no
+// Staged is to come): it half-closes the process's side, so that the sidecar reads the end
+// of a process done with the stream rather than a canceled one (which it takes for a broken
+// link), and waits for the sidecar to end its side, at most stateEndWait (on after, the
+// State stream's clock) or until ctx ends; then it closes.
+func (l *stateLink) finish(ctx context.Context, after <-chan time.Time) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.sendMu.Lock()
+	err := l.stream.CloseSend()
+	l.sendMu.Unlock()
+	if err == nil {
+		select {
+		case <-l.broken:
+		case <-after:
+			l.c.log.Warn("the sidecar did not end the State stream after the conversation finished; closing it", "waited", stateEndWait)
+		case <-ctx.Done():
+		}
+	}
+	l.close()
+}
+
 // close ends the stream and the connection; the conversation is over.
 func (l *stateLink) close() {
 	if l == nil {
@@ -354,7 +389,6 @@ type batchOverlay struct {
 
 	mu     sync.Mutex
 	staged map[string]*stdio.StagedState // by key: the last state a done record staged
-	order  []string                      // the keys of staged, in the order first staged
 	pre    []*preEmits                   // by record: emits built when it was done with a state
 	held   int64                         // the budget bytes of the staged states, until Staged is sent
 }
@@ -387,11 +421,7 @@ func (o *batchOverlay) of(key []byte) json.RawMessage {
 func (o *batchOverlay) record(key []byte, st *stdio.StagedState, held int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	k := string(key)
-	if _, ok := o.staged[k]; !ok {
-		o.order = append(o.order, k)
-	}
-	o.staged[k] = st
+	o.staged[string(key)] = st
 	o.held += held
 }
 

@@ -3,6 +3,8 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/http/httptest"
 	"strconv"
@@ -32,6 +34,10 @@ type stateServer struct {
 	port   int
 	answer *statev1.SidecarMessage // to Open
 	broken chan struct{}           // when closed, the stream fails (after Opened)
+	// linger keeps the stream open after the bridge half-closes it, until the test ends;
+	// ends gets the error that ended each stream's reading (io.EOF: half-closed).
+	linger bool
+	ends   chan error
 
 	opens    chan *statev1.Open
 	staged   chan *statev1.Staged
@@ -50,7 +56,7 @@ func serveState(t *testing.T, answer *statev1.SidecarMessage) *stateServer {
 		t.Fatal(err)
 	}
 	s := &stateServer{t: t, port: lis.Addr().(*net.TCPAddr).Port, answer: answer,
-		broken: make(chan struct{}), opens: make(chan *statev1.Open, 4), staged: make(chan *statev1.Staged, 64), messages: make(chan *statev1.Staged, 64)}
+		broken: make(chan struct{}), ends: make(chan error, 4), opens: make(chan *statev1.Open, 4), staged: make(chan *statev1.Staged, 64), messages: make(chan *statev1.Staged, 64)}
 	gs := grpc.NewServer()
 	if answer != nil {
 		statev1.RegisterStateServer(gs, s)
@@ -85,6 +91,7 @@ func (s *stateServer) Attach(stream statev1.State_AttachServer) error {
 		for {
 			m, err := stream.Recv()
 			if err != nil {
+				s.ends <- err
 				return
 			}
 			recv <- m
@@ -99,6 +106,9 @@ func (s *stateServer) Attach(stream statev1.State_AttachServer) error {
 			return status.Error(codes.Internal, "the test breaks the State stream")
 		}
 		if m == nil {
+			if s.linger {
+				<-stream.Context().Done()
+			}
 			return nil
 		}
 		st := m.GetStaged()
@@ -404,6 +414,69 @@ func TestStateMissingBatchState(t *testing.T) {
 	}
 }
 
+// TestStateEndAtStop: a conversation that finishes on Stop half-closes its State stream (the
+// sidecar reads io.EOF, the end of a process done with it, not a cancel, which it would take
+// for a broken link) and the stream completes.
+func TestStateEndAtStop(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in", MaxValueBytes: 1000, MaxRecordBytes: 2000}))
+	r := startBridge(t, stateLine, func(o *bridge.Options) { o.SidecarPort = st.port })
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	st.push(1, "u-7", `{"n":1}`)
+	sc.batch(1, 0, countRec(0, "u-7"))
+	if a := sc.wait(1); !a.ack {
+		t.Fatalf("batch 1: %v; want Ack", a)
+	}
+	st.next()
+	expectEOF(t, sc.stop())
+	select {
+	case err := <-st.ends:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("the State stream ended at the sidecar with %v; want io.EOF (half-closed)", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the State stream did not end")
+	}
+	sc.check()
+}
+
+// TestStateEndWaitBounded: a sidecar that does not end the State stream after the bridge
+// half-closed it holds the conversation's finish only until the wait's clock fires.
+func TestStateEndWaitBounded(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in", MaxValueBytes: 1000, MaxRecordBytes: 2000}))
+	st.linger = true
+	waits := make(chan time.Duration, 1)
+	fire := make(chan time.Time)
+	r := startBridge(t, stateLine, func(o *bridge.Options) { o.SidecarPort = st.port }, bridge.WithStateClock(func(d time.Duration) <-chan time.Time {
+		waits <- d
+		return fire
+	}))
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	stopped := make(chan error, 1)
+	go func() { stopped <- sc.stop() }()
+	select {
+	case d := <-waits:
+		if d != 2*time.Second {
+			t.Errorf("the bridge waits %s for the sidecar to end the State stream; want 2s", d)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the bridge never waited for the State stream's end")
+	}
+	if err := <-st.ends; !errors.Is(err, io.EOF) {
+		t.Errorf("the State stream ended at the sidecar with %v; want io.EOF (half-closed)", err)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("the conversation finished (%v) before the wait's clock fired, with the State stream still open", err)
+	default:
+	}
+	close(fire)
+	expectEOF(t, <-stopped)
+}
+
 // TestStateBroken: a State stream that fails ends the conversation.
 func TestStateBroken(t *testing.T) {
 	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in"}))
@@ -480,4 +553,37 @@ func TestStateOpenedWithoutInlet(t *testing.T) {
 	if err := sc.waitEnd(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "the sidecar's Opened gives no limits for inlet in (--state in)") {
 		t.Errorf("stream ended with %v; want FAILED_PRECONDITION naming inlet in", err)
 	}
+}
+
+// TestStateTooLarge: Opened's max_record_bytes reaches the engine: a state that with its key
+// passes it fails its record for good (dead-lettered, counted too-large) and is not staged.
+func TestStateTooLarge(t *testing.T) {
+	st := serveState(t, opened(&statev1.InletLimits{Inlet: "in", MaxValueBytes: 8, MaxRecordBytes: 12}))
+	r := startBridge(t, "counter --in in=x.v1 --out out=y.v1 --out dl=x.v1 --dead-letter dl --state in", func(o *bridge.Options) { o.SidecarPort = st.port })
+	sc := dial(t, r.addr)
+	sc.start(r, "conv-1", 0)
+	st.open()
+	st.push(1)
+	sc.batch(1, 0, countRec(0, "u-7"), countRec(1, "long-key-1"))
+	a := sc.wait(1)
+	if !a.ack || len(a.emits) != 2 || a.emits[1].GetOutlet() != "dl" {
+		t.Fatalf("batch 1: %v; want Ack after u-7's emit and long-key-1 dead-lettered", a)
+	}
+	if why := string(headerValue(a.emits[1].GetRecord(), bridge.HeaderError)); !strings.Contains(why, "over the 12 bytes a changelog record of inlet in may be") {
+		t.Errorf("dead letter's error = %q; want the changelog record's limit", why)
+	}
+	if s := st.next(); entries(s) != `u-7={"n":1}` {
+		t.Errorf("Staged = %s; want only u-7's", entries(s))
+	}
+	expectEOF(t, sc.stop())
+	expectMetrics(t, r, `millrace_state_refused_total{inlet="in",reason="too-large"} 1`)
+}
+
+func headerValue(rec *flowv1.Record, key string) []byte {
+	for _, h := range rec.GetHeaders() {
+		if h.GetKey() == key {
+			return h.GetValue()
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
@@ -60,7 +64,39 @@ func TestStateNoFaults(t *testing.T) {
 	sr.spread(countRecords(seed(t), stateRecords/2, stateKeys), 4*time.Second)()
 	sr.waitDone(stateIdle)
 	sum := sr.checkCounts(t, r, true)
+	checkStateMetricsDeployed(t, r)
 	sr.stateReport("state: no faults, at least once", sum, "")
+}
+
+// checkStateMetricsDeployed holds that every state metric the deployed dashboard, alerts and
+// autoscaler query name is one the stateful sidecar of r exports (TestPrometheus checks the
+// others on a stateless pipeline, whose sidecar exports none of these).
+func checkStateMetricsDeployed(t *testing.T, r *replica) {
+	t.Helper()
+	fams, err := testkit.Metrics(r.metrics)
+	if err != nil {
+		t.Fatalf("scraping the sidecar: %v", err)
+	}
+	var missing []string
+	n := 0
+	for _, name := range deployedMetricNames(t) {
+		if !strings.HasPrefix(name, stateMetricPrefix) {
+			continue
+		}
+		n++
+		family := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if f, ok := strings.CutSuffix(name, suffix); ok && fams[f] != nil {
+				family = f
+			}
+		}
+		if fams[family] == nil {
+			missing = append(missing, name)
+		}
+	}
+	if n == 0 || len(missing) > 0 {
+		t.Errorf("of the %d state metrics deploy/ names, the stateful sidecar does not export %v", n, missing)
+	}
 }
 
 // checkCounts reads the outlet and the changelog and checks them, exactly (the exactly-once
@@ -267,4 +303,100 @@ func TestStateRunData(t *testing.T) {
 	want("the first run with --data", run("first", "--data", data), 1)
 	want("the second run with the same --data", run("second", "--data", data), each+1)
 	want("a run without --data", run("third"), 1)
+}
+
+// TestStateGap leaves a sidecar's state file behind a changelog whose log start has moved past
+// it: the replica runs on state directory A, then on a new one B (a pod rescheduled) while
+// more counts are written, then DeleteRecords moves every changelog partition's log start
+// halfway into what B wrote, and the replica runs on A again. A's file is behind the log
+// start: the sidecar must restore in full (reason="gap"), so every key continues from the
+// last count the changelog still holds at or after the new log start, or from none, never
+// from A's file. kfake only: Kafka refuses DeleteRecords on a compacted topic.
+func TestStateGap(t *testing.T) {
+	t.Parallel()
+	b := &broker{testkit.NewBroker(t, testkit.BrokerOptions{KfakeOnly: true, Client: []kgo.Opt{kgo.ProducerLinger(0)}})}
+	sr := newStateRun(t, b, "at-least-once")
+	s := seed(t)
+	r := sr.start(0)
+	run := func(i int) {
+		sr.produce(countRecords(s+uint64(i), stateRecords/10, stateKeys)...)
+		sr.waitDone(stateIdle)
+		stop(t, r.sidecar, 30*time.Second)
+	}
+	run(0)
+	sr.mu.Lock()
+	dirA := sr.dirs[r.idx]
+	sr.dirs[r.idx] = t.TempDir()
+	sr.mu.Unlock()
+	ctx := context.Background()
+	before, err := b.EndOffsets(ctx, sr.changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr.startSidecar(r)
+	run(1)
+	after, err := b.EndOffsets(ctx, sr.changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a full restore from the new log start finds: each key's last count at or after it.
+	logStart := map[int32]int64{}
+	var del kadm.Offsets
+	for p, end := range after {
+		logStart[p] = before[p] + (end-before[p])/2
+		del.AddOffset(sr.changelog, p, logStart[p], -1)
+	}
+	kept := map[string]int{}
+	for k, es := range sr.changelogValues(t) {
+		for _, e := range es {
+			if e.offset >= logStart[e.partition] {
+				kept[k] = e.n
+			}
+		}
+	}
+	resps, err := kadm.NewClient(b.Admin).DeleteRecords(ctx, del)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		t.Fatalf("DeleteRecords %v on %s: %v", logStart, sr.changelog, err)
+	}
+
+	sr.mu.Lock()
+	sr.dirs[r.idx] = dirA
+	first := len(sr.produced)
+	sr.mu.Unlock()
+	sr.startSidecar(r)
+	sr.produce(countRecords(s+2, stateRecords/10, stateKeys)...)
+	sr.waitDone(stateIdle)
+
+	tr := sr.truth(t)
+	outs := sr.countOutputs(t)
+	seen := map[string]int{}
+	var ps problems
+	sr.mu.Lock()
+	last := slices.Clone(sr.produced[first:])
+	sr.mu.Unlock()
+	slices.SortFunc(last, func(a, b produced) int { return int(a.offset - b.offset) })
+	for _, p := range last {
+		place := at{p.partition, p.offset}
+		seen[p.id]++
+		want := kept[p.id] + seen[p.id] - 1
+		switch got := outs[place]; {
+		case len(got) != 1:
+			ps.add("input %d@%d (key %s): %d outputs, want 1", place.p, place.o, p.id, len(got))
+		case got[0].Saw != want:
+			ps.add("input %d@%d (key %s, its record %d after the gap, %d kept past the log start): saw %d, want %d", place.p, place.o, p.id, seen[p.id], kept[p.id], got[0].Saw, want)
+		}
+	}
+	ps.report(t, "outputs after the gap")
+	gap := 0.0
+	if !testkit.Eventually(10*time.Second, func() bool {
+		e, err := testkit.Metrics(r.metrics)
+		gap, _ = e.Value("millrace_sidecar_state_full_restores_total", "reason", "gap")
+		return err == nil && gap > 0
+	}) {
+		t.Errorf("millrace_sidecar_state_full_restores_total{reason=\"gap\"} is %v after the sidecar started on a file behind the log start; want above 0", gap)
+	}
+	t.Logf("%d keys kept a count past the new log start, %d restart from none; %d records in all; full restores for a gap: %v", len(kept), stateKeys-len(kept), len(tr.index), gap)
 }

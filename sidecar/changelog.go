@@ -36,8 +36,8 @@ func (p ChangelogProblem) String() string {
 	return protocol.StateTopicVar(p.Inlet) + "=" + p.Topic + ": " + p.Message
 }
 
-// ChangelogError lists every problem of the changelog topics found at start; the sidecar
-// exits 1 with it.
+// ChangelogError lists every problem of the changelog topics found at start, or the partition
+// a changelog lacks found at an assignment (checkPartition); the sidecar exits 1 with it.
 type ChangelogError struct {
 	Problems []ChangelogProblem
 	Err      error // the request that could not be made, when the check itself failed
@@ -143,6 +143,9 @@ func (s *Sidecar) checkChangelogs(ctx context.Context) error {
 				bad("%s", denyText(principal, strings.Join(missing, ", ")))
 			}
 		}
+		s.mu.Lock()
+		s.changelogParts[in.StateTopic] = int32(len(t.Partitions))
+		s.mu.Unlock()
 		if inletParts >= 0 && len(t.Partitions) != inletParts {
 			bad("%d partitions, but inlet topic %s has %d: a changelog has exactly its inlet's partitions (create it again with %d; its states are per partition)", len(t.Partitions), in.Topic, inletParts, inletParts)
 		}
@@ -217,4 +220,48 @@ func (s *Sidecar) changelogLimits(ctx context.Context) {
 	if len(topics) > 0 {
 		s.readLimits(ctx, topics)
 	}
+}
+
+// A changelog keeps the states of its inlet's keys by the inlet's partitions. When the inlet
+// topic grows partitions, its keys hash to other partitions than those holding their states,
+// and the new partitions have no changelog partition at all: the sidecar stops at the first
+// assignment of one (checkPartition), as Kafka Streams does when its input topics grow.
+
+// checkPartition returns nil when p's changelog has p's partition, and a *ChangelogError
+// (wrapping ErrChangelog) naming both topics' counts and the fix when it has not. The counts
+// of the start check answer first; a partition past them asks Kafka again, since the
+// changelog may have been given the same partitions since. Any other error is the request's.
+func (s *Sidecar) checkPartition(ctx context.Context, p *partition) error {
+	in := p.inlet
+	s.mu.Lock()
+	n, known := s.changelogParts[in.StateTopic]
+	s.mu.Unlock()
+	if known && p.partition < n {
+		return nil
+	}
+	cl, err := kgo.NewClient(s.connOpts()...)
+	if err != nil {
+		return fmt.Errorf("sidecar: a client for the partitions of changelog %s: %w", in.StateTopic, err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, permissionCheckTimeout)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, in.StateTopic, in.Topic)
+	if err == nil {
+		err = errors.Join(topics[in.StateTopic].Err, topics[in.Topic].Err)
+	}
+	if err != nil {
+		return fmt.Errorf("sidecar: the partitions of changelog %s and inlet topic %s: %w", in.StateTopic, in.Topic, err)
+	}
+	n = int32(len(topics[in.StateTopic].Partitions))
+	s.mu.Lock()
+	s.changelogParts[in.StateTopic] = n
+	s.mu.Unlock()
+	if p.partition < n {
+		return nil
+	}
+	inletParts := len(topics[in.Topic].Partitions)
+	return &ChangelogError{Problems: []ChangelogProblem{{Inlet: in.Port, Topic: in.StateTopic, Message: fmt.Sprintf(
+		"%d partitions, but inlet topic %s has %d now (its partition %d was assigned): its keys hash to other partitions than their states; add the same partitions to the changelog, knowing that keys moved partitions start from no state (kafka-topics.sh --alter --topic %s --partitions %d)",
+		n, in.Topic, inletParts, p.partition, in.StateTopic, inletParts)}}}
 }

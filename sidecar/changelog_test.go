@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,57 @@ func TestChangelogACLs(t *testing.T) {
 	if !errors.Is(err, sidecar.ErrChangelog) || !strings.Contains(err.Error(), "FLOW_INLET_IN_STATE_TOPIC="+changelog+": Kafka does not allow the sidecar's principal") ||
 		!strings.Contains(err.Error(), " Write on the topic: grant Read, Write, Describe and DescribeConfigs") {
 		t.Errorf("Run() = %v; want the changelog refused naming Write", err)
+	}
+}
+
+// TestChangelogInletGrew: the inlet topic does not exist at start (so the start check cannot
+// compare it), then appears with 2 partitions against the changelog's 1. At the assignment
+// of partition 1 the sidecar stops: Run returns a *ChangelogError naming both counts and the
+// fix, and no batch of partition 1 was sent.
+func TestChangelogInletGrew(t *testing.T) {
+	b := newBroker(t)
+	in, out := testkit.TopicName(t, "", "in"), b.Topic(t, "out", 2)
+	changelog := b.Topic(t, "state", 1, "cleanup.policy", "compact")
+	sb := newStateBridge(t)
+	f := newProcess(t, sb.counter(false))
+	f.Spec, f.OnStart = stateSpec(), sb.onStart
+	e := statefulEnv(t, b, f, in, out, changelog)
+	e["FLOW_STATE_DIR"] = t.TempDir()
+	e["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+	sb.addr = "127.0.0.1:" + e["FLOW_SIDECAR_PORT"]
+	r := start(t, e.config(t))
+	waitFor(t, "the process's Open", func() bool { return sb.opened() >= 1 })
+	createTopicNamed(t, b, in, 2)
+	st := &stateSetup{b: b, in: in}
+	st.produceKeys(t, 0, 1, 3)
+	st.produceKeys(t, 1, 1, 3)
+
+	var err error
+	select {
+	case err = <-r.done:
+		close(r.done)
+	case <-time.After(waitTimeout):
+		t.Fatalf("the sidecar still runs; want it stopped at the assignment of partition 1")
+	}
+	var ce *sidecar.ChangelogError
+	if !errors.Is(err, sidecar.ErrChangelog) || !errors.As(err, &ce) || len(ce.Problems) != 1 {
+		t.Fatalf("Run() = %v; want a *ChangelogError with one problem", err)
+	}
+	for _, w := range []string{"FLOW_INLET_IN_STATE_TOPIC=" + changelog + ": 1 partitions, but inlet topic " + in + " has 2 now (its partition 1 was assigned)",
+		"add the same partitions to the changelog, knowing that keys moved partitions start from no state",
+		"--alter --topic " + changelog + " --partitions 2"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Run() = %v; want it to name %q", err, w)
+		}
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	for _, s := range sb.seen {
+		if strings.HasPrefix(s, "p1-") {
+			t.Errorf("a batch of partition 1 was sent (its key %s); want none before the stop", s)
+		}
+	}
+	if got := committed(t, b, e["FLOW_CONSUMER_GROUP"], in); got[1] != 0 {
+		t.Errorf("committed %v; want nothing of partition 1", got)
 	}
 }

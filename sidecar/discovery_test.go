@@ -21,6 +21,27 @@ import (
 // discovery succeeds.
 var noBroker = &testkit.Broker{Addrs: []string{"127.0.0.1:9"}}
 
+// refusedAtDiscovery waits for the sidecar r to stop, refusing process f at discovery before
+// it opened Run, and returns f's one ReportError and Run's error (it wraps ErrRefused).
+func refusedAtDiscovery(t *testing.T, r *running, f *fakeProcess) (*flowv1.Problems, error) {
+	t.Helper()
+	var err error
+	select {
+	case err = <-r.done:
+		close(r.done)
+	case <-f.Started:
+		t.Fatal("the sidecar opened Run with a refused process")
+	}
+	if !errors.Is(err, sidecar.ErrRefused) {
+		t.Fatalf("Run() = %v; want an error wrapping ErrRefused", err)
+	}
+	reports := f.Reports()
+	if len(reports) != 1 {
+		t.Fatalf("ReportError calls = %d; want exactly 1", len(reports))
+	}
+	return reports[0], err
+}
+
 func TestDiscoveryRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -56,22 +77,9 @@ func TestDiscoveryRefusals(t *testing.T) {
 			tc.change(f.Spec)
 			e := baseEnv(t, noBroker, f, "in-topic", "out-topic")
 			r := start(t, e.config(t))
-			var err error
-			select {
-			case err = <-r.done:
-				close(r.done)
-			case <-f.Started:
-				t.Fatal("the sidecar opened Run with a refused process")
-			}
-			if !errors.Is(err, sidecar.ErrRefused) {
-				t.Fatalf("Run() = %v; want an error wrapping ErrRefused", err)
-			}
-			reports := f.Reports()
-			if len(reports) != 1 {
-				t.Fatalf("ReportError calls = %d; want exactly 1", len(reports))
-			}
+			report, err := refusedAtDiscovery(t, r, f)
 			var all []string
-			for _, p := range reports[0].Problems {
+			for _, p := range report.Problems {
 				all = append(all, p.Message)
 			}
 			joined := strings.Join(all, "\n")

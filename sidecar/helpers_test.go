@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 
@@ -310,4 +311,17 @@ func createTopicNamed(t testing.TB, b *testkit.Broker, name string, partitions i
 	waitFor(t, "topic "+name+" created again", func() bool {
 		return b.CreateTopic(context.Background(), name, partitions) == nil
 	})
+}
+
+// topicID returns topic's id, as requests of newer versions (Produce v13, Fetch v13) name it.
+func topicID(t testing.TB, b *testkit.Broker, topic string) kadm.TopicID {
+	t.Helper()
+	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
+	if err == nil {
+		err = md.Topics[topic].Err
+	}
+	if err != nil {
+		t.Fatalf("the topic id of %s: %v", topic, err)
+	}
+	return md.Topics[topic].ID
 }

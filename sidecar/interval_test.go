@@ -1,14 +1,12 @@
 package sidecar_test
 
 import (
-	"context"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
@@ -273,14 +271,7 @@ func TestCommitIntervalWaitsForWrites(t *testing.T) {
 // held.
 func holdWrites(t *testing.T, b *testkit.Broker, topic string, release <-chan struct{}) <-chan struct{} {
 	t.Helper()
-	md, err := kadm.NewClient(b.Admin).Metadata(context.Background(), topic)
-	if err == nil {
-		err = md.Topics[topic].Err
-	}
-	if err != nil {
-		t.Fatalf("the topic id of %s: %v", topic, err)
-	}
-	id := md.Topics[topic].ID
+	id := topicID(t, b, topic)
 	held := make(chan struct{})
 	var once sync.Once
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {

@@ -76,8 +76,8 @@ var (
 	errTxnDenied = errors.New("sidecar: Kafka refused the transactional id while running")
 	// ErrChangelog is wrapped by Run when a stateful inlet's changelog topic cannot keep
 	// state (missing, not compacted, partitioned unlike its inlet, out of the principal's
-	// reach) or cannot be checked: a *ChangelogError lists every problem; the sidecar must
-	// exit non-zero.
+	// reach; or, while running, lacking a partition its inlet topic grew) or cannot be
+	// checked: a *ChangelogError lists every problem; the sidecar must exit non-zero.
 	ErrChangelog = errors.New("sidecar: the changelog topics cannot keep state")
 )
 
@@ -135,9 +135,15 @@ type Sidecar struct {
 	// changelogs are the stateful inlets' changelog topics. stateCtx is the restores'
 	// context, ended by stopState when Run ends; restores counts them.
 	changelogs map[string]bool
-	stateCtx   context.Context
-	stopState  context.CancelFunc
-	restores   sync.WaitGroup
+	// cancelRun ends Run's context; stopped is the error Run then returns (stopWith). Both
+	// guarded by mu.
+	cancelRun context.CancelFunc
+	stopped   error
+	// changelogParts are the changelogs' partition counts, as last read (guarded by mu).
+	changelogParts map[string]int32
+	stateCtx       context.Context
+	stopState      context.CancelFunc
+	restores       sync.WaitGroup
 }
 
 // stats are counters of a Sidecar's work. RecordsCommitted and StallWarnings read two of
@@ -178,7 +184,7 @@ func New(cfg *Config, logger *slog.Logger) (*Sidecar, error) {
 	}
 	s := &Sidecar{cfg: c, log: logger, inlets: map[string]*Inlet{}, parts: map[tp]*partition{}, limits: newLimits(), lagRefresh: defaultLagRefresh, version: protocol.Version, now: time.Now, after: time.After, sleep: sleep}
 	s.handed = sync.NewCond(&s.mu)
-	s.changelogs = map[string]bool{}
+	s.changelogs, s.changelogParts = map[string]bool{}, map[string]int32{}
 	for i := range s.cfg.Inlets {
 		s.inlets[s.cfg.Inlets[i].Topic] = &s.cfg.Inlets[i]
 		if t := s.cfg.Inlets[i].StateTopic; t != "" {
@@ -248,8 +254,36 @@ func (s *Sidecar) Conversations() int { return s.snapshot().Conversations }
 // shuts down gracefully (Stop, bounded wait, produce and commit what was acked), closes the
 // metrics listener and returns nil. It returns an error wrapping ErrRefused when discovery
 // refuses the process, and other errors only when the metrics address cannot be listened on
-// or Kafka cannot be set up at all. Run must be called once.
+// or Kafka cannot be set up at all, and one wrapping ErrChangelog when a changelog cannot keep
+// state, at start or at the assignment of a partition it has not (stopWith). Run must be
+// called once.
 func (s *Sidecar) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.cancelRun = cancel
+	s.mu.Unlock()
+	err := s.run(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && s.stopped != nil {
+		return s.stopped
+	}
+	return err
+}
+
+// stopWith shuts the sidecar down gracefully, as the end of Run's context does, and makes
+// Run return err: a problem found while running that a new conversation cannot mend.
+func (s *Sidecar) stopWith(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped == nil {
+		s.stopped = err
+	}
+	s.cancelRun()
+}
+
+func (s *Sidecar) run(ctx context.Context) error {
 	defer s.conn.Close()
 	lis, err := s.listenMetrics()
 	if err != nil {

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sidecar"
@@ -246,11 +248,16 @@ func TestStateNewConversationCatchesUp(t *testing.T) {
 // transaction holds states: its outputs and states are aborted together, the batches are
 // delivered again with the committed states, and a read_committed reader sees every key count
 // 1, 2, 3... to its exact total, in the outputs and in the changelog.
+//
+// The sidecar runs on a clock the test moves, so the transaction holding the states cannot
+// end before the failure: the clock stands still from the first half's last commit on. Each
+// move is half the commit interval and the test checks for that commit before each, so the
+// one move that may follow it leaves the next commit not yet due.
 func TestStateExactlyOnce(t *testing.T) {
 	st := newStateSetup(t, 2, true)
 	count := st.sb.counter(true)
 	// Once armed, the second batch fails, when the states of the first are in the open
-	// transaction (begun after a commit, so it stays open for the commit interval).
+	// transaction.
 	var armed, calls atomic.Int32
 	var sc atomic.Pointer[sidecar.Sidecar]
 	st.f.OnBatch = func(c *call) error {
@@ -263,19 +270,35 @@ func TestStateExactlyOnce(t *testing.T) {
 	st.e["FLOW_DELIVERY"] = "exactly-once"
 	st.e["FLOW_POD_NAME"] = "pod-a"
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "3"
-	st.e["FLOW_COMMIT_INTERVAL"] = "1s"
-	r := st.start(t, nil)
+	st.e["FLOW_COMMIT_INTERVAL"] = "2s"
+	clock := newFakeClock()
+	r := startTuned(t, st.e.config(t), func(s *sidecar.Sidecar) { sidecar.SetClock(s, clock.now, clock.after) })
 	sc.Store(r.sc)
+	// committedOnClock moves the clock until the sidecar has committed n records, checking
+	// before each move. The conversation's Open is waited for first: its 10 s clock is this
+	// one too.
+	committedOnClock := func(what string, conversations int, n int64) {
+		waitFor(t, "the process's Open", func() bool { return st.sb.opened() >= conversations })
+		waitFor(t, what, func() bool {
+			if r.sc.Stats().RecordsCommitted >= n {
+				return true
+			}
+			clock.advance(time.Second)
+			return false
+		})
+	}
 	group := st.e["FLOW_CONSUMER_GROUP"]
 	st.produceKeys(t, 0, 2, 10)
 	st.produceKeys(t, 1, 2, 10)
-	waitFor(t, "the first half committed", func() bool {
+	committedOnClock("the first half committed", 1, 20)
+	waitFor(t, "the first half's offsets", func() bool {
 		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10})
 	})
 	armed.Store(1)
 	st.produceKeys(t, 0, 2, 10)
 	st.produceKeys(t, 1, 2, 10)
-	waitFor(t, "every record committed", func() bool {
+	committedOnClock("every record committed", 2, 40)
+	waitFor(t, "every offset committed", func() bool {
 		return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 20, 1: 20})
 	})
 	if r.sc.Conversations() < 2 {
@@ -319,20 +342,7 @@ func TestStateMovesWithRebalance(t *testing.T) {
 				return allCommitted(t, st.b, group, st.in, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10})
 			})
 
-			sbB := newStateBridge(t)
-			fb := newProcess(t, sbB.counter(false))
-			fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
-			eb := baseEnv(t, st.b, fb, st.in, st.out)
-			for k, v := range st.e {
-				if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" && k != "FLOW_SIDECAR_PORT" { // B serves State on a port of its own
-					eb[k] = v
-				}
-			}
-			eb["FLOW_POD_NAME"] = "pod-b"
-			eb["FLOW_STATE_DIR"] = t.TempDir()
-			eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
-			sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
-			rb := start(t, eb.config(t))
+			rb, sbB := st.startPeer(t, "pod-b")
 			var moved []int32
 			waitFor(t, "B owns partitions", func() bool {
 				moved = sidecar.Owned(rb.sc, st.in)
@@ -435,20 +445,7 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 	}
 	waitFor(t, "A sends its batches", func() bool { return ra.sc.Stats().BatchesSent >= parts })
 
-	sbB := newStateBridge(t)
-	fb := newProcess(t, sbB.counter(false))
-	fb.Spec, fb.OnStart = stateSpec(), sbB.onStart
-	eb := baseEnv(t, st.b, fb, st.in, st.out)
-	for k, v := range st.e {
-		if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
-			eb[k] = v
-		}
-	}
-	eb["FLOW_POD_NAME"] = "pod-b"
-	eb["FLOW_STATE_DIR"] = t.TempDir()
-	eb["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
-	sbB.addr = "127.0.0.1:" + eb["FLOW_SIDECAR_PORT"]
-	rb := start(t, eb.config(t))
+	rb, _ := st.startPeer(t, "pod-b")
 	waitFor(t, "B owns a partition", func() bool { return len(sidecar.Owned(rb.sc, st.in)) > 0 })
 	close(release)
 	waitFor(t, "every record committed", func() bool {
@@ -462,4 +459,73 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 		t.Fatalf("read_committed: %d outputs, want exactly 20", len(outs))
 	}
 	checkChains(t, outs)
+}
+
+// failWrites fails the nth produce request (from 1) that writes topic, named or by its topic
+// id, with INVALID_RECORD, which franz-go does not retry: every record of it fails.
+func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
+	t.Helper()
+	id := topicID(t, b, topic)
+	var seen atomic.Int32
+	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		hit := false
+		for _, tp := range pr.Topics {
+			hit = hit || tp.Topic == topic || tp.TopicID == id
+		}
+		if !hit || seen.Add(1) != int32(nth) {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		resp.Version = pr.Version
+		for _, tp := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecord.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestStateProduceFailureCatchesUp (at least once): the write of a batch's state fails, so the
+// stream fails with its state in the overlay and not in Kafka; the next conversation drops
+// the overlay and catches up from the changelog, so the batch delivered again counts from the
+// state before it, and the key's total is exact.
+func TestStateProduceFailureCatchesUp(t *testing.T) {
+	t.Setenv(testkit.EnvBrokers, "") // failing a request needs kfake
+	st := newStateSetup(t, 1, false)
+	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "2"
+	count := st.sb.counter(false)
+	// The conversation's third batch waits for the stream's end: the failed write's batch is
+	// the last one answered.
+	var calls atomic.Int32
+	st.f.OnBatch = func(c *call) error {
+		if calls.Add(1) == 3 {
+			<-c.Done()
+			return nil
+		}
+		return count(c)
+	}
+	failWrites(t, st.b, st.changelog, 2)
+	r := st.start(t, nil)
+	st.produceKeys(t, 0, 1, 10)
+	waitFor(t, "every record committed", func() bool {
+		return allCommitted(t, st.b, st.e["FLOW_CONSUMER_GROUP"], st.in, map[int32]int64{0: 10})
+	})
+	if len(wrapping(r.failures(""), sidecar.ErrProduce)) == 0 {
+		t.Fatalf("no produce failure; want the state write refused")
+	}
+	if v := changelogValues(t, st.b, st.changelog); v["p0-k0"] != "10" {
+		t.Fatalf("changelog: p0-k0=%q, want exactly 10 (the refused state never applied)", v["p0-k0"])
+	}
+	waitFor(t, "the store holds 10", func() bool {
+		got, _ := sidecar.StateOf(t, r.sc, st.in, 0, "p0-k0")
+		return got == "10"
+	})
 }

@@ -106,6 +106,13 @@ func (sb *stateBridge) onStart(_ int, start *flowv1.Start) error {
 	return nil
 }
 
+// opened returns how many conversations the bridge has opened the State service for.
+func (sb *stateBridge) opened() int {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return len(sb.got)
+}
+
 func (sb *stateBridge) readyLocked(conv string, batch uint64) chan struct{} {
 	ch, ok := sb.ready[conv][batch]
 	if !ok {
@@ -239,6 +246,26 @@ func (st *stateSetup) start(t *testing.T, tune func(*sidecar.Config)) *running {
 		tune(cfg)
 	}
 	return start(t, cfg)
+}
+
+// startPeer runs a second sidecar of the setup, as pod, in the same group: a counting
+// process and a bridge of its own, its own state directory and State port, the rest of the
+// setup's variables.
+func (st *stateSetup) startPeer(t *testing.T, pod string) (*running, *stateBridge) {
+	sb := newStateBridge(t)
+	f := newProcess(t, sb.counter(false))
+	f.Spec, f.OnStart = stateSpec(), sb.onStart
+	e := baseEnv(t, st.b, f, st.in, st.out)
+	for k, v := range st.e {
+		if k != "FLOW_PROCESS_PORT" && k != "FLOW_READINESS_FILE" {
+			e[k] = v
+		}
+	}
+	e["FLOW_POD_NAME"] = pod
+	e["FLOW_STATE_DIR"] = t.TempDir()
+	e["FLOW_SIDECAR_PORT"] = strconv.Itoa(testkit.FreePort(t))
+	sb.addr = "127.0.0.1:" + e["FLOW_SIDECAR_PORT"]
+	return start(t, e.config(t)), sb
 }
 
 // produceKeys writes n records to partition p of topic in, keyed p<p>-k0..k(keys-1) in turn.

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"os"
 	"strconv"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 // changelog topic. The gauges of keys and bytes are read at scrape time (stateCollector).
 type stateMetrics struct {
 	restoringGauge *prometheus.GaugeVec   // by topic, partition
+	remainingGauge *prometheus.GaugeVec   // by topic, partition
 	restoredTotal  *prometheus.CounterVec // by topic
 	fullTotal      *prometheus.CounterVec // by topic, reason
 	restoreSeconds *prometheus.HistogramVec
@@ -24,6 +26,8 @@ var (
 		"Keys held in the store of an owned changelog partition.", []string{"topic", "partition"}, nil)
 	descStateBytes = prometheus.NewDesc("millrace_sidecar_state_bytes",
 		"Bytes of keys and states held in the store of an owned changelog partition.", []string{"topic", "partition"}, nil)
+	descStateFileBytes = prometheus.NewDesc("millrace_sidecar_state_file_bytes",
+		"Size on disk of the store file of an owned changelog partition.", []string{"topic", "partition"}, nil)
 )
 
 // newStateMetrics registers the state metrics in reg, every series of a bounded label set
@@ -32,6 +36,8 @@ func newStateMetrics(s *Sidecar, reg *prometheus.Registry) *stateMetrics {
 	m := &stateMetrics{
 		restoringGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "millrace_sidecar_state_restoring",
 			Help: "1 while the changelog partition restores (its inlet partition's batches wait)."}, []string{"topic", "partition"}),
+		remainingGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "millrace_sidecar_state_restore_remaining_records",
+			Help: "Records the changelog partition's restore has left to read, to the end measured when it began; 0 when none restores."}, []string{"topic", "partition"}),
 		restoredTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "millrace_sidecar_state_restored_records_total",
 			Help: "Changelog records applied by restores, tombstones included."}, []string{"topic"}),
 		fullTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "millrace_sidecar_state_full_restores_total",
@@ -50,7 +56,7 @@ func newStateMetrics(s *Sidecar, reg *prometheus.Registry) *stateMetrics {
 			m.writesTotal.WithLabelValues(t, k)
 		}
 	}
-	reg.MustRegister(m.restoringGauge, m.restoredTotal, m.fullTotal, m.restoreSeconds, m.writesTotal, &stateCollector{s: s})
+	reg.MustRegister(m.restoringGauge, m.remainingGauge, m.restoredTotal, m.fullTotal, m.restoreSeconds, m.writesTotal, &stateCollector{s: s})
 	return m
 }
 
@@ -61,6 +67,14 @@ func (m *stateMetrics) restoring(topic string, partition int32, on bool) {
 		v = 1
 	}
 	m.restoringGauge.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(v)
+	if !on {
+		m.remaining(topic, partition, 0)
+	}
+}
+
+// remaining sets the records topic/partition's restore has left to read.
+func (m *stateMetrics) remaining(topic string, partition int32, n int64) {
+	m.remainingGauge.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(n))
 }
 
 // restored counts one restore of topic that did r in d.
@@ -89,12 +103,14 @@ type stateCollector struct{ s *Sidecar }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStateKeys
 	ch <- descStateBytes
+	ch <- descStateFileBytes
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
+	type file struct{ topic, part, path string }
+	var files []file
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, p := range s.order {
 		if !p.owned || !p.stateful() || p.store == nil {
 			continue
@@ -102,5 +118,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		part := strconv.Itoa(int(p.partition))
 		ch <- prometheus.MustNewConstMetric(descStateKeys, prometheus.GaugeValue, float64(p.keys), p.inlet.StateTopic, part)
 		ch <- prometheus.MustNewConstMetric(descStateBytes, prometheus.GaugeValue, float64(p.bytes), p.inlet.StateTopic, part)
+		files = append(files, file{p.inlet.StateTopic, part, state.Path(s.stateDir(), p.inlet.StateTopic, p.partition)})
+	}
+	s.mu.Unlock()
+	// The files' sizes are asked of the filesystem outside the lock; one gone meanwhile (its
+	// partition revoked) has no series.
+	for _, f := range files {
+		if fi, err := os.Stat(f.path); err == nil {
+			ch <- prometheus.MustNewConstMetric(descStateFileBytes, prometheus.GaugeValue, float64(fi.Size()), f.topic, f.part)
+		}
 	}
 }

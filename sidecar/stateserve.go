@@ -150,7 +150,7 @@ type stateServer struct {
 }
 
 // Attach serves one process's State stream: Open, then Staged until the conversation ends or
-// the stream breaks (either fails the conversation).
+// the stream does (which fails the conversation unless it is a graceful end: stateEndFailure).
 func (srv stateServer) Attach(stream statev1.State_AttachServer) error {
 	s := srv.s
 	first, err := stream.Recv()
@@ -250,7 +250,8 @@ func (s *Sidecar) open(stream statev1.State_AttachServer, open *statev1.Open) (*
 
 // receiveState reads the process's Staged messages until the stream ends: a batch's messages
 // are reassembled by `more`, checked against the limits sent in Opened, and handed to the join.
-// A stream that breaks, or that the process ends while the conversation lives, fails it.
+// A stream that breaks, or that the process ends before Stop or with a Staged outstanding,
+// fails it.
 func (s *Sidecar) receiveState(c *conversation, l *stateLink) {
 	var (
 		pending   []*statev1.Entry
@@ -264,15 +265,11 @@ func (s *Sidecar) receiveState(c *conversation, l *stateLink) {
 			if c.stateEnd.HasFired() || c.failed.HasFired() {
 				return
 			}
-			if errors.Is(err, io.EOF) {
-				s.mu.Lock()
-				if !c.stopping {
-					c.fail(streamFailed(causeUnreachable, "the process closed its State stream while the conversation lives"))
-				}
-				s.mu.Unlock()
-				return
+			s.mu.Lock()
+			if err := s.stateEndFailure(c, err); err != nil {
+				c.fail(err)
 			}
-			s.failConv(c, s.stateRecvFailure(err))
+			s.mu.Unlock()
 			return
 		}
 		st := msg.GetStaged()
@@ -325,6 +322,38 @@ func (s *Sidecar) checkStaged(c *conversation, l *stateLink, st *statev1.Staged)
 		if v > int(lim.GetMaxValueBytes()) || k+v > int(lim.GetMaxRecordBytes()) {
 			return streamFailed(causeMessageLarge, "a state staged in batch %d (topic %s partition %d) is over the limits sent in Opened: key %d bytes and value %d bytes, for at most %d bytes of value (max_value_bytes) and %d of key and value (max_record_bytes) on changelog %s: nothing of the batch is written; the process must fail such an item's state",
 				b.id, b.p.topic, b.p.partition, k, v, lim.GetMaxValueBytes(), lim.GetMaxRecordBytes(), lim.GetChangelogTopic())
+		}
+	}
+	return nil
+}
+
+// stateEndFailure is the failure of conversation c whose State stream ended with err (nil
+// when the end is graceful). Once Stop is sent, the process ends its State stream as it
+// finishes: half-closed, or canceled as it completes its Run side, whichever of the two ends
+// the sidecar reads first. That end is graceful when no batch still waits for its Staged (the
+// process answers a batch's Staged before its Ack); a process that goes away uncleanly breaks
+// its Run stream too, which fails the conversation. Before Stop, any end fails it. Called with
+// mu held.
+func (s *Sidecar) stateEndFailure(c *conversation, err error) error {
+	ended := errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled
+	switch {
+	case !c.stopping && errors.Is(err, io.EOF):
+		return streamFailed(causeUnreachable, "the process closed its State stream while the conversation lives")
+	case !c.stopping || !ended:
+		return s.stateRecvFailure(err)
+	}
+	if b := c.awaitingStaged(); b != nil {
+		return streamFailed(causeUnreachable, "the process ended its State stream after Stop while batch %d (topic %s partition %d) still waits for its Staged (a batch's Staged comes before its Ack): %w", b.id, b.p.topic, b.p.partition, err)
+	}
+	return nil
+}
+
+// awaitingStaged is a batch in flight of a stateful inlet whose Staged has not come, if any.
+// Called with mu held.
+func (c *conversation) awaitingStaged() *batch {
+	for _, b := range c.batches {
+		if b.stateful && !b.staged && !b.revoked {
+			return b
 		}
 	}
 	return nil

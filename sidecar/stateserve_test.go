@@ -128,13 +128,22 @@ func TestStateOpened(t *testing.T) {
 }
 
 // TestStateOpenAnotherConversation: an Open naming another conversation is refused with
-// FAILED_PRECONDITION and changes nothing: the live conversation's Open is accepted after it.
+// FAILED_PRECONDITION and changes nothing (nor does a stream that begins with something else):
+// the live conversation's Open is accepted after it.
 func TestStateOpenAnotherConversation(t *testing.T) {
 	st := startStateful(t, echo, nil)
 	id := st.conversationID(t, 1)
 	_, err := open(t, st.attach(t), "not-"+id, "in")
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "the live one is \""+id+"\"") {
 		t.Fatalf("Open(another conversation) = %v; want FAILED_PRECONDITION naming the live one", err)
+	}
+	// A stream that does not begin with Open is ended, and changes nothing either.
+	first := st.attach(t)
+	if err := first.Send(&statev1.ProcessMessage{Message: &statev1.ProcessMessage_Staged{Staged: &statev1.Staged{BatchId: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "the first message of State.Attach is Open") {
+		t.Fatalf("a Staged first = %v; want INVALID_ARGUMENT naming Open", err)
 	}
 	got, err := open(t, st.attach(t), id, "in")
 	if err != nil || got.GetOpened() == nil {
@@ -367,26 +376,13 @@ func TestDiscoveryStateMatrix(t *testing.T) {
 				e = statefulEnv(t, b, f, in, out, b.Topic(t, "state", 1, "cleanup.policy", "compact"))
 			}
 			r := startTuned(t, e.config(t), func(sc *sidecar.Sidecar) { sidecar.SetProtocolVersion(sc, tc.sidecar) })
-			var err error
-			select {
-			case err = <-r.done:
-				close(r.done)
-			case <-f.Started:
-				t.Fatal("the sidecar opened Run with a refused process")
-			}
-			if !errors.Is(err, sidecar.ErrRefused) {
-				t.Fatalf("Run() = %v; want ErrRefused", err)
-			}
-			reports := f.Reports()
-			if len(reports) != 1 {
-				t.Fatalf("ReportError calls = %d; want 1", len(reports))
-			}
+			report, err := refusedAtDiscovery(t, r, f)
 			for _, w := range tc.want {
-				if !strings.Contains(reports[0].String(), w) || !strings.Contains(err.Error(), w) {
-					t.Errorf("ReportError %v, Run() %v; want both to name %q", reports[0], err, w)
+				if !strings.Contains(report.String(), w) || !strings.Contains(err.Error(), w) {
+					t.Errorf("ReportError %v, Run() %v; want both to name %q", report, err, w)
 				}
 			}
-			if len(r.records.Attrs("discovery refused the streamlet process")) != len(reports[0].GetProblems()) {
+			if len(r.records.Attrs("discovery refused the streamlet process")) != len(report.GetProblems()) {
 				t.Errorf("each problem is logged: %v", r.records.Attrs("discovery refused the streamlet process"))
 			}
 		})

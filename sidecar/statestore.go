@@ -111,6 +111,23 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 		st := p.store
 		s.mu.Unlock()
 		if st == nil {
+			if err := s.checkPartition(ctx, p); err != nil {
+				var ce *ChangelogError
+				if errors.As(err, &ce) {
+					// Its batches wait until the sidecar has stopped.
+					s.log.Error("the inlet topic has a partition its changelog has not; stopping", "topic", topic, "partition", p.partition, "error", err)
+					s.stopWith(err)
+					return
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("cannot read the partitions of a changelog; retrying, its batches wait", "topic", topic, "partition", p.partition, "error", err)
+				if !s.sleep(ctx, wait.NextBackOff()) {
+					return
+				}
+				continue
+			}
 			opened, _, err := state.Open(s.stateDir(), topic, p.partition, state.Options{Log: s.log})
 			if err != nil {
 				s.log.Error("cannot open the state file of a partition; its batches wait", "topic", topic, "partition", p.partition, "dir", s.stateDir(), "error", err)
@@ -130,7 +147,8 @@ func (s *Sidecar) restore(ctx context.Context, p *partition, gen uint64) {
 		}
 		began := s.now()
 		s.metrics.state.restoring(topic, p.partition, true)
-		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log})
+		r, err := state.Restore(ctx, st, s.connOpts(), state.RestoreOptions{ReadCommitted: s.cfg.Delivery == ExactlyOnce, Log: s.log,
+			Progress: func(n int64) { s.metrics.state.remaining(topic, p.partition, n) }})
 		s.metrics.state.restored(topic, r, s.now().Sub(began))
 		if err != nil {
 			s.metrics.state.restoring(topic, p.partition, false)

@@ -153,6 +153,8 @@ func main() {
 	throughput(w, res)
 	latency(w, res)
 	delivery(w, res)
+	stateRows(w, res)
+	restoreRows(w, res)
 	memory(w, res)
 	deployed(w, res)
 	gap(w, res)

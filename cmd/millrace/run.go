@@ -25,7 +25,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
 	brokers := fs.String("brokers", "", "a Kafka cluster to use instead of the in-process broker, comma-separated")
-	data := fs.String("data", "", "keep the in-process broker's data in DIR, across runs")
+	data := fs.String("data", "", "keep the in-process broker's data in DIR, across runs, and the state of streamlets with --state in DIR/state")
 	partitions := fs.Int("partitions", 0, "partitions of each topic created (default 1); an existing topic (--data, --brokers) must have as many")
 	stall := fs.Duration("stall", 10*time.Second, "stop with an error when a batch keeps failing this long")
 	metrics := fs.String("metrics", "", "serve Prometheus `ADDR`/metrics (HOST:PORT or :PORT): both halves of every streamlet, the sidecar's and the bridge's, labelled streamlet")

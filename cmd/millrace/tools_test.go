@@ -152,9 +152,9 @@ func TestInitThenTest(t *testing.T) {
 	}
 }
 
-// TestInitStateThenTest: `init --state` writes a line keeping state on the inlet it names, and
+// TestInitStateThenTest: `init --state` writes a line keeping state on the inlet it names;
 // `millrace test` runs that line's fixtures with state kept per key (the golden files' "state"
-// compared), as it runs the kit's state check with the line's limits.
+// compared) and the kit's state check with the line's limits, and `millrace run` keeps it.
 func TestInitStateThenTest(t *testing.T) {
 	for _, lang := range []string{"bash", "python"} {
 		t.Run(lang, func(t *testing.T) {
@@ -172,6 +172,10 @@ func TestInitStateThenTest(t *testing.T) {
 			}
 			if code, out, errOut := runCmd(t, "test", "action", dir); code != 0 || !strings.Contains(out, "all pass") {
 				t.Fatalf("test = %d:\n%s%s", code, out, errOut)
+			}
+			// the sample greets u1 twice: the second run of the key sees the first's state
+			if code, out, errOut := runCmd(t, "run", dir, "--input", filepath.Join(dir, "sample.jsonl")); code != 0 || !strings.Contains(out, `"key":"u1","payload":{"message":"Hello, Ada!","visits":2}`) {
+				t.Fatalf("run = %d:\n%s%s", code, out, errOut)
 			}
 			// a golden state the action does not reach fails the file, naming the field
 			golden := filepath.Join(dir, "fixtures", "formal.out.jsonl")

@@ -349,11 +349,14 @@ func (s *session) shutdown() {
 	defer grace.Stop()
 	notice := r.noticeTimer(r.a.ShutdownGrace)
 	defer notice.Stop()
+	note := func() {
+		r.noteOnce("shutdown", "waiting for %s to exit after shutdown (%s so far; the check fails at %s)", s.name(), roundDur(time.Since(t0)), r.a.ShutdownGrace)
+	}
 	events := s.p.events
 	for events != nil {
 		select {
 		case <-notice.C():
-			r.noteOnce("shutdown", "waiting for %s to exit after shutdown (%s so far; the check fails at %s)", s.name(), roundDur(time.Since(t0)), r.a.ShutdownGrace)
+			note()
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
@@ -364,6 +367,13 @@ func (s *session) shutdown() {
 				return
 			}
 		case <-grace.C:
+			// The notice is due before the grace ends: a session woken late for both (a
+			// loaded machine) still says what it waited for before it fails.
+			select {
+			case <-notice.C():
+				note()
+			default:
+			}
 			s.broken = true
 			s.p.kill()
 			r.failFirst(checkShutdown, fmt.Sprintf("still running %s after shutdown (%s): exit with status 0 when shutdown arrives", r.a.ShutdownGrace, s.name()))

@@ -62,7 +62,7 @@ type Config struct {
 	RestartMax     time.Duration // longest delay between failed starts (default 30 s)
 	CrashLoopAfter int           // consecutive failed starts before Health reports ErrCrashLoop (default 3)
 
-	// MaxStagedBytes bounds the emit and metric lines one delivery may stage (default 64 MiB); more is a protocol violation that fails the attempt.
+	// MaxStagedBytes bounds the emit, metric and state lines one delivery may stage (default 64 MiB); more is a protocol violation that fails the attempt.
 	MaxStagedBytes int
 
 	// Budget, when set, bounds the output staged and held across every pool sharing it: while

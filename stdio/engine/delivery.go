@@ -270,7 +270,7 @@ func (pr *process) stagedLocked(t *task, line []byte) error {
 	t.staged += len(line)
 	pr.pool.cfg.Budget.add(len(line))
 	if limit := pr.pool.cfg.MaxStagedBytes; t.staged > limit {
-		return stdio.NewProtocolError(stdio.RuleStagedTooMuch, nil, fmt.Sprintf("delivery %s staged more than %s of emit and metric lines, the limit per delivery (MaxStagedBytes)", t.item.Delivery, errtext.Size(limit)))
+		return stdio.NewProtocolError(stdio.RuleStagedTooMuch, nil, fmt.Sprintf("delivery %s staged more than %s of emit, metric and state lines, the limit per delivery (MaxStagedBytes)", t.item.Delivery, errtext.Size(limit)))
 	}
 	return nil
 }

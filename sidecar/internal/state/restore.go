@@ -28,6 +28,10 @@ type RestoreOptions struct {
 	MaxBatchRecords int
 	MaxBatchBytes   int
 	Log             *slog.Logger // nil: the partition's
+	// Progress, when set, is told the records left to the end measured when the restore
+	// began (offsets, transaction markers and records compacted away included): once the
+	// end is known, after each fetch, and 0 when it is reached.
+	Progress func(remaining int64)
 }
 
 // Restored says what a restore did.
@@ -115,6 +119,12 @@ func restore(ctx context.Context, cl *kgo.Client, p *Partition, o RestoreOptions
 		r = Restored{Full: true, Reason: reason, From: start}
 	}
 	r.To = r.From
+	progress := func() {
+		if o.Progress != nil {
+			o.Progress(max(end-r.To, 0))
+		}
+	}
+	progress()
 	if r.From >= end {
 		if r.Full {
 			return r, p.Apply(nil, r.From)
@@ -166,10 +176,14 @@ func restore(ctx context.Context, cl *kgo.Client, p *Partition, o RestoreOptions
 				batch, size = batch[:0], 0
 			}
 		}
+		if r.To < end {
+			progress()
+		}
 	}
 	if err := p.Apply(batch, r.To); err != nil {
 		return r, fmt.Errorf("state: restore %s/%d before offset %d: %w", p.topic, p.partition, r.To, err)
 	}
+	progress()
 	return r, nil
 }
 

@@ -314,3 +314,29 @@ func TestRestoreCanceled(t *testing.T) {
 		t.Fatalf("Restore after a canceled one = %+v; want a full restore of 1 record", r)
 	}
 }
+
+// TestRestoreProgress: Progress is told the records left to the end measured at the start,
+// first all of them, never more as the restore reads, and 0 at the end; a catch-up with
+// nothing to read says 0 only.
+func TestRestoreProgress(t *testing.T) {
+	c := newChangelog(t)
+	for i := range 5 {
+		c.produce(t, rec(fmt.Sprint("k", i), "1", time.Time{}))
+	}
+	p := c.open(t, t.TempDir(), state.Options{})
+	var got []int64
+	c.restore(t, p, state.RestoreOptions{Progress: func(n int64) { got = append(got, n) }})
+	if len(got) < 2 || got[0] != 5 || got[len(got)-1] != 0 {
+		t.Fatalf("Progress of a restore of 5 records said %v; want 5 first and 0 last", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] > got[i-1] {
+			t.Fatalf("Progress said %v; want it never to grow", got)
+		}
+	}
+	got = nil
+	c.restore(t, p, state.RestoreOptions{Progress: func(n int64) { got = append(got, n) }})
+	if !slices.Equal(got, []int64{0}) {
+		t.Fatalf("Progress of a catch-up at the end said %v; want [0]", got)
+	}
+}
