@@ -237,7 +237,7 @@ func (s *Sidecar) confirm(round []*batch) {
 	s.promote(round) // the states Kafka now holds move into the stores
 	s.mu.Lock()
 	for _, b := range round {
-		if p := b.p; !b.revoked && p.owned && p.epoch == b.epoch {
+		if p := b.p; !b.revoked && p.owned && p.epoch == b.epoch && !b.swept() {
 			p.pend.offset = kgo.EpochOffset{Epoch: b.last.leaderEpoch, Offset: b.last.in.GetOffset() + 1}
 			p.pend.batches++
 			p.pend.records += int64(b.n)
@@ -398,7 +398,7 @@ func (s *Sidecar) settle(committed []*batch) {
 	s.mu.Lock()
 	s.lastCommit = s.now()
 	for _, b := range committed {
-		if b.p.epoch != b.epoch {
+		if b.p.epoch != b.epoch || b.swept() {
 			continue
 		}
 		if s.dropHead(b.p, b.n) {

@@ -162,7 +162,9 @@ func TxnStates(s *Sidecar) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	if c := s.conv; c != nil && c.txnOpen {
+	// c.txn, not c.txnOpen: the committer sets txnOpen without mu; c.txn is empty unless a
+	// transaction is open.
+	if c := s.conv; c != nil {
 		for _, b := range c.txn {
 			n += len(b.state)
 		}

@@ -348,7 +348,11 @@ func (s *Sidecar) promote(batches []*batch) {
 			if o, ok := p.overlay[string(k)]; ok && o.b == b {
 				delete(p.overlay, string(k))
 			}
-			s.metrics.state.wrote(p.inlet.StateTopic, b.stateValues[i] == nil)
+			if b.swept() {
+				s.metrics.state.expired(p.inlet.StateTopic)
+			} else {
+				s.metrics.state.wrote(p.inlet.StateTopic, b.stateValues[i] == nil)
+			}
 		}
 		s.mu.Unlock()
 	}

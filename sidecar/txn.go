@@ -361,6 +361,9 @@ func commitOnly(round []*batch) func(*kmsg.TxnOffsetCommitRequest) error {
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
 		want := map[string]map[int32]*batch{}
 		for _, b := range round {
+			if b.swept() {
+				continue // the sweep's tombstones: no offsets
+			}
 			if want[b.p.topic] == nil {
 				want[b.p.topic] = map[int32]*batch{}
 			}
