@@ -49,6 +49,20 @@ func TestStateTTL(t *testing.T) {
 		if len(es) != 2 || es[0].n != 1 {
 			t.Errorf("the changelog holds %v for key %s; want its count 1, then one tombstone", es, key)
 		}
+		// The records' timestamps are the sidecar's producer's: the sweep's tombstone is at
+		// least the TTL younger than the state it deletes.
+		var stamps []time.Time
+		for _, rec := range b.ReadAll(t, sr.changelog) {
+			if string(rec.Key) == key {
+				stamps = append(stamps, rec.Timestamp)
+			}
+		}
+		swept := time.Duration(0)
+		if len(stamps) == 2 {
+			if swept = stamps[1].Sub(stamps[0]); swept < stateTTL {
+				t.Errorf("key %s's tombstone is stamped %s after its state; want at least the TTL, %s", key, swept, stateTTL)
+			}
+		}
 
 		sr.produce(record())
 		sr.waitDone(stateIdle)
@@ -83,7 +97,19 @@ func TestStateTTL(t *testing.T) {
 		}) {
 			t.Errorf(`millrace_sidecar_state_writes_total{kind="expire"} is %v after the changelog held the tombstone; want above 0`, expire)
 		}
-		t.Logf("%s [%s]: the tombstone of key %s in the changelog %s after its record was committed (ttl %s); expire writes %v; changelog at the end %v",
-			t.Name(), b.Name(), key, expired.Round(10*time.Millisecond), stateTTL, expire, after)
+		// A tombstone is counted once written (at least once) or committed (exactly once), so
+		// a read after the count holds every tombstone it counts; the key's second state may
+		// have expired meanwhile.
+		tombstones := 0
+		for _, e := range sr.changelogValues(t)[key] {
+			if e.n < 0 {
+				tombstones++
+			}
+		}
+		if expire > float64(tombstones) {
+			t.Errorf(`millrace_sidecar_state_writes_total{kind="expire"} is %v, but the changelog read after it holds %d tombstones`, expire, tombstones)
+		}
+		t.Logf("%s [%s]: the tombstone of key %s stamped %s after its state, read %s after its record was committed (ttl %s); expire writes %v; changelog at the end %v",
+			t.Name(), b.Name(), key, swept, expired.Round(10*time.Millisecond), stateTTL, expire, after)
 	})
 }
