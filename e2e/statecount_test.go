@@ -90,7 +90,13 @@ type stateRun struct {
 // sidecar variables.
 func newStateRun(t *testing.T, b *broker, d string, more ...string) *stateRun {
 	t.Helper()
-	pl := newPipeline(t, b, child(childCount, false, "--state", "in"), statePartitions, append([]string{deliveryEnv(d)}, more...)...)
+	return newStateRunAs(t, b, d, "in", more...)
+}
+
+// newStateRunAs is newStateRun with the line's --state word given, e.g. "in,ttl=2s".
+func newStateRunAs(t *testing.T, b *broker, d, state string, more ...string) *stateRun {
+	t.Helper()
+	pl := newPipeline(t, b, child(childCount, false, "--state", state), statePartitions, append([]string{deliveryEnv(d)}, more...)...)
 	sr := &stateRun{pipeline: pl, dirs: map[int]string{}, ports: map[int]int{}}
 	sr.changelog = b.changelogTopic(t, statePartitions)
 	pl.sidecarEnv = append(pl.sidecarEnv, "FLOW_INLET_IN_STATE_TOPIC="+sr.changelog)
