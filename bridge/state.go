@@ -70,6 +70,8 @@ type stateLink struct {
 	err     error         // why the stream ended; set once
 	broken  chan struct{} // closed when err is set
 	closed  bool          // the conversation ended: a stream error is expected
+
+	received chan struct{} // closed when receive returns; nil until it is started
 }
 
 // batchStates is one batch's pushed states, by key bytes.
@@ -97,7 +99,7 @@ func openState(ctx context.Context, c *conversation) (*stateLink, map[string]eng
 		l.close()
 		return nil, nil, err
 	}
-	go l.receive()
+	l.startReceive()
 	return l, limits, nil
 }
 
@@ -196,6 +198,12 @@ func (l *stateLink) keeps(inlet string) bool {
 	}
 	_, ok := l.limits[inlet]
 	return ok
+}
+
+// startReceive starts the receive loop; close waits for it.
+func (l *stateLink) startReceive() {
+	l.received = make(chan struct{})
+	go func() { defer close(l.received); l.receive() }()
 }
 
 // receive reads BatchState messages until the stream ends, joining each batch's parts.
@@ -367,7 +375,8 @@ func (l *stateLink) finish(ctx context.Context, after <-chan time.Time) {
 	l.close()
 }
 
-// close ends the stream and the connection; the conversation is over.
+// close ends the stream and the connection, and waits for the receive loop, which the
+// stream's cancel ends; the conversation is over. It may be called more than once.
 func (l *stateLink) close() {
 	if l == nil {
 		return
@@ -376,6 +385,9 @@ func (l *stateLink) close() {
 	l.closed = true
 	l.mu.Unlock()
 	l.cancel()
+	if l.received != nil {
+		<-l.received
+	}
 	l.conn.Close()
 }
 

@@ -48,3 +48,15 @@ func CheckVersionAgainst(ours, theirs string) error {
 	}
 	return nil
 }
+
+// VersionKeepsState reports whether a process speaking version may keep state: it does from
+// minor 1 of major 1 on (the State service), it does not at 1.0. ok is false for a malformed
+// version or another major, of which nothing is known here: the version check refuses those
+// with its own message. It is safe for concurrent use.
+func VersionKeepsState(version string) (keeps, ok bool) {
+	major, minor, ok := parseVersion(version)
+	if !ok || major != 1 {
+		return false, false
+	}
+	return minor >= 1, true
+}

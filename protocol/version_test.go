@@ -89,3 +89,24 @@ func TestProblems(t *testing.T) {
 		t.Errorf("errors.As(Problems.Err()) = %v; want the two problems", as)
 	}
 }
+
+func TestVersionKeepsState(t *testing.T) {
+	for _, tt := range []struct {
+		version   string
+		keeps, ok bool
+	}{
+		{"1.0", false, true},
+		{"1.1", true, true},
+		{"1.12", true, true},
+		{"2.0", false, false},
+		{"2.1", false, false},
+		{"0.1", false, false},
+		{"1.0.0", false, false},
+		{"", false, false},
+	} {
+		keeps, ok := protocol.VersionKeepsState(tt.version)
+		if keeps != tt.keeps || ok != tt.ok {
+			t.Errorf("VersionKeepsState(%q) = %v, %v; want %v, %v", tt.version, keeps, ok, tt.keeps, tt.ok)
+		}
+	}
+}

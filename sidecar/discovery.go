@@ -78,13 +78,15 @@ func (s *Sidecar) discover(ctx context.Context) (*flowv1.Start, error) {
 }
 
 // stateVersionProblems are the rows of docs/state.md's version matrix that refuse a process
-// whose version the sidecar accepts: one that keeps state (a version later than
-// protocol.BaseVersion) in a deployment that declares no changelog, and one that keeps none
-// in a deployment that declares some (one problem per stateful inlet).
+// whose version the sidecar accepts: one that keeps state (1.1 or a later 1.x) in a deployment
+// that declares no changelog, and one that keeps none (1.0) in a deployment that declares
+// some (one problem per stateful inlet). A malformed version or another major gets none: the
+// version check names it.
 func (s *Sidecar) stateVersionProblems(version string) protocol.Problems {
-	processKeeps := protocol.CheckVersionAgainst(protocol.BaseVersion, version) != nil
+	processKeeps, known := protocol.VersionKeepsState(version)
 	var ps protocol.Problems
 	switch {
+	case !known:
 	case processKeeps && !s.cfg.keepsState():
 		ps = append(ps, protocol.Problem{Path: "protocol_version", Message: fmt.Sprintf(
 			"the process speaks %s and keeps state, but this deployment declares no changelog: set FLOW_INLET_<PORT>_STATE_TOPIC for each inlet of its --state (millrace describe prints them)", version)})

@@ -176,8 +176,11 @@ func (c *Config) validateState() []string {
 		return ps
 	}
 	version := c.Deployed.GetProtocolVersion()
-	keepsState := protocol.CheckVersionAgainst(protocol.BaseVersion, version) != nil
+	// A malformed version is the descriptor check's problem, another major discovery's: of
+	// neither is it known whether the action keeps state.
+	keepsState, known := protocol.VersionKeepsState(version)
 	switch {
+	case !known:
 	case keepsState && len(stateful) == 0:
 		ps = append(ps, fmt.Sprintf("FLOW_DESCRIPTOR=%s speaks protocol %s (its action keeps state) but no FLOW_INLET_<PORT>_STATE_TOPIC is set: set one for each inlet of its --state (millrace describe prints them)", c.DescriptorPath, version))
 	case !keepsState && len(stateful) > 0:

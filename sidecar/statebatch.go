@@ -52,7 +52,13 @@ func (s *Sidecar) readFor(c *conversation, b *batch, recs []record) *stateRead {
 		}
 		r.order = append(r.order, key)
 		if o, ok := p.overlay[k]; ok {
-			r.overlay[k] = o.value
+			// The same TTL as the store's: an expired entry answers "no state", as the
+			// store's older one under it would too.
+			if o.at >= r.notBefore {
+				r.overlay[k] = o.value
+			} else {
+				r.overlay[k] = nil
+			}
 		} else {
 			r.missing = append(r.missing, key)
 		}

@@ -121,8 +121,9 @@ func (s *Sidecar) joined(c *conversation, b *batch) {
 		if p.overlay == nil {
 			p.overlay = make(map[string]staged, len(b.stateKeys))
 		}
+		at := s.now().UnixMilli()
 		for i, k := range b.stateKeys {
-			p.overlay[string(k)] = staged{value: b.stateValues[i], b: b}
+			p.overlay[string(k)] = staged{value: b.stateValues[i], b: b, at: at}
 		}
 	}
 	s.metrics.roundTrip.Observe(s.now().Sub(b.sentAt).Seconds())

@@ -41,6 +41,9 @@ type stateLink struct {
 	// maxMessageBytes is Opened.max_message_bytes: every message either way stays under it.
 	maxMessageBytes int
 	mu              sync.Mutex // held while sending on stream
+	// done is set, with mu held, as the Attach handler returns: the stream is not to be used
+	// after its handler returns, so a send then is refused.
+	done bool
 	// ttl is each inlet's InletState.ttl_ms from Open, by inlet port; absent or 0: states
 	// never expire.
 	ttl map[string]time.Duration
@@ -52,6 +55,9 @@ type stateLink struct {
 func (l *stateLink) sendBatchState(batchID uint64, entries []*statev1.Entry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.done {
+		return streamFailed(causeUnreachable, "the process's State stream has ended: the states of batch %d cannot be sent", batchID)
+	}
 	for _, part := range splitEntries(batchID, entries, l.maxMessageBytes) {
 		if part.err != nil {
 			return part.err
@@ -124,8 +130,9 @@ func (s *Sidecar) serveState(lis net.Listener) (stop func()) {
 	s.log.Info("serving the State service", "address", lis.Addr().String())
 	return func() {
 		// Gracefully, so that a Refused just sent reaches the process before the sidecar
-		// exits; every conversation has ended, so only a stream that never sent Open can hold
-		// the server, and not for long.
+		// exits; every conversation has ended, so only a stream that never sent Open, or one
+		// whose process has not yet ended it with its conversation, can hold the server, and
+		// not for long: Stop cuts it off.
 		stopped := make(chan struct{})
 		go func() { defer close(stopped); srv.GracefulStop() }()
 		t := time.NewTimer(stateStopTimeout)
@@ -149,8 +156,11 @@ type stateServer struct {
 	s *Sidecar
 }
 
-// Attach serves one process's State stream: Open, then Staged until the conversation ends or
-// the stream does (which fails the conversation unless it is a graceful end: stateEndFailure).
+// Attach serves one process's State stream: Open, then Staged until the stream ends (which
+// fails the conversation unless it is a graceful end: stateEndFailure). The handler reads the
+// stream itself, so that nothing uses the stream after it returns: the conversation's end
+// ends the stream through the process, which ends its State stream with its conversation (the
+// sidecar ends the Run stream then); a process that does not is cut off by the server's stop.
 func (srv stateServer) Attach(stream statev1.State_AttachServer) error {
 	s := srv.s
 	first, err := stream.Recv()
@@ -165,13 +175,12 @@ func (srv stateServer) Attach(stream statev1.State_AttachServer) error {
 	if err != nil || link == nil {
 		return err
 	}
-	received := make(chan struct{})
-	go func() { defer close(received); s.receiveState(c, link) }()
-	select {
-	case <-c.failed.Done():
-	case <-c.stateEnd.Done():
-	case <-received:
-	}
+	defer func() {
+		link.mu.Lock()
+		link.done = true
+		link.mu.Unlock()
+	}()
+	s.receiveState(c, link)
 	return nil
 }
 
@@ -261,6 +270,9 @@ func (s *Sidecar) receiveState(c *conversation, l *stateLink) {
 	msg := new(statev1.ProcessMessage)
 	for {
 		err := l.stream.RecvMsg(msg)
+		if err == nil && (c.stateEnd.HasFired() || c.failed.HasFired()) {
+			continue // the conversation is over: read on until the process ends the stream
+		}
 		if err != nil {
 			if c.stateEnd.HasFired() || c.failed.HasFired() {
 				return

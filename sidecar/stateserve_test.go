@@ -440,3 +440,20 @@ func TestDiscoveryStateMatrix(t *testing.T) {
 		})
 	}
 }
+
+// TestDiscoveryOtherMajorKeepsNoState: a version of another major says nothing of state, so
+// a sidecar and a process both speaking 2.1, in a deployment that keeps none, are not refused
+// as "keeping state" (another major is the version check's to judge, against the sidecar's).
+func TestDiscoveryOtherMajorKeepsNoState(t *testing.T) {
+	b := newBroker(t)
+	in, out := b.Topic(t, "in", 1), b.Topic(t, "out", 1)
+	f := newProcess(t, echo)
+	f.Spec.ProtocolVersion = "2.1"
+	e := baseEnv(t, b, f, in, out)
+	startTuned(t, e.config(t), func(sc *sidecar.Sidecar) { sidecar.SetProtocolVersion(sc, "2.1") })
+	select {
+	case <-f.Started:
+	case <-time.After(waitTimeout):
+		t.Fatal("a 2.1 process with a 2.1 sidecar and no changelog did not start")
+	}
+}

@@ -48,6 +48,7 @@ func TestConfigFromEnvStateProblems(t *testing.T) {
 		name string
 		set  map[string]string
 		want []string
+		not  string // that no problem may say
 	}{
 		{name: "1.1 descriptor, no changelog", set: map[string]string{"FLOW_DESCRIPTOR": stateful},
 			want: []string{"FLOW_DESCRIPTOR=" + stateful + " speaks protocol 1.1", "no FLOW_INLET_<PORT>_STATE_TOPIC is set"}},
@@ -57,6 +58,8 @@ func TestConfigFromEnvStateProblems(t *testing.T) {
 			want: []string{"FLOW_INLET_IN_STATE_TOPIC=orders is also inlet in's topic (FLOW_INLETS)"}},
 		{name: "changelog is the outlet's topic", set: map[string]string{"FLOW_DESCRIPTOR": stateful, "FLOW_INLET_IN_STATE_TOPIC": "shouts"},
 			want: []string{"FLOW_INLET_IN_STATE_TOPIC=shouts is also outlet out's topic (FLOW_OUTLETS)"}},
+		{name: "malformed version, no changelog", set: map[string]string{"FLOW_DESCRIPTOR": writeDescriptor(t, versioned("1.1.0"))},
+			want: []string{"protocol_version"}, not: "keeps state"},
 		{name: "keep revoked", set: map[string]string{"FLOW_STATE_KEEP_REVOKED": "0"}, want: []string{"FLOW_STATE_KEEP_REVOKED=0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +76,26 @@ func TestConfigFromEnvStateProblems(t *testing.T) {
 					t.Errorf("ConfigFromEnv() = %v; want it to name %q", err, w)
 				}
 			}
+			if tc.not != "" && strings.Contains(err.Error(), tc.not) {
+				t.Errorf("ConfigFromEnv() = %v; want no problem saying %q", err, tc.not)
+			}
 		})
+	}
+}
+
+// versioned is testSpec speaking protocol version v.
+func versioned(v string) *flowv1.Spec {
+	s := testSpec()
+	s.ProtocolVersion = v
+	return s
+}
+
+// TestConfigFromEnvOtherMajor: a deployed descriptor of another major says nothing of state:
+// no changelog is asked for (discovery's version check judges the major).
+func TestConfigFromEnvOtherMajor(t *testing.T) {
+	e := validEnv(t)
+	e["FLOW_DESCRIPTOR"] = writeDescriptor(t, versioned("2.1"))
+	if _, err := sidecar.ConfigFromEnv(e.get, nil); err != nil {
+		t.Errorf("ConfigFromEnv(2.1 descriptor, no changelog) = %v; want nil", err)
 	}
 }

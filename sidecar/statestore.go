@@ -48,6 +48,10 @@ type partState struct {
 type staged struct {
 	value []byte // nil: delete
 	b     *batch
+	// at is when the batch was answered (ms, the sidecar's clock): the TTL counts from it as
+	// from a stored state's changelog timestamp (taken at its produce, a little later), since
+	// an entry may wait in the overlay past its key's TTL while Kafka is slow to take it.
+	at int64
 }
 
 // stateful reports whether p's inlet keeps state.
