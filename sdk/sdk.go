@@ -12,18 +12,18 @@ package sdk
 import _ "embed"
 
 var (
-	//go:embed python/millrace.py
+	//go:embed python/millrace/__init__.py
 	python []byte
 	//go:embed node/millrace.js
 	node []byte
-	//go:embed ruby/millrace.rb
+	//go:embed ruby/lib/millrace.rb
 	ruby []byte
 )
 
 // File is one SDK as an action directory vendors it.
 type File struct {
 	Name string // the file name in the action directory: millrace.py, millrace.js, millrace.rb
-	Path string // where it lives in the millrace repository, e.g. sdk/python/millrace.py
+	Path string // where it lives in the millrace repository, e.g. sdk/python/millrace/__init__.py
 	Data []byte
 }
 
@@ -32,11 +32,11 @@ type File struct {
 func For(lang string) (File, bool) {
 	switch lang {
 	case "python":
-		return File{"millrace.py", "sdk/python/millrace.py", python}, true
+		return File{"millrace.py", "sdk/python/millrace/__init__.py", python}, true
 	case "node":
 		return File{"millrace.js", "sdk/node/millrace.js", node}, true
 	case "ruby":
-		return File{"millrace.rb", "sdk/ruby/millrace.rb", ruby}, true
+		return File{"millrace.rb", "sdk/ruby/lib/millrace.rb", ruby}, true
 	}
 	return File{}, false
 }

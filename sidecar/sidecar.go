@@ -9,7 +9,7 @@
 // warnings as Kubernetes Events.
 //
 // [ConfigFromEnv] reads the deploy configuration (FLOW_* variables, TLS and SASL), [New] and
-// [Sidecar.Run] run it. Its API is what cmd/millrace, internal/local and the benchmarks use.
+// [Sidecar.Run] run it. Its API is what cmd/millrace, cmd/millrace/internal/local and the benchmarks use.
 // Errors keep their cause: the logged error of an emit the broker refused matches
 // kerr.MessageTooLarge.
 package sidecar

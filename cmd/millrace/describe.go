@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/protocol"
 )
 

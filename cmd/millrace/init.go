@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 )
 
 // runInit is `millrace init action NAME --lang LANG [--state WORD]`: a new action directory

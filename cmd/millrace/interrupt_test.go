@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankka-flow/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
 

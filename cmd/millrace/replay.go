@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/ankka-flow/millrace/internal/kafkaconn"
-	"github.com/ankka-flow/millrace/internal/replay"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/replay"
 )
 
 // int32List is a repeatable flag of partition numbers.
@@ -31,7 +31,7 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
-// runReplay runs `millrace replay rewind|dead-letters`: the logic is internal/replay's.
+// runReplay runs `millrace replay rewind|dead-letters`: the logic is cmd/millrace/internal/replay's.
 func runReplay(ctx context.Context, e *env, args []string) error {
 	usage := "rewind|dead-letters [flags]\n\n" +
 		"  rewind        set a stopped streamlet's consumer group back to a time or an offset\n" +

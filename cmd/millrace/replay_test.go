@@ -10,11 +10,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ankka-flow/millrace/internal/replay"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/replay"
 	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
-// TestReplayCommand: `millrace replay` wires its flags to internal/replay (the default group
+// TestReplayCommand: `millrace replay` wires its flags to cmd/millrace/internal/replay (the default group
 // <pipeline>.<streamlet>, a dry run printing the plan) and says what is missing.
 func TestReplayCommand(t *testing.T) {
 	b := testkit.NewBroker(t, testkit.BrokerOptions{})

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ankka-flow/millrace/internal/actiondir"
-	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
 )
 
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the

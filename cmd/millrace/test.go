@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/actiondir"
-	"github.com/ankka-flow/millrace/internal/conformance"
-	"github.com/ankka-flow/millrace/internal/local"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
 )
 
 // runTest is `millrace test action DIR|LINE`: the fixture tests, or with --conformance the

@@ -3,7 +3,7 @@
 
 # A running count per key on the millrace SDK: each item's output is how many items its key
 # has had, kept in the key's state. A keyless item has no state: it counts 1.
-require_relative '../millrace'
+require_relative '../lib/millrace'
 
 Millrace.map do |_payload, item|
   state = item.state

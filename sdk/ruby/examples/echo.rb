@@ -2,6 +2,6 @@
 # frozen_string_literal: true
 
 # Echo on the millrace SDK: every item's payload out again, its key kept.
-require_relative '../millrace'
+require_relative '../lib/millrace'
 
 Millrace.map { |payload, _item| payload }

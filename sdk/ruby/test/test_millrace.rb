@@ -222,7 +222,7 @@ class TestMillrace < Minitest::Test
   end
 
   def test_frame_packs_envelopes_up_to_the_line_limit
-    require_relative '../millrace'
+    require_relative '../lib/millrace'
     m = ->(n) { JSON.generate('x' * (n - 2)) } # a JSON string of n bytes
     head = '{"type":"batch","messages":['.bytesize
     tail = ']}'.bytesize

@@ -2,7 +2,7 @@
 # frozen_string_literal: true
 
 # The action test/test_millrace.rb drives: ARGV[0] picks the handler, payload "do" what it does.
-require_relative '../millrace'
+require_relative '../lib/millrace'
 
 def hexed(v)
   v.is_a?(String) && !v.dup.force_encoding(Encoding::UTF_8).valid_encoding? ? v.unpack1('H*') : v
