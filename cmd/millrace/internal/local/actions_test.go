@@ -25,7 +25,7 @@ func TestExampleActions(t *testing.T) {
 			continue
 		}
 		n++
-		dir := filepath.Join("..", "..", "actions", e.Name())
+		dir := filepath.Join("..", "..", "..", "..", "actions", e.Name())
 		t.Run(e.Name(), func(t *testing.T) {
 			t.Parallel()
 			a, err := actiondir.Load(dir)

@@ -158,7 +158,7 @@ func TestInitVendorsTheSDK(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Init(%s) vendored no %s: %v", lang, f.Name, err)
 		}
-		want, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(f.Path)))
+		want, err := os.ReadFile(filepath.Join("..", "..", "..", "..", filepath.FromSlash(f.Path)))
 		if err != nil {
 			t.Fatal(err)
 		}
