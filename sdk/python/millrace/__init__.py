@@ -305,12 +305,12 @@ def _tag_logging() -> None:
     """When the program uses the logging module and configured no handler of its own, its
     records go to stderr as the SDK's JSON log lines, tagged with their delivery (else Python
     writes bare text for WARNING and up, which the engine cannot tie to a delivery)."""
-    logging = sys.modules.get("logging")
+    logging: Any = sys.modules.get("logging")
     if logging is None or logging.root.handlers:
         return
     levels = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARN", "ERROR": "ERROR", "CRITICAL": "ERROR"}
 
-    class Handler(logging.Handler):
+    class Handler(logging.Handler):  # type: ignore[misc]  # logging, imported by the program
         def emit(self, record: Any) -> None:
             try:
                 fields: Dict[str, Any] = {"logger": record.name}
@@ -358,7 +358,8 @@ class Item:
     __slots__ = ("raw", "payload", "delivery", "_s", "_log", "_st", "_st_err", "_out", "_env", "_pbuf", "_cancelled")
 
     def __init__(self, session: _Session, raw: Dict[str, Any]) -> None:
-        self._s, self.raw, self._log = session, raw, None
+        self._s, self.raw = session, raw
+        self._log: Optional[_Log] = None
         self._st: Optional[str] = None  # the staged state's JSON ("null" deletes)
         self._st_err: Optional[str] = None  # a state the engine would refuse: the item's error
         self.payload: Any = raw.get("payload")
@@ -495,10 +496,11 @@ class Item:
 def _text_field(name: str, v: Union[str, bytes, bytearray, object]) -> str:
     """The JSON member for a key or header value: name, or nameBase64 for bytes not UTF-8."""
     if isinstance(v, (bytes, bytearray)):
+        raw = bytes(v)
         try:
-            v = bytes(v).decode("utf-8")
+            v = raw.decode("utf-8")
         except UnicodeDecodeError:
-            return '"%sBase64":"%s"' % (name, b64encode(v).decode("ascii"))
+            return '"%sBase64":"%s"' % (name, b64encode(raw).decode("ascii"))
     return '"%s":%s' % (name, _dumps(str(v)))
 
 
@@ -584,7 +586,7 @@ def _where(exc: BaseException) -> str:
     if not tb:
         return ""
     f = tb[-1]
-    return " (%s:%d in %s)" % (os.path.basename(f.filename), f.lineno, f.name)
+    return " (%s:%d in %s)" % (os.path.basename(f.filename), f.lineno or 0, f.name)
 
 
 def _frame(msgs: List[str], envelope: bool = True) -> bytes:
@@ -637,10 +639,10 @@ def _check_line(line: str) -> str:
 
 def _results(results: Any, items: List[Item]) -> List[Any]:
     """A batch handler's results as a list, one per item, or ValueError."""
-    results = list(results) if results is not None else []
-    if len(results) != len(items):
-        raise ValueError("the batch handler returned %d results for %d items: return one per item, in order" % (len(results), len(items)))
-    return results
+    out: List[Any] = list(results) if results is not None else []
+    if len(out) != len(items):
+        raise ValueError("the batch handler returned %d results for %d items: return one per item, in order" % (len(out), len(items)))
+    return out
 
 
 def _batch_raised(items: List[Item], exc: BaseException) -> None:
@@ -1287,7 +1289,7 @@ def _serve(kind: str, fn: Callable[..., Any], config: Any, window: Optional[int]
     # stdout is the protocol's: a stray print (or a library writing to fd 1) goes to stderr
     outfd = os.dup(1)
     os.dup2(2, 1)
-    sys.stdout = _printed  # type: ignore[assignment]
+    sys.stdout = _printed
     _tag_logging()
     if concurrent:
         _printed.per_item = True
