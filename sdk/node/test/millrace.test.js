@@ -670,9 +670,9 @@ test('ready declares concurrency only for a concurrent handler', async (t) => {
 test('an async handler: answered as each settles, each exactly once', async (t) => {
   const c = child(t, 'async');
   await c.hello();
-  // later items wait less: timers fire in deadline order, so the answers come reversed
+  // each item ends only after the next one: the answers come reversed, and only if they run at once
   const items = [];
-  for (let i = 0; i < 40; i++) items.push(c.item({ do: 'sleep', ms: 10 * (40 - i) }, { key: `k${i}` }));
+  for (let i = 0; i < 40; i++) items.push(c.item({ do: 'after', tag: i, ...(i < 39 ? { after: i + 1 } : {}) }, { key: `k${i}` }));
   c.sendBatch(...items);
   const [got, order] = await c.answers(items.length);
   assert.deepEqual(order, items.map((it) => it.delivery).reverse());
@@ -864,7 +864,7 @@ test('shutdown and the end of stdin answer what is in flight', async (t) => {
 test('a plain function returning promises runs at once with concurrent: true', async (t) => {
   const c = child(t, 'promise-concurrent');
   await c.hello();
-  const items = [0, 1, 2, 3].map((i) => c.item({ do: 'sleep', ms: 10 * (4 - i) }));
+  const items = [0, 1, 2, 3].map((i) => c.item({ do: 'after', tag: i, after: i < 3 ? i + 1 : undefined }));
   c.send(...items);
   const [, order] = await c.answers(items.length);
   assert.deepEqual(order, items.map((it) => it.delivery).reverse());

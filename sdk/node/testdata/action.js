@@ -92,6 +92,16 @@ async function waitFile(file) {
   while (!fs.existsSync(file)) await delay(5);
 }
 
+const finished = new Map(); // tag -> { promise, resolve }: "after" items wait for another's end
+const finish = (tag) => {
+  if (!finished.has(tag)) {
+    let resolve;
+    const promise = new Promise((r) => { resolve = r; });
+    finished.set(tag, { promise, resolve });
+  }
+  return finished.get(tag);
+};
+
 async function ahandle(payload, item) {
   const d = payload && payload.do;
   peak.now++;
@@ -104,6 +114,10 @@ async function ahandle(payload, item) {
         await fullWindow;
         break;
       case 'sleep': await delay(payload.ms); break;
+      case 'after': // ends only after the item tagged payload.after: needs them at once
+        if (payload.after !== undefined) await finish(payload.after).promise;
+        finish(payload.tag).resolve();
+        break;
       case 'gate': await waitFile(payload.path); break;
       case 'hang':
         item.metric('before_hang', 1);

@@ -116,6 +116,13 @@ async def wait_file(path):
         await asyncio.sleep(0.005)
 
 
+FINISHED = {}  # tag -> asyncio.Event: "after" items wait for another's end
+
+
+def finished(tag):
+    return FINISHED.setdefault(tag, asyncio.Event())
+
+
 async def ahandle(payload, item):
     do = payload.get("do") if isinstance(payload, dict) else None
     PEAK["now"] += 1
@@ -125,6 +132,10 @@ async def ahandle(payload, item):
             if PEAK["now"] >= int(sys.argv[2]):
                 FULL.set()
             await FULL.wait()
+        if do == "after":  # ends only after the item tagged payload["after"]: needs them at once
+            if payload.get("after") is not None:
+                await finished(payload["after"]).wait()
+            finished(payload["tag"]).set()
         if do == "sleep":
             await asyncio.sleep(payload["ms"] / 1000)
         if do == "gate":
