@@ -178,8 +178,14 @@ class Output:
 
 
 _current: contextvars.ContextVar[Optional[Item]] = contextvars.ContextVar("millrace_item", default=None)
-"""The item whose handler runs here: per asyncio task and per thread, so prints and log lines of
-concurrent handlers are tagged with their own delivery."""
+"""The item whose concurrent handler runs here: per asyncio task and per thread, so prints and
+log lines of concurrent handlers are tagged with their own delivery. A handler run one at a time
+is named by _printed.item instead (an attribute set costs less per record than a context var)."""
+
+
+def _at_work() -> Optional[Item]:
+    """The item whose handler runs here, if any."""
+    return _current.get() or _printed.item
 
 
 def _tags(it: Item) -> Dict[str, Any]:
@@ -203,7 +209,7 @@ class _Log:
     def _write(self, level: str, msg: object, fields: Dict[str, Any]) -> None:
         rec = {"level": level, "msg": str(msg)}
         if not self._fields and "delivery" not in fields:
-            it = _current.get()
+            it = _at_work()
             if it is not None:
                 rec.update(_tags(it))
         rec.update(self._fields)
@@ -252,13 +258,13 @@ class _Printed:
 
     def __init__(self) -> None:
         self.buf = ""
-        self.per_item = False  # a concurrent session: a partial line is kept on its item
+        self.item: Optional[Item] = None  # set by a sequential session while a handler of one item runs
         self.lock = threading.Lock()
 
     def write(self, text: str) -> int:
         text = str(text)
-        it = _current.get()
-        if it is not None and self.per_item:
+        it = _at_work()
+        if isinstance(it, _Held):
             *lines, it._pbuf = (it._pbuf + text).split("\n")
         else:
             with self.lock:
@@ -355,7 +361,7 @@ class Item:
     headers ([(key, value)], value str, bytes or None) and the item fields of the protocol.
     raw is the whole item line as decoded, unknown keys included."""
 
-    __slots__ = ("raw", "payload", "delivery", "_s", "_log", "_st", "_st_err", "_out", "_env", "_pbuf", "_cancelled")
+    __slots__ = ("raw", "payload", "delivery", "_s", "_log", "_st", "_st_err")
 
     def __init__(self, session: _Session, raw: Dict[str, Any]) -> None:
         self._s, self.raw = session, raw
@@ -364,11 +370,6 @@ class Item:
         self._st_err: Optional[str] = None  # a state the engine would refuse: the item's error
         self.payload: Any = raw.get("payload")
         self.delivery: str = raw.get("delivery", "")
-        # a concurrent session's: the item's messages until its answer, whether it came in an
-        # envelope, a line printed in pieces, whether the engine cancelled it
-        self._out: Optional[List[str]] = None
-        self._env = self._cancelled = False
-        self._pbuf = ""
 
     @property
     def key(self) -> Union[str, bytes, None]:
@@ -449,7 +450,10 @@ class Item:
         m: Dict[str, Any] = {"type": "metric", "delivery": self.delivery, "name": str(name), "value": v}
         if labels:
             m["labels"] = {str(k): str(x) for k, x in labels.items()}
-        (self._out if self._out is not None else self._s.out).append(_dumps(m))
+        self._put(_dumps(m))
+
+    def _put(self, message: str) -> None:
+        self._s.out.append(message)
 
     @property
     def state(self) -> Any:
@@ -491,6 +495,21 @@ class Item:
 
     def __repr__(self) -> str:
         return "Item(id=%r, delivery=%r, payload=%r)" % (self.id, self.delivery, self.payload)
+
+
+class _Held(Item):
+    """An item of a concurrent session, with what it keeps until its answer: its messages,
+    whether it came in an envelope, a line printed in pieces, whether the engine cancelled it."""
+
+    __slots__ = ("_out", "_env", "_pbuf", "_cancelled")
+
+    def __init__(self, session: _Session, raw: Dict[str, Any], envelope: bool) -> None:
+        super().__init__(session, raw)
+        self._out: List[str] = []
+        self._env, self._cancelled, self._pbuf = envelope, False, ""
+
+    def _put(self, message: str) -> None:
+        self._out.append(message)  # with its answer: a thread's metric never meets the loop's writes
 
 
 def _text_field(name: str, v: Union[str, bytes, bytearray, object]) -> str:
@@ -637,7 +656,7 @@ def _check_line(line: str) -> str:
     return line
 
 
-def _results(results: Any, items: List[Item]) -> List[Any]:
+def _results(results: Any, items: Sequence[Item]) -> List[Any]:
     """A batch handler's results as a list, one per item, or ValueError."""
     out: List[Any] = list(results) if results is not None else []
     if len(out) != len(items):
@@ -645,7 +664,7 @@ def _results(results: Any, items: List[Item]) -> List[Any]:
     return out
 
 
-def _batch_raised(items: List[Item], exc: BaseException) -> None:
+def _batch_raised(items: Sequence[Item], exc: BaseException) -> None:
     if not isinstance(exc, Abstain):
         import traceback
 
@@ -786,7 +805,7 @@ class _Session:
         if self.config_error is not None:
             self.error(item.delivery, self.config_error, False)
             return
-        token = _current.set(item)
+        _printed.item = item
         result = None
         try:
             result = self.fn(item.payload, item)
@@ -795,18 +814,16 @@ class _Session:
             self.fail(item, _not_a_coroutine(exc, result), not isinstance(exc, Abstain))
             return
         finally:
-            _current.reset(token)
+            _printed.item = None
         self.out.extend(lines)
         self.done(item, _enc_str(item.delivery))
 
     def map_items(self, raws: Sequence[Dict[str, Any]]) -> None:
         """one() for each of raws (item messages), for map: the path every record of a plain
         map takes, so it builds each answer in one format and no list or call it can spare."""
-        out, fn, enc, dump, clock, current = self.out, self.fn, _enc_str, _dump_value, time.monotonic, _current.set
-        token = _current.set(None)
+        out, fn, enc, dump, clock, printed = self.out, self.fn, _enc_str, _dump_value, time.monotonic, _printed
         for raw in raws:
-            item = Item(self, raw)
-            current(item)
+            printed.item = item = Item(self, raw)
             value = None
             try:
                 d = enc(item.delivery)
@@ -831,7 +848,7 @@ class _Session:
                     self.done(item, d)
             if clock() - self.last_flush > _FLUSH_AFTER:
                 self.flush()
-        _current.reset(token)
+        printed.item = None
 
     def run_batch(self) -> None:
         raws, self.pending = self.pending, []
@@ -1020,10 +1037,10 @@ class _Concurrent(_Session):
         super().__init__(kind, fn, config_spec, window, size, linger, keyed)
         self.threads = threads
         self.pool: Optional[ThreadPoolExecutor] = None
-        self.holding: Dict[str, Item] = {}  # every item taken and not answered, by delivery
+        self.holding: Dict[str, _Held] = {}  # every item taken and not answered, by delivery
         self.tasks: Dict[str, asyncio.Task[None]] = {}  # the task of each item started
-        self.units: Dict[asyncio.Task[None], List[Item]] = {}  # the items of each task
-        self.waiting: List[List[Item]] = []  # units not started: the window is full
+        self.units: Dict[asyncio.Task[None], List[_Held]] = {}  # the items of each task
+        self.waiting: List[List[_Held]] = []  # units not started: the window is full
         self.running = 0  # items started and not answered
         self.envelope = False  # whether the messages being handled came in an envelope
         self.flushing = False  # a flush is scheduled
@@ -1104,8 +1121,7 @@ class _Concurrent(_Session):
 
     def on_items(self, raws: Sequence[Dict[str, Any]]) -> None:
         for raw in raws:
-            item = Item(self, raw)
-            item._out, item._env = [], self.envelope
+            item = _Held(self, raw, self.envelope)
             if not self.hello or self.config_error is not None:
                 if not self.hello:
                     log.error("an item before hello; answering error", delivery=item.delivery)
@@ -1168,7 +1184,7 @@ class _Concurrent(_Session):
                 self.start(unit)
         self.soon()
 
-    def start(self, unit: List[Item]) -> None:
+    def start(self, unit: List[_Held]) -> None:
         self.running += len(unit)
         coro = self.run_items(unit) if self.size else self.run_one(unit[0])
         task = self.loop.create_task(coro)
@@ -1184,7 +1200,7 @@ class _Concurrent(_Session):
         # the thread runs in a copy of this task's context: prints there carry the item too
         return await self.loop.run_in_executor(self.pool, contextvars.copy_context().run, self.fn, *args)
 
-    async def run_one(self, item: Item) -> None:
+    async def run_one(self, item: _Held) -> None:
         import asyncio
 
         _current.set(item)  # this task's own context
@@ -1203,7 +1219,7 @@ class _Concurrent(_Session):
                 self.done(item, _enc_str(item.delivery))
         self.fill()
 
-    async def run_items(self, items: List[Item]) -> None:
+    async def run_items(self, items: List[_Held]) -> None:
         import asyncio
 
         try:
@@ -1223,7 +1239,7 @@ class _Concurrent(_Session):
                     self.answer_result(it, res)
         self.fill()
 
-    def finish(self, item: Item) -> bool:
+    def finish(self, item: _Held) -> bool:
         """Readies the answer of item: its window slot freed, its framing taken, its messages so
         far written. False when it was cancelled: it was answered then, and is no more."""
         if item._cancelled:
@@ -1292,7 +1308,6 @@ def _serve(kind: str, fn: Callable[..., Any], config: Any, window: Optional[int]
     sys.stdout = _printed
     _tag_logging()
     if concurrent:
-        _printed.per_item = True
         s: _Session = _Concurrent(kind, fn, config, max(window, size), size, linger, keyed, threads or 0)
     else:
         s = _Session(kind, fn, config, max(window, size), size, linger, keyed)
