@@ -61,8 +61,8 @@ import math
 import os
 import select
 import sys
-import threading
 import time
+from _thread import allocate_lock
 from base64 import b64decode, b64encode
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is imported for the type checker only: a process starts sooner
@@ -76,8 +76,8 @@ if TYPE_CHECKING:  # typing is imported for the type checker only: a process sta
     BatchHandler = Callable[[List["Item"], ], Any]
     """fn(items): one result per item (or, async def, an awaitable of them)."""
 
-# dataclasses, typing, tempfile, shutil and traceback are imported where they are used: a
-# process that needs none of them starts about 20 ms sooner.
+# dataclasses, typing, tempfile, shutil, traceback, threading and asyncio are imported where they
+# are used: a process that needs none of them starts sooner.
 
 __all__ = [
     "map", "map_keyed", "batch", "Output", "Item", "Abstain", "Retryable", "ConfigError",
@@ -259,7 +259,7 @@ class _Printed:
     def __init__(self) -> None:
         self.buf = ""
         self.item: Optional[Item] = None  # set by a sequential session while a handler of one item runs
-        self.lock = threading.Lock()
+        self.lock = allocate_lock()
 
     def write(self, text: str) -> int:
         text = str(text)
@@ -1053,6 +1053,7 @@ class _Concurrent(_Session):
 
     def serve(self, infd: int, outfd: int) -> int:
         import asyncio
+        import threading
 
         self.outfd = outfd
         self.loop = loop = asyncio.new_event_loop()
