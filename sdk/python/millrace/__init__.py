@@ -1246,7 +1246,7 @@ class _Concurrent(_Session):
         if item._cancelled:
             return False
         d = item.delivery
-        del self.holding[d]
+        self.holding.pop(d, None)
         if self.tasks.pop(d, None) is not None:
             self.running -= 1
         self.frame_as(item._env)
