@@ -642,9 +642,9 @@ class SDKTest(unittest.TestCase):
         self.assertEqual(c.hello(), {"type": "ready", "window": 128, "batch": True, "concurrent": True, "cancel": True})
         c = self.child("async", "8")
         self.assertEqual(c.hello()["window"], 8)
-        c = self.child("threads", "3")
+        c = self.child("threads", "3")  # a window of twice the threads
         self.assertEqual(c.hello(state=self.STATEFUL),
-                         {"type": "ready", "window": 128, "batch": True, "concurrent": True, "cancel": True, "state": True})
+                         {"type": "ready", "window": 6, "batch": True, "concurrent": True, "cancel": True, "state": True})
         c = self.child("async-batch", "4", "0.01")
         self.assertEqual(c.hello()["concurrent"], True)
 

@@ -1300,7 +1300,9 @@ def _serve(kind: str, fn: Callable[..., Any], config: Any, window: Optional[int]
             raise ValueError("millrace.%s: threads must be a whole number of at least 1, not %r" % (kind, threads))
         concurrent = True
     if window is None:
-        window = CONCURRENT_WINDOW if concurrent else WINDOW
+        # threads: each thread has its next item at hand, and none waits longer than a call for
+        # a thread (an item's --timeout runs from when it is written)
+        window = 2 * threads if threads else CONCURRENT_WINDOW if concurrent else WINDOW
     if type(window) is not int or window < 1:
         raise ValueError("window must be a whole number of at least 1, not %r" % (window,))
     # stdout is the protocol's: a stray print (or a library writing to fd 1) goes to stderr
@@ -1333,7 +1335,7 @@ def map(fn: Handler, *, config: Any = None, window: Optional[int] = None, thread
 
     An async def fn runs up to window deliveries at once (CONCURRENT_WINDOW), each answered as
     it completes; a plain fn one at a time (a window of WINDOW written ahead), or with
-    threads=N on a pool of N threads, up to window at once."""
+    threads=N on a pool of N threads (a window of 2N: each thread has its next item at hand)."""
     _serve("map", fn, config, window, threads=threads)
 
 
