@@ -258,6 +258,7 @@ func IsRetryable(err error) bool {
 
 // Map runs fn for every item until shutdown, then exits the program with status 0 (1 when
 // the engine's lines cannot be read). Each returned value is one output with the item's key.
+// One call at a time, unless an option says otherwise (Concurrency).
 func Map[C, In, Out any](fn func(Context[C], In) ([]Out, error), opts ...Option) {
 	exit(Serve(os.Stdin, os.Stdout, os.Stderr, fn, opts...))
 }

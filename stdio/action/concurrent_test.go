@@ -177,6 +177,9 @@ func TestConcurrentCancel(t *testing.T) {
 	g.release("last")
 	c.expect(`{"type":"emit","delivery":"d3","payload":"last"}`, `{"type":"done","delivery":"d3"}`)
 	c.end()
+	if rest, _ := io.ReadAll(c.out); len(c.pending) > 0 || len(rest) > 0 {
+		t.Errorf("after the answers, the SDK wrote %q %s; want nothing (the cancelled call's late result dropped)", c.pending, rest)
+	}
 }
 
 // TestConcurrentKeepsEachCallsOwn: many calls at once, each with its own key, state, metrics
