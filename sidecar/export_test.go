@@ -171,3 +171,16 @@ func TxnStates(s *Sidecar) int {
 	}
 	return n
 }
+
+// Paused returns the partitions of topic whose fetching s holds paused at high water.
+func Paused(s *Sidecar, topic string) []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int32
+	for _, p := range s.order {
+		if p.topic == topic && p.owned && p.paused {
+			out = append(out, p.partition)
+		}
+	}
+	return out
+}

@@ -257,7 +257,7 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 				r.Recycle() // copied: its batch's memory goes back to the fetchPool
 			}
 		})
-		var pause map[string][]int32
+		paused := false
 		s.mu.Lock()
 		for _, g := range got {
 			p := s.parts[tp{g.topic, g.partition}]
@@ -276,15 +276,12 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 				p.paused = true
 				s.stats.Pauses++
 				s.kickCommitterLocked() // what waits for the commit may be what fills the queue
-				if pause == nil {
-					pause = map[string][]int32{}
-				}
-				pause[p.topic] = append(pause[p.topic], p.partition)
+				paused = true
 			}
 		}
 		s.mu.Unlock()
-		if pause != nil {
-			cl.PauseFetchPartitions(pause)
+		if paused {
+			s.applyPauses(cl)
 		}
 		sizer.update(cl)
 		cl.AllowRebalance()

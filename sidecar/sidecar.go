@@ -106,6 +106,10 @@ type Sidecar struct {
 	// a commit round ended, a conversation's committer stopped (handOver waits on it).
 	handed *sync.Cond
 
+	// pauseMu serializes applyPauses: the client's paused partitions follow the flags.
+	// Lock order: commitMu, pauseMu, mu.
+	pauseMu sync.Mutex
+
 	kafka *kafka // nil until the first discovery succeeds
 	// limits are the outlet topics' max.message.bytes, read at each conversation start.
 	limits *limits
