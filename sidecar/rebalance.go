@@ -34,6 +34,7 @@ func (s *Sidecar) assigned(_ context.Context, cl *kgo.Client, m map[string][]int
 			}
 			s.dropHead(p, len(p.queue))
 			p.newEpoch(true)
+			p.ownedSince = s.now()
 			s.assignState(p)
 			s.log.Info("partition assigned", "topic", topic, "partition", n)
 		}
@@ -50,6 +51,7 @@ func (p *partition) newEpoch(owned bool) {
 	p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
 	p.capRecords, p.capUntil = 0, 0
 	p.hwm, p.committed, p.fetched = -1, -1, false
+	p.end, p.lastSent, p.waitingSince, p.stuckLogged = -1, time.Time{}, time.Time{}, false
 }
 
 // revoked gives up partitions a planned rebalance takes. They are still this member's until

@@ -124,6 +124,13 @@ type Sidecar struct {
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
 
+	// dropBatch, set by tests only, strands a partition on purpose: a batch it names counts as
+	// sent but never goes (the watchdog's test).
+	dropBatch func(topic string, partition int32) bool
+	// pauseBehind, set by tests only, pauses a partition it names in the Kafka client behind
+	// the sidecar's back after a fetch, as issue 34's lost partitions were.
+	pauseBehind func(topic string, partition int32) bool
+
 	// version is the protocol version the sidecar speaks: protocol.Version; tests make it
 	// speak an earlier one.
 	version string
