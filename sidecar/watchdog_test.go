@@ -150,10 +150,13 @@ func TestWatchdogIdleAfterTransactions(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ends, err := b.EndOffsets(ctx, in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			// Each transaction is its records and its marker; the broker writes the markers
+			// after EndTransaction returns.
+			end := int64(2 * (n + 1))
+			waitFor(t, "both markers written", func() bool {
+				ends, err := b.EndOffsets(ctx, in)
+				return err == nil && ends[0] == end
+			})
 			e := baseEnv(t, b, newProcess(t, echo), in, out)
 			e["FLOW_DELIVERY"] = string(d)
 			e["FLOW_COMMIT_INTERVAL"] = "0"
@@ -166,9 +169,9 @@ func TestWatchdogIdleAfterTransactions(t *testing.T) {
 			})
 			// The last record is one before the commit marker, the partition's last offset.
 			waitFor(t, "the committed transaction's records committed", func() bool {
-				return allCommitted(t, b, group, in, map[int32]int64{0: ends[0] - 1})
+				return allCommitted(t, b, group, in, map[int32]int64{0: end - 1})
 			})
-			waitFor(t, "the sidecar to see the partition's end", func() bool { return sidecar.End(r.sc, in, 0) == ends[0] })
+			waitFor(t, "the sidecar to see the partition's end", func() bool { return sidecar.End(r.sc, in, 0) == end })
 			steps := 0
 			waitFor(t, "the sidecar's clock to run 10 FLOW_STUCK_AFTER", func() bool {
 				clock.advance(2500 * time.Millisecond)
