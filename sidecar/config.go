@@ -48,8 +48,12 @@ type Config struct {
 	SidecarPort       int
 	ReadinessFile     string // written once a conversation is open; empty (by hand) writes none
 	StallWarningAfter time.Duration
-	MaxMessageBytes   int
-	ShutdownTimeout   time.Duration
+	// StuckAfter is how long an owned partition may hold records waiting, none with the
+	// process, with no batch sent, before the watchdog logs it, counts it and fetches it again
+	// (watchdog.go).
+	StuckAfter      time.Duration
+	MaxMessageBytes int
+	ShutdownTimeout time.Duration
 	// MaxBatchEmitBytes bounds the emits held for one batch until its Ack; MaxHeldEmitBytes
 	// bounds those held for every batch, acknowledged or not, until written: past it no new
 	// batch is sent.
@@ -235,6 +239,7 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 	c.SidecarPort = r.Port(protocol.EnvSidecarPort, c.SidecarPort)
 	c.ReadinessFile = r.String("FLOW_READINESS_FILE", c.ReadinessFile)
 	c.StallWarningAfter = r.Duration(protocol.EnvStallWarningAfter, c.StallWarningAfter, time.Nanosecond)
+	c.StuckAfter = r.Duration(envStuckAfter, c.StuckAfter, time.Nanosecond)
 	c.ShutdownTimeout = r.Duration("FLOW_SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Nanosecond)
 	c.MaxMessageBytes = int(r.Size("FLOW_MAX_MESSAGE_BYTES", int64(c.MaxMessageBytes), minMaxMessageBytes, maxMaxMessageBytes))
 	c.MaxBatchEmitBytes = r.Size("FLOW_MAX_BATCH_EMIT_BYTES", c.MaxBatchEmitBytes, minEmitBudget, 0)

@@ -27,7 +27,12 @@ const (
 	DefaultMaxMessageBytes   = protocol.MaxMessageBytes
 	DefaultReadinessFile     = "/tmp/flow-sidecar-ready"
 	defaultStallWarningAfter = 5 * time.Minute
-	defaultShutdownTimeout   = protocol.StopTimeout
+	// defaultStuckAfter is how long an owned partition may hold records waiting with no batch
+	// sent before the watchdog calls it stuck (FLOW_STUCK_AFTER, watchdog.go): well over any
+	// healthy pause between two batches of a partition with records (a commit, a write, a
+	// rebalance's hand-over, all bounded by seconds), well under an operator's lag alert.
+	defaultStuckAfter      = 30 * time.Second
+	defaultShutdownTimeout = protocol.StopTimeout
 	// DefaultMaxBatchEmitBytes holds one record of a heavy fan-out action (60 outputs of
 	// 512 KiB, 30 MiB) and DefaultMaxHeldEmitBytes about two of them in all: with one batch per
 	// partition in flight on top, that fan-out over 4 partitions peaks at 190–400 MiB of RSS
@@ -76,6 +81,7 @@ func defaultConfig() Config {
 		SidecarPort:       defaultSidecarPort,
 		ReadinessFile:     DefaultReadinessFile,
 		StallWarningAfter: defaultStallWarningAfter,
+		StuckAfter:        defaultStuckAfter,
 		MaxMessageBytes:   DefaultMaxMessageBytes,
 		ShutdownTimeout:   defaultShutdownTimeout,
 		MaxBatchEmitBytes: DefaultMaxBatchEmitBytes,
@@ -108,6 +114,7 @@ func (c *Config) withDefaults() {
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, d.ShutdownTimeout)
 	c.StallWarningAfter = cmp.Or(c.StallWarningAfter, d.StallWarningAfter)
+	c.StuckAfter = cmp.Or(c.StuckAfter, d.StuckAfter)
 	c.MaxBatchEmitBytes = cmp.Or(c.MaxBatchEmitBytes, d.MaxBatchEmitBytes)
 	c.MaxHeldEmitBytes = cmp.Or(c.MaxHeldEmitBytes, d.MaxHeldEmitBytes)
 	c.SessionTimeout = cmp.Or(c.SessionTimeout, d.SessionTimeout)
@@ -219,6 +226,7 @@ var Settings = withKafkaVars([]settings.Var{
 	{Name: protocol.EnvSidecarPort, Default: strconv.Itoa(defaultConfig().SidecarPort), Meaning: "the State service, on 127.0.0.1, bound only when an inlet keeps state"},
 	{Name: "FLOW_READINESS_FILE", Default: defaultConfig().ReadinessFile, Meaning: "written once a conversation is open"},
 	{Name: protocol.EnvStallWarningAfter, Default: settings.FormatDuration(defaultConfig().StallWarningAfter), Meaning: "a partition failing this long gets a PartitionStalled Event"},
+	{Name: envStuckAfter, Default: settings.FormatDuration(defaultConfig().StuckAfter), Meaning: "an owned partition with records waiting and no batch sent this long is stuck: logged, counted, fetched again"},
 	{Name: "FLOW_MAX_MESSAGE_BYTES", Default: settings.FormatSize(int64(defaultConfig().MaxMessageBytes)), Meaning: "the gRPC message limit both ways, and the producer's batch cap"},
 	{Name: "FLOW_SHUTDOWN_TIMEOUT", Default: settings.FormatDuration(defaultConfig().ShutdownTimeout), Meaning: "on SIGTERM, how long the process may finish its batches"},
 	{Name: "FLOW_METRICS_ADDR", Default: "—", Meaning: "host:port or :port serving /metrics, /healthz and /readyz; unset, none is served"},
