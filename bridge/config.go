@@ -55,8 +55,8 @@ func defaultConfig() Config {
 }
 
 // Settings is every variable the bridge reads, with its default and meaning: the source of
-// `millrace bridge -h` and of the README's table of the bridge's environment
-// (TestREADMEBridgeSettings holds the two together). A new setting is a field of [Config], its
+// `millrace bridge -h` and of docs/action-config.md's table of the bridge's environment
+// (TestDocsBridgeSettings holds the two together). A new setting is a field of [Config], its
 // default in defaultConfig, a row here and a line in ConfigFromEnv.
 var Settings = append([]settings.Var{
 	{Name: protocol.EnvProcessPort, Default: strconv.Itoa(defaultConfig().Port), Meaning: "the port to serve on, on 127.0.0.1"},

@@ -13,7 +13,7 @@ import (
 
 // This file is the sidecar's one table of settings: each default written once (the constants
 // and defaultConfig), each variable with its default and meaning (Settings, the source of
-// `millrace sidecar -h` and held to the README's table by TestREADMESidecarSettings).
+// `millrace sidecar -h` and held to docs/sidecar.md's table by TestDocsSidecarSettings).
 // ConfigFromEnv reads them, starting from defaultConfig; New gives a hand-built Config's zero
 // fields the same defaults. A new setting is a field of Config, its default in defaultConfig,
 // a row in Settings and a line in ConfigFromEnv.

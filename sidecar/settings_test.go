@@ -60,19 +60,19 @@ func TestNewChecksAsConfigFromEnv(t *testing.T) {
 	}
 }
 
-// TestREADMESidecarSettings: the README's table of the sidecar's environment is
+// TestDocsSidecarSettings: docs/sidecar.md's table of the sidecar's environment is
 // sidecar.Settings: every variable, and each with the same default.
-func TestREADMESidecarSettings(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+func TestDocsSidecarSettings(t *testing.T) {
+	readme, err := os.ReadFile("../docs/sidecar.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(readme), "It is configured by environment variables only.")
 	if !ok {
-		t.Fatal("README: no table of the sidecar's environment (\"It is configured by environment variables only.\")")
+		t.Fatal("docs/sidecar.md: no table of the sidecar's environment (\"It is configured by environment variables only.\")")
 	}
 	section, _, _ = strings.Cut(section, "\n\n#")
-	defaults := map[string]string{} // the README's
+	defaults := map[string]string{} // the page's
 	row := regexp.MustCompile("(?m)^\\| ((?:`[A-Z_<>]+`(?:, )?)+) \\| ([^|]+) \\|")
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
 		def := strings.ReplaceAll(strings.TrimSpace(m[2]), "`", "")
@@ -84,14 +84,14 @@ func TestREADMESidecarSettings(t *testing.T) {
 	for _, v := range sidecar.Settings {
 		listed[v.Name] = true
 		if def, ok := defaults[v.Name]; !ok {
-			t.Errorf("README: the sidecar's table has no row for %s (default %s)", v.Name, v.Default)
+			t.Errorf("docs/sidecar.md: the sidecar's table has no row for %s (default %s)", v.Name, v.Default)
 		} else if def != v.Default {
-			t.Errorf("README: the default of %s is %q; sidecar.Settings says %q", v.Name, def, v.Default)
+			t.Errorf("docs/sidecar.md: the default of %s is %q; sidecar.Settings says %q", v.Name, def, v.Default)
 		}
 	}
 	for name := range defaults {
 		if !listed[name] {
-			t.Errorf("README: the sidecar's table has %s, which sidecar.Settings does not list", name)
+			t.Errorf("docs/sidecar.md: the sidecar's table has %s, which sidecar.Settings does not list", name)
 		}
 	}
 }

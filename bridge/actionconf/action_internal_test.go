@@ -32,9 +32,9 @@ func TestTimeoutZeroIsNone(t *testing.T) {
 	}
 }
 
-// TestREADMEDefaults: the README's table of the config line shows the defaults of the one table.
-func TestREADMEDefaults(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestDocsDefaults: docs/action-config.md's table of the config line shows the defaults of the one table.
+func TestDocsDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/action-config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,22 +46,22 @@ func TestREADMEDefaults(t *testing.T) {
 		"--retries N":       "3",
 	}
 	if defaults.Concurrency != 1 || defaults.Window != 0 || defaults.Retries != 3 {
-		t.Fatalf("defaults = %+v: update this test and the README's table together", defaults)
+		t.Fatalf("defaults = %+v: update this test and docs/action-config.md's table together", defaults)
 	}
 	for flag, def := range want {
 		re := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(flag) + "` \\|.*\\| ([^|]+) \\|$")
 		m := re.FindSubmatch(readme)
 		if m == nil {
-			t.Errorf("README: no row for %s in the config line's table", flag)
+			t.Errorf("docs/action-config.md: no row for %s in the config line's table", flag)
 			continue
 		}
 		if got := strings.TrimSpace(string(m[1])); got != def {
-			t.Errorf("README: default of %s is %s, the parser's is %s", flag, got, def)
+			t.Errorf("docs/action-config.md: default of %s is %s, the parser's is %s", flag, got, def)
 		}
 	}
 }
 
-// short writes d as the README does: 1m, 10s.
+// short writes d as the docs do: 1m, 10s.
 func short(d time.Duration) string {
 	if d >= time.Minute && d%time.Minute == 0 {
 		return fmt.Sprintf("%dm", d/time.Minute)

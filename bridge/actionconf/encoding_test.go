@@ -88,21 +88,21 @@ func TestParseEncodingErrors(t *testing.T) {
 	}
 }
 
-// TestREADMEEncodingRows: the README's table of the config line has the rows of --decode and
+// TestDocsEncodingRows: docs/action-config.md's table of the config line has the rows of --decode and
 // --encode, with their form as the parser reads it, and the guide it points to exists.
-func TestREADMEEncodingRows(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+func TestDocsEncodingRows(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/action-config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, row := range []string{"| `--decode PORT[.key]=FORMAT[:RECORD][,OPTION…]` |", "| `--encode PORT[.key]=FORMAT[:RECORD][,OPTION…]` |"} {
 		if !strings.Contains(string(readme), row) {
-			t.Errorf("README: no row %s in the config line's table", row)
+			t.Errorf("docs/action-config.md: no row %s in the config line's table", row)
 		}
 	}
 	guide, err := os.ReadFile("../../docs/encoded-topics.md")
 	if err != nil {
-		t.Fatalf("the guide the README links: %v", err)
+		t.Fatalf("the guide docs/action-config.md links: %v", err)
 	}
 	for _, word := range []string{"--decode", "--encode", "strategy=record", "version=", "id=", "schemas/"} {
 		if !strings.Contains(string(guide), word) {

@@ -19,10 +19,10 @@ import (
 func runBridge(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bridge", "[--config FILE] [NAME --in PORT=SCHEMA … -- COMMAND [ARG…]]\n\n"+
 		"Serves the action as an Ankka Flow streamlet on 127.0.0.1:$FLOW_PROCESS_PORT (9010).\n"+
-		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (README, \"Tracing\").\n"+
+		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/observing.md, \"Tracing\").\n"+
 		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION:\n"+
-		"NAME FLAG… -- COMMAND [ARG…] (README, \"The action config line\"), its flags:\n"+configLineHelp()+
-		"The environment it reads (README, \"The action config line\"):\n"+settingsHelp(bridge.Settings)+
+		"NAME FLAG… -- COMMAND [ARG…] (docs/action-config.md), its flags:\n"+configLineHelp()+
+		"The environment it reads (docs/action-config.md):\n"+settingsHelp(bridge.Settings)+
 		"Flags of millrace bridge:")
 	config := fs.String("config", "", "read the action config line from `FILE` (an action.conf); the program runs in its folder")
 	if err := fs.parse(args); err != nil {

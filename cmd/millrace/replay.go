@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/replay"
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 )
 
 // int32List is a repeatable flag of partition numbers.

@@ -25,7 +25,7 @@ import (
 var ErrSettings = errors.New("settings: bad deploy settings")
 
 // Var is one row of a side's table of settings: an environment variable, what it means when
-// unset (as the README's table writes it), and what it sets.
+// unset (as the docs' tables write it), and what it sets.
 type Var struct {
 	Name    string
 	Default string

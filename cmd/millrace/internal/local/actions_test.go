@@ -46,7 +46,7 @@ func TestExampleActions(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(fx) == 0 {
-				t.Fatalf("%s has no fixtures: write fixtures/NAME.in.jsonl and NAME.out.jsonl (see README, Writing an action)", dir)
+				t.Fatalf("%s has no fixtures: write fixtures/NAME.in.jsonl and NAME.out.jsonl (see docs/cli.md, millrace test action)", dir)
 			}
 			if len(a.State) > 0 { // a stateful example's golden files say each key's state after each item
 				for _, f := range fx {
