@@ -46,7 +46,7 @@ func TestHelpIsComplete(t *testing.T) {
 			t.Errorf("bridge -h does not show the config-line flag %s:\n%s", f, out)
 		}
 	}
-	if !strings.Contains(out, "(default 10s)") || !strings.Contains(out, "(default 1m0s)") {
+	if !strings.Contains(out, "(default 10s)") || !strings.Contains(out, "(default 1m)") {
 		t.Errorf("bridge -h shows no defaults of the config line (--ready-timeout, --timeout):\n%s", out)
 	}
 }

@@ -29,7 +29,9 @@ var ErrSettings = errors.New("settings: bad deploy settings")
 type Var struct {
 	Name    string
 	Default string
-	Meaning string
+	Meaning string // the -h line
+	Doc     string // the docs table's text; empty: Meaning
+	Literal bool   // Default is a value (written in backticks in the docs), not a phrase
 }
 
 // badSettings lists every problem a Reader found, one per line. It names no side: its caller
