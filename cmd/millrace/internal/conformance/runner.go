@@ -244,15 +244,13 @@ func (r *runner) run() error {
 	}
 	var wg sync.WaitGroup
 	for _, step := range steps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			t0 := time.Now()
 			step.run()
 			r.endTurn(step.check) // on every way out
 			r.took(step.check, time.Since(t0))
 			r.finished(step.check)
-		}()
+		})
 	}
 	t0 := time.Now()
 	r.mainConversation()
