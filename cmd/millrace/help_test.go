@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestHelpIsComplete: every -h exits 0 and names every flag: run's usage line lists each flag
@@ -75,6 +76,7 @@ func TestDescribePipeline(t *testing.T) {
 // TestRunPartitionsOnExistingData: --partitions that differs from the partitions of the
 // topics an existing --data folder holds is an error naming the topic, not ignored.
 func TestRunPartitionsOnExistingData(t *testing.T) {
+	testkit.NeedTools(t, "python3") // actions/score-listing
 	data := filepath.Join(t.TempDir(), "data")
 	sample := "../../actions/score-listing/sample.jsonl"
 	if code, _, errOut := runCmd(t, "run", "../../actions/score-listing", "--input", sample, "--data", data); code != 0 {
