@@ -296,14 +296,16 @@ func TestKubernetesStateExample(t *testing.T) {
 		for _, in := range ex {
 			if flags, rest := withoutFlags(in.args); in.cmd == "COPY" && len(flags) == 0 {
 				f := strings.Fields(rest)
-				dest := f[len(f)-1]
-				for _, src := range f[:len(f)-1] {
+				srcs, dst := f[:len(f)-1], f[len(f)-1]
+				for _, src := range srcs {
 					if _, err := os.Stat(filepath.Join(repoRoot, src)); err != nil {
 						t.Errorf("%s line %d copies %s: %v", countExample, in.line, src, err)
 					}
+					// The name the file has in the image: one source copied to a file
+					// name takes that name; otherwise it keeps its own.
 					name := path.Base(src)
-					if len(f) == 2 && !strings.HasSuffix(dest, "/") && dest != "." {
-						name = path.Base(dest) // one file, copied under a name of its own
+					if len(srcs) == 1 && !strings.HasSuffix(dst, "/") && dst != "." {
+						name = path.Base(dst)
 					}
 					copied = append(copied, name)
 				}
