@@ -122,12 +122,15 @@ var table = withKafkaRows(settings.Table[Config]{
 		Doc("with `FLOW_POD_NAME`: whether a SIGTERMed sidecar leaves the group (a Deployment's replaced pod hands its partitions over at once). `false` keeps its static membership, for pods that come back under the same name (a StatefulSet): a rolling restart then moves no partition"),
 	settings.Custom("FLOW_METRICS_ADDR", "—", "host:port or :port serving /metrics, /healthz and /readyz; unset, none is served", nil,
 		func(r *settings.Reader, c *Config) {
-			if s, ok := r.Lookup("FLOW_METRICS_ADDR"); !ok {
-			} else if _, port, err := net.SplitHostPort(s); err != nil || !validPort(port) {
-				r.Badf("FLOW_METRICS_ADDR=%s is not host:port or :port (e.g. :9101)", s)
-			} else {
-				c.MetricsAddr = s
+			s, ok := r.Lookup("FLOW_METRICS_ADDR")
+			if !ok {
+				return
 			}
+			if _, port, err := net.SplitHostPort(s); err != nil || !validPort(port) {
+				r.Badf("FLOW_METRICS_ADDR=%s is not host:port or :port (e.g. :9101)", s)
+				return
+			}
+			c.MetricsAddr = s
 		}).
 		Doc("`host:port` or `:port` (unset: off) where `/metrics`, `/healthz` and `/readyz` are served ([observing.md](observing.md)); an address malformed or in use stops the sidecar at start-up"),
 	// The Kafka connection's rows (kafkaconn.Vars, shared with `millrace replay`) go here.
