@@ -6,8 +6,9 @@
 //
 // A [Reader] gathers every problem instead of stopping at the first, so that a bad deployment is
 // reported at once, each line naming the variable, its value and a form it accepts. Each side
-// keeps its one table of [Var] rows (name, default, meaning) beside the one function that reads
-// them; this package holds no setting of its own.
+// declares its settings once, as the [Row]s of a [Table] (name, default, bounds, help, docs
+// text, the field it sets), which default, read and list them; this package holds no setting
+// of its own.
 package settings
 
 import (
