@@ -176,11 +176,10 @@ func (s *Sidecar) converse(ctx context.Context, start *flowv1.Start) error {
 	senderCtx, stopSender := context.WithCancel(ctx)
 	defer stopSender()
 	commitDone := make(chan struct{})
-	wg.Add(4)
-	go func() { defer wg.Done(); s.watchOpen(c) }()
-	go func() { defer wg.Done(); s.sweepLoop(senderCtx, c) }()
-	go func() { defer wg.Done(); s.send(senderCtx, c) }()
-	go func() { defer wg.Done(); defer close(c.recvDone); s.receive(c) }()
+	wg.Go(func() { s.watchOpen(c) })
+	wg.Go(func() { s.sweepLoop(senderCtx, c) })
+	wg.Go(func() { s.send(senderCtx, c) })
+	wg.Go(func() { defer close(c.recvDone); s.receive(c) })
 	go func() { defer close(commitDone); s.commitLoop(c) }()
 
 	graceful := false

@@ -116,10 +116,9 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		return k, nil
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); s.poll(ctx, cl, sizer) }()
-	go func() { defer wg.Done(); s.watchWatermarks(ctx, cl) }()
-	go func() { defer wg.Done(); s.watchStuck(ctx, cl) }()
+	wg.Go(func() { s.poll(ctx, cl, sizer) })
+	wg.Go(func() { s.watchWatermarks(ctx, cl) })
+	wg.Go(func() { s.watchStuck(ctx, cl) })
 	go func() { wg.Wait(); close(k.done) }()
 	return k, nil
 }

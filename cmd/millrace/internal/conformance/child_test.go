@@ -33,6 +33,7 @@ var behaviours = []struct {
 	{"strict-keys", "unknown-keys", "decodes hello and items strictly and crashes on a key it does not know", nil},
 	{"pretty", "framing", "writes every message pretty-printed over several lines", nil},
 	{"skip-answer", "answers", "forgets to answer an item it drops (payload skip: true)", nil},
+	{"never-answers", "answers", "answers ready but never an item: named once, by answers, the other checks skipped after a short wait", []string{"unknown-keys", "config", "non-ascii", "large-payload", "burst"}},
 	{"double-done", "answers", "answers every item twice", nil},
 	{"heartbeat", "silence", "writes a heartbeat metric after every answer", nil},
 	{"config-crash", "config", "exits at hello when a config value has the wrong type", nil},
@@ -144,7 +145,7 @@ func child(b string) int {
 			return
 		}
 		payload, _ := m["payload"].(map[string]any)
-		if b == "skip-answer" && payload["skip"] == true {
+		if b == "skip-answer" && payload["skip"] == true || b == "never-answers" {
 			return
 		}
 		key, _ := m["key"].(string)

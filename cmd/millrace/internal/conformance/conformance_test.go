@@ -64,6 +64,8 @@ func TestBehaviours(t *testing.T) {
 				a.Timeout = 5 * time.Second // once, in the main conversation; long enough for 1 MiB under load
 			case "long-stderr":
 				opts.StderrLineMax = 64 << 10
+			case "never-answers":
+				opts.AnswerWait = time.Second
 			case "mute":
 				a.ReadyTimeout, opts.AnswerWait = 300*time.Millisecond, time.Second
 			case "ignore-shutdown":

@@ -229,6 +229,10 @@ func (s *session) track(idx int, it stdio.Item, owner string, line []byte) *deli
 // delivery.
 func (s *session) await() {
 	wait, bounded := s.r.answerWait()
+	missed := s.owner != checkAnswers && s.r.missedAnswer()
+	if missed && (wait == 0 || wait > missedWait) {
+		wait = missedWait
+	}
 	timer := newItemTimer(wait)
 	defer timer.Stop()
 	notice := s.r.noticeTimer(wait)
@@ -261,6 +265,15 @@ func (s *session) await() {
 			}
 		case <-timer.C():
 			d := s.oldest()
+			if missed {
+				// The main conversation went without an answer already: most likely the same
+				// fault, charged once (SKIP …: answers failed), not waited out check by check.
+				s.stop(checkAnswers)
+				return
+			}
+			if d.owner == checkAnswers {
+				s.r.setMissedAnswer()
+			}
 			limit := "the item timeout"
 			if bounded {
 				limit = fmt.Sprintf("the conformance wait; the item timeout is %s: give a slow action more with --timeout", s.r.a.Timeout)
