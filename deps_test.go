@@ -71,7 +71,8 @@ const layers = `
 
 	# Example actions and benchmark actions: programs on the Go SDK alone.
 	stdio/action
-	< actions/convert-currency, actions/go-echo, actions/running-total-go, bench/statecount;
+	< actions/convert-currency, actions/go-echo, actions/running-total-go, bench/statecount,
+	bench/waitgo;
 	NONE < actions/charge-payment, bench, bench/gapecho, bench/table, e2e;
 `
 
