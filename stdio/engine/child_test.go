@@ -104,6 +104,9 @@ func runChild(mode string) int {
 	if strings.HasPrefix(mode, "state") {
 		return runStateChild(c, mode)
 	}
+	if strings.HasPrefix(mode, "cancel") {
+		return runCancelChild(c, mode)
+	}
 	if mode == "stderrtags" {
 		return runStderrTagsChild(c)
 	}

@@ -8,13 +8,13 @@ import (
 
 // worker owns one process slot: it keeps a process running (replacing one that dies, with the
 // crash-loop breaker's backoff) and feeds it items until the pool quits.
-func (p *Pool) worker(pr *process) {
+func (p *Pool) worker(slot int, pr *process) {
 	defer p.wg.Done()
 	bo := p.restartBackOff()
 	replacing := false // the process before ended other than by a clean shutdown
 	for {
 		if pr == nil {
-			if pr = p.respawn(bo); pr == nil {
+			if pr = p.respawn(bo, slot); pr == nil {
 				return
 			}
 			if h := p.cfg.Hooks.ProcessRestarted; h != nil && replacing {
@@ -40,6 +40,9 @@ func (p *Pool) forget(pr *process) {
 	p.mu.Lock()
 	delete(p.procs, pr)
 	p.mu.Unlock()
+	if p.slots[pr.slot].CompareAndSwap(pr, nil) {
+		p.turnChanged()
+	}
 }
 
 // serve feeds pr items until it dies (true), has served its one item in per-item mode (true),

@@ -492,7 +492,7 @@ func (s *session) handle(ev event) {
 	case stdio.TypeReady:
 		r.fail(checkSilence, "a second ready, after the first: say ready once, after hello")
 		return
-	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown:
+	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown, stdio.TypeCancel:
 		r.fail(checkFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, state, done, error or abstain", m.Type))
 		return
 	}
