@@ -137,6 +137,8 @@ func runChild(mode string) int {
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 4})
 	case "slowwindow":
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 8})
+	case "holdall": // a sequential action with a window, stuck on its first item
+		c.send(stdio.Message{Type: stdio.TypeReady, Window: 64})
 	case "readyconfig":
 		c.raw(`{"type":"ready","future":true}` + "\n")
 	default:
@@ -336,6 +338,8 @@ func runChild(mode string) int {
 		case "slowwindow":
 			time.Sleep(150 * time.Millisecond)
 			c.echo(m)
+		case "holdall":
+			continue
 		case "pid":
 			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(strconv.Itoa(os.Getpid()))})
 			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})

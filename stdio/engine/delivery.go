@@ -397,6 +397,7 @@ func (pr *process) deliver(t *task) bool {
 	if !pr.register(t, pr.pool.clock.Now()) {
 		return false
 	}
+	pr.pool.turnChanged()
 	pr.wmu.Lock()
 	pr.wbuf = stdio.AppendItem(pr.wbuf[:0], t.item)
 	pr.writeLocked(pr.wbuf)

@@ -5,7 +5,13 @@ import (
 	"sync/atomic"
 )
 
-// The pool's sharing rule: the workers' view of each other's load.
+// The pool's sharing rule. An item goes to a process with room and the least in flight: a
+// worker takes the next ready item only when no other serving process that takes items holds
+// fewer slots of its window. And it writes ahead at most its share: the items ready and the
+// slots held, spread over the serving processes. So a burst is spread over idle processes
+// instead of filling the first one's window, and a slow process does not hold items that an
+// idle one could run: they wait in the ready queue until a process with the least in flight
+// takes them. A pool of one process skips all of it.
 
 // turnSignal wakes the workers waiting for their turn whenever a process's load changes.
 // Nothing is done per change while no worker waits.
@@ -26,4 +32,72 @@ func (p *Pool) turnChanged() {
 		p.turn.ch = nil
 	}
 	p.turn.mu.Unlock()
+}
+
+// myTurn reports whether pr may take the next ready item: no other serving process that
+// takes items (room in its window, not waiting for it to drain) holds fewer slots.
+func (p *Pool) myTurn(pr *process) bool {
+	mine := pr.held.Load()
+	if mine == 0 || len(p.slots) == 1 {
+		return true
+	}
+	for i := range p.slots {
+		q := p.slots[i].Load()
+		if q == nil || q == pr {
+			continue
+		}
+		if h := q.held.Load(); h < mine && int(h) < q.window && !q.roomWait.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// awaitTurn waits until myTurn(pr), pr dies (alive false) or the pool quits (quit true).
+func (p *Pool) awaitTurn(pr *process) (alive, quit bool) {
+	for !p.myTurn(pr) {
+		// Registered before the check below: a change after the check closes ch, one before
+		// it is seen by the check.
+		p.turn.waiters.Add(1)
+		p.turn.mu.Lock()
+		if p.turn.ch == nil {
+			p.turn.ch = make(chan struct{})
+		}
+		ch := p.turn.ch
+		p.turn.mu.Unlock()
+		if p.myTurn(pr) {
+			p.turn.waiters.Add(-1)
+			break
+		}
+		select {
+		case <-ch:
+		case <-pr.dead:
+			p.turn.waiters.Add(-1)
+			return false, false
+		case <-p.lifeCtx.Done():
+			p.turn.waiters.Add(-1)
+			return true, true
+		}
+		p.turn.waiters.Add(-1)
+	}
+	return true, false
+}
+
+// share is the most slots one process should hold after a write: the items ready and the
+// slots held across the serving processes, spread evenly (rounded up, at least 1).
+func (p *Pool) share() int {
+	if len(p.slots) == 1 {
+		return maxWindow
+	}
+	n, held := 0, 0
+	for i := range p.slots {
+		if q := p.slots[i].Load(); q != nil {
+			n++
+			held += int(q.held.Load())
+		}
+	}
+	if n == 0 {
+		return 1
+	}
+	return max(1, (len(p.ready)+held+n-1)/n)
 }

@@ -63,6 +63,9 @@ func (p *Pool) serve(pr *process) bool {
 		if alive, quit := p.awaitBudget(pr); !alive || quit {
 			return !quit
 		}
+		if alive, quit := p.awaitTurn(pr); !alive || quit {
+			return !quit
+		}
 		var t *task
 		select {
 		case t = <-p.ready:
@@ -85,8 +88,9 @@ func (p *Pool) serve(pr *process) bool {
 			}
 		}
 		out.AppendItem(t.item)
+		share := p.share()
 	fill:
-		for out.Len() < limit && pr.hasRoom() && !p.cfg.Budget.isFull() {
+		for out.Len() < limit && pr.hasRoom() && int(pr.held.Load()) < share && !p.cfg.Budget.isFull() {
 			select {
 			case t = <-p.ready:
 			default:
@@ -98,6 +102,7 @@ func (p *Pool) serve(pr *process) bool {
 			}
 			out.AppendItem(t.item)
 		}
+		p.turnChanged() // pr's load grew: a worker waiting behind it may now take its turn
 		pr.write(out.Bytes())
 		out.Reset()
 		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process
