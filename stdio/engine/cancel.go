@@ -20,8 +20,9 @@ var errCancelIgnored = errors.New("ignored its cancel")
 
 // cancelEntry is a cancelled delivery whose slot the process still holds.
 type cancelEntry struct {
-	item  string // the item's id, for errors
-	grace timer  // kills the process at CancelGrace
+	item    string    // the item's id, for errors
+	written time.Time // of the delivery, for Hooks.DeliveryAnswered
+	grace   timer     // kills the process at CancelGrace
 }
 
 // cancelLocked cancels t, whose item timeout passed, in a process that declared cancel: t
@@ -33,7 +34,7 @@ func (pr *process) cancelLocked(t *task, now time.Time) {
 	if pr.cancelled == nil {
 		pr.cancelled = make(map[string]*cancelEntry)
 	}
-	ce := &cancelEntry{item: t.item.ID}
+	ce := &cancelEntry{item: t.item.ID, written: t.written}
 	pr.pending.Add(1) // the grace's firing; reap waits for it
 	ce.grace = pr.pool.clock.AfterFunc(CancelGrace, func() { pr.graceExpired(id) })
 	pr.cancelled[id] = ce
@@ -93,6 +94,9 @@ func (pr *process) cancelledAnswerLocked(typ, id string) (handled bool) {
 		pr.pending.Done()
 	}
 	pr.log.Debug("a cancelled delivery answered; its slot is free", "type", typ, "delivery", id)
+	if h := pr.pool.cfg.Hooks.DeliveryAnswered; h != nil {
+		h(pr.slot, pr.pool.clock.Now().Sub(ce.written))
+	}
 	pr.releasedLocked()
 	return true
 }
