@@ -49,7 +49,16 @@ type session struct {
 	broken     bool        // the process ended or was given up on: nothing more is sent
 	cause      string      // the check charged when it broke
 	batch      bool        // the process declared "batch": true in ready
-	seq        int
+	concurrent bool        // the process declared "concurrent": true in ready
+	cancel     bool        // the process declared "cancel": true in ready
+	// cancelled is the delivery the cancel check cancelled, awaited within the cancel grace
+	cancelled *delivery
+	// interleaving: the delivery whose messages are under way, those whose messages another's
+	// came between, and how many
+	open        string
+	mixed       []string
+	interleaved int
+	seq         int
 
 	hState json.RawMessage // hello's "state": the inlets that keep state (nil: none)
 	state  bool            // the process declared "state": true in ready
@@ -106,6 +115,7 @@ func (s *session) start() {
 			if ev.kind == evMessage && ev.msg.Type == stdio.TypeReady {
 				s.observe(ev)
 				s.batch = ev.msg.Batch
+				s.concurrent, s.cancel = ev.msg.Concurrent, ev.msg.Cancel
 				s.state = ev.msg.DeclaresState()
 				s.readyIn = ev.at.Sub(t0)
 				r.mu.Lock()
@@ -229,6 +239,9 @@ func (s *session) track(idx int, it stdio.Item, owner string, line []byte) *deli
 // delivery.
 func (s *session) await() {
 	wait, bounded := s.r.answerWait()
+	if s.cancelled != nil {
+		wait, bounded = s.r.cancelWait(), false
+	}
 	timer := newItemTimer(wait)
 	defer timer.Stop()
 	notice := s.r.noticeTimer(wait)
@@ -268,6 +281,10 @@ func (s *session) await() {
 			hint := streamHint
 			if d.owner == checkBatch {
 				hint = batchHint
+			}
+			if d == s.cancelled {
+				s.endAs(d.owner, fmt.Sprintf("no final answer to %s within %s of its cancel (the engine's cancel grace is %s; then it kills the process and fails its other deliveries): on a cancel, stop the delivery's work and answer it at once, e.g. {\"type\":\"error\",\"delivery\":…,\"retryable\":true,\"message\":\"cancelled\"}", describe(d), wait, engine.CancelGrace))
+				return
 			}
 			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, hint))
 			return
@@ -509,6 +526,7 @@ func (s *session) handle(ev event) {
 		return
 	}
 	if d, ok := s.inflight[m.Delivery]; ok {
+		s.noteInterleave(m.Delivery, terminal)
 		if !terminal {
 			switch m.Type {
 			case stdio.TypeEmit:
