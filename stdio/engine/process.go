@@ -49,6 +49,7 @@ type process struct {
 	// workers deciding whose turn it is (turn.go) without taking pr.mu.
 	held     atomic.Int32
 	roomWait atomic.Bool // mirrors wantRoom, for the same readers
+	gone     atomic.Bool // mirrors ended: the process takes no more deliveries
 
 	ready   chan error     // the ready phase's outcome (capacity 1)
 	begin   chan struct{}  // closed once pid and log are set: the readers may start
@@ -148,8 +149,10 @@ func (pr *process) fail(cause error) {
 		pr.cause = cause
 	}
 	pr.ended = true
+	pr.gone.Store(true)
 	stopping := pr.stopping
 	pr.mu.Unlock()
+	pr.pool.turnChanged()
 	if stopping && errors.Is(cause, errStdoutClosed) {
 		return
 	}
@@ -174,6 +177,7 @@ func (pr *process) reap() {
 	pr.mu.Lock()
 	pr.exitErr = err
 	pr.ended = true
+	pr.gone.Store(true)
 	if pr.watchdog != nil && pr.watchdog.Stop() {
 		pr.pending.Done()
 	}
@@ -230,6 +234,7 @@ func (pr *process) shutdown(ctx context.Context) {
 	pr.mu.Lock()
 	pr.stopping = true
 	pr.ended = true
+	pr.gone.Store(true)
 	pr.mu.Unlock()
 	_, _ = pr.stdin.Write(shutdownLine)
 	pr.stdin.Close()

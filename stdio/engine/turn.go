@@ -35,7 +35,8 @@ func (p *Pool) turnChanged() {
 }
 
 // myTurn reports whether pr may take the next ready item: no other serving process that
-// takes items (room in its window, not waiting for it to drain) holds fewer slots.
+// takes items (not ending, room in its window, not waiting for it to drain) holds fewer
+// slots.
 func (p *Pool) myTurn(pr *process) bool {
 	mine := pr.held.Load()
 	if mine == 0 || len(p.slots) == 1 {
@@ -43,7 +44,7 @@ func (p *Pool) myTurn(pr *process) bool {
 	}
 	for i := range p.slots {
 		q := p.slots[i].Load()
-		if q == nil || q == pr {
+		if q == nil || q == pr || q.gone.Load() {
 			continue
 		}
 		if h := q.held.Load(); h < mine && int(h) < q.window && !q.roomWait.Load() {
