@@ -271,3 +271,27 @@ func TestCancelBadReady(t *testing.T) {
 		t.Fatalf(`Start with "concurrent":"yes" in ready = %v; want ErrStart and the bad-field violation naming concurrent`, err)
 	}
 }
+
+// TestConcurrentTimeoutFromWrite: in a process that declared "concurrent": true a delivery's
+// item timeout runs from its own write, not from the process's last answer: answers to other
+// deliveries do not keep a hung one alive.
+func TestConcurrentTimeoutFromWrite(t *testing.T) {
+	clk := engine.NewFakeClock()
+	p := start(t, cancelConfig("cancel", clk))
+	hung := submit(t, p, item("w/0/0", `"hangerr"`))
+	if !testkit.Eventually(30*time.Second, func() bool { return p.Stats().InFlight == 1 }) {
+		t.Fatal("the item was not written")
+	}
+	clk.Advance(30 * time.Second)
+	if r := run(t, p, item("w/0/1", `{}`)); r.Outcome != engine.Done { // answered at 30 s
+		t.Fatalf("the second item: %v (%v); want done", r.Outcome, r.Err)
+	}
+	clk.Advance(30 * time.Second) // a minute after the first's write, 30 s after the last answer
+	if st := p.Stats(); st.Cancels != 1 {
+		t.Fatalf("Stats() a minute after the hung item's write = %+v; want it cancelled", st)
+	}
+	advanceUntil(t, clk, 5*time.Millisecond, func() bool { return len(hung) > 0 })
+	if r := wait(t, hung); r.Outcome != engine.Done || r.Attempts != 2 {
+		t.Fatalf("the hung item: %v after %d attempts (%v); want done on its retry", r.Outcome, r.Attempts, r.Err)
+	}
+}
