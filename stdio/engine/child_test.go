@@ -137,7 +137,7 @@ func runChild(mode string) int {
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 4})
 	case "slowwindow":
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 8})
-	case "holdall": // a sequential action with a window, stuck on its first item
+	case "holdall", "seqstuck": // sequential actions with a window
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 64})
 	case "readyconfig":
 		c.raw(`{"type":"ready","future":true}` + "\n")
@@ -340,6 +340,11 @@ func runChild(mode string) int {
 			c.echo(m)
 		case "holdall":
 			continue
+		case "seqstuck": // one item at a time, in order: a stuck one holds every one after it
+			if payload == `"stuck"` {
+				time.Sleep(time.Hour)
+			}
+			c.echo(m)
 		case "pid":
 			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(strconv.Itoa(os.Getpid()))})
 			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})

@@ -40,3 +40,23 @@ func TestPoolSharesBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolSlowProcessHoldsNothing: in a pool of two processes of a sequential action with a
+// window of 64, one stuck on an item, every later item goes to the other, the one with the
+// least in flight: none waits behind the stuck one (each is submitted once the one before is
+// done, so the other process holds nothing when the next comes).
+func TestPoolSlowProcessHoldsNothing(t *testing.T) {
+	p := start(t, config("seqstuck", func(c *engine.Config) { c.Concurrency = 2 }))
+	submit(t, p, item("h/0/0", `"stuck"`))
+	if !testkit.Eventually(30*time.Second, func() bool { return p.Stats().InFlight == 1 }) {
+		t.Fatalf("Stats() = %+v; want the stuck item in flight", p.Stats())
+	}
+	for i := range 20 {
+		if r := run(t, p, item(fmt.Sprintf("h/0/%d", i+1), `{}`)); r.Outcome != engine.Done {
+			t.Fatalf("item %d: %v (%v); want done by the process that is not stuck", i+1, r.Outcome, r.Err)
+		}
+	}
+	if st := p.Stats(); st.InFlight != 1 {
+		t.Errorf("Stats() = %+v; want only the stuck item in flight", st)
+	}
+}

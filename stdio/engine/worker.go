@@ -74,6 +74,12 @@ func (p *Pool) serve(pr *process) bool {
 		case <-p.lifeCtx.Done():
 			return false
 		}
+		if !p.myTurn(pr) {
+			// Another process took its turn or freed a slot while this worker waited: the
+			// item is that one's (a process with the least in flight takes it).
+			p.requeue(t)
+			continue
+		}
 		now := p.clock.Now() // the run's write time
 		if !pr.register(t, now) {
 			p.requeue(t)
