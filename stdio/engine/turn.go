@@ -34,24 +34,41 @@ func (p *Pool) turnChanged() {
 	p.turn.mu.Unlock()
 }
 
-// myTurn reports whether pr may take the next ready item: no other serving process that
-// takes items (not ending, room in its window, not waiting for it to drain) holds fewer
-// slots.
+// myTurn reports whether pr may take the next ready item. It may not when another serving
+// process that takes items (not ending, room in its window, not waiting for it to drain)
+// clearly holds fewer slots (a quarter fewer: a process holding 1 defers to one holding 0,
+// one holding 40 to one holding under 30, so that near-equal loads do not pass items back
+// and forth), or holds fewer while pr holds its share already.
 func (p *Pool) myTurn(pr *process) bool {
-	mine := pr.held.Load()
+	mine := int(pr.held.Load())
 	if mine == 0 || len(p.slots) == 1 {
 		return true
 	}
+	least, n, total := mine, 0, 0
 	for i := range p.slots {
 		q := p.slots[i].Load()
-		if q == nil || q == pr || q.gone.Load() {
+		if q == nil || q.gone.Load() {
 			continue
 		}
-		if h := q.held.Load(); h < mine && int(h) < q.window && !q.roomWait.Load() {
-			return false
+		h := int(q.held.Load())
+		n++
+		total += h
+		if q != pr && h < least && h < q.window && !q.roomWait.Load() {
+			least = h
 		}
 	}
-	return true
+	if least == mine {
+		return true
+	}
+	return least >= mine-mine/4 && mine < shareOf(len(p.ready)+total, n)
+}
+
+// shareOf is work spread over n processes, rounded up, at least 1.
+func shareOf(work, n int) int {
+	if n == 0 {
+		return 1
+	}
+	return max(1, (work+n-1)/n)
 }
 
 // awaitTurn waits until myTurn(pr), pr dies (alive false) or the pool quits (quit true).
@@ -92,13 +109,10 @@ func (p *Pool) share() int {
 	}
 	n, held := 0, 0
 	for i := range p.slots {
-		if q := p.slots[i].Load(); q != nil {
+		if q := p.slots[i].Load(); q != nil && !q.gone.Load() {
 			n++
 			held += int(q.held.Load())
 		}
 	}
-	if n == 0 {
-		return 1
-	}
-	return max(1, (len(p.ready)+held+n-1)/n)
+	return shareOf(len(p.ready)+held, n)
 }
