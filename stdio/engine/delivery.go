@@ -446,7 +446,7 @@ func (pr *process) register(t *task, now time.Time) bool {
 		}
 	}
 	pr.inflight[t.item.Delivery] = t
-	pr.held.Store(int32(pr.usedLocked()))
+	pr.heldLocked()
 	pr.last = lastDelivery{t.item.Delivery, t.item.ID, t.attempts}
 	p.cfg.Budget.begin()
 	return true
