@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +55,9 @@ func runCancelChild(c *child, mode string) int {
 		if !ok {
 			return 0
 		}
+		if cancels := countType(l.items, stdio.TypeCancel); l.batch && cancels > 1 {
+			fmt.Fprintf(os.Stderr, "%d cancels in one envelope\n", cancels)
+		}
 		for _, m := range l.items {
 			switch m.Type {
 			case stdio.TypeShutdown:
@@ -84,6 +89,16 @@ func runCancelChild(c *child, mode string) int {
 			flush()
 		}
 	}
+}
+
+func countType(ms []stdio.Message, typ string) int {
+	n := 0
+	for _, m := range ms {
+		if m.Type == typ {
+			n++
+		}
+	}
+	return n
 }
 
 func cancelConfig(mode string, clk *engine.FakeClock, mut ...func(*engine.Config)) engine.Config {
@@ -293,5 +308,30 @@ func TestConcurrentTimeoutFromWrite(t *testing.T) {
 	advanceUntil(t, clk, 5*time.Millisecond, func() bool { return len(hung) > 0 })
 	if r := wait(t, hung); r.Outcome != engine.Done || r.Attempts != 2 {
 		t.Fatalf("the hung item: %v after %d attempts (%v); want done on its retry", r.Outcome, r.Attempts, r.Err)
+	}
+}
+
+// TestCancelsInOneEnvelope: deliveries late together in a process that declared envelopes get
+// their cancels in one envelope, and each is answered, freed and retried.
+func TestCancelsInOneEnvelope(t *testing.T) {
+	clk := engine.NewFakeClock()
+	rec := newRecorder()
+	p := start(t, cancelConfig("cancelbatch", clk, func(c *engine.Config) { c.Logger = slog.New(rec) }))
+	a, b := submit(t, p, item("b/0/0", `"hangerr"`)), submit(t, p, item("b/0/1", `"hangerr"`))
+	if !testkit.Eventually(30*time.Second, func() bool { return p.Stats().InFlight == 2 }) {
+		t.Fatalf("Stats() = %+v; want both items in flight", p.Stats())
+	}
+	clk.Advance(time.Minute)
+	advanceUntil(t, clk, 5*time.Millisecond, func() bool { return len(a) > 0 && len(b) > 0 })
+	for i, ch := range []<-chan engine.Result{a, b} {
+		if r := wait(t, ch); r.Outcome != engine.Done || r.Attempts != 2 {
+			t.Errorf("item %d: %v after %d attempts (%v); want done on its retry", i, r.Outcome, r.Attempts, r.Err)
+		}
+	}
+	if st := p.Stats(); st.Cancels != 2 || st.CancelKills != 0 {
+		t.Errorf("Stats() = %+v; want 2 cancels, no kill", st)
+	}
+	if !testkit.Eventually(10*time.Second, func() bool { return rec.hasLine("2 cancels in one envelope") }) {
+		t.Error("the child did not log 2 cancels in one envelope")
 	}
 }
