@@ -74,7 +74,7 @@ func TestBehaviours(t *testing.T) {
 				opts.AnswerWait = 30 * time.Second // the verdict must come from the line, not the wait
 			case "batch-unread":
 				opts.AnswerWait = 2 * time.Second
-			case "batch-good", "batch-small-buffer":
+			case "batch-good", "batch-small-buffer", "concurrent-batch":
 				// an envelope of 8 MiB through a race-built child on a loaded machine takes seconds
 				opts.AnswerWait = 30 * time.Second
 			}

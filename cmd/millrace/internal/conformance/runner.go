@@ -259,7 +259,7 @@ func (r *runner) run() error {
 	steps := []struct {
 		check string
 		run   func()
-	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}, {checkState, r.stateCheck}}
+	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}, {checkConcurrent, r.concurrentCheck}, {checkCancel, r.cancelCheck}, {checkState, r.stateCheck}}
 	prev := checkAnswers
 	for _, step := range steps {
 		r.turns[step.check], r.previous[step.check] = make(chan struct{}), prev
