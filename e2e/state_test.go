@@ -32,26 +32,33 @@ const stateIdle = idleFault
 // intervals while the counts run, each killed process started again as in its pod, and checks
 // the counts: exactly once, one output per input record, each having seen its key's count
 // before it, and the changelog's exact totals; at least once, as stated (checkAtLeastOnce).
+// TestAsyncStateExactTotals runs the same with the count on the Python SDK's async handler.
 func TestStateExactTotals(t *testing.T) {
 	t.Parallel()
 	eachDelivery(t, func(t *testing.T, d string) {
-		b := newBroker(t)
-		sr := newStateRun(t, b, d)
-		s := seed(t)
-		r := sr.start(0)
-		wait := sr.spread(countRecords(s, stateRecords, stateKeys), 12*time.Second)
-		did := sr.strike(t, r, s, 500*time.Millisecond, 2*time.Second,
-			victimSidecar, victimSidecarMoved, victimBridge, victimBridge, victimAction, victimAction, victimAction)
-		wait()
-		sr.waitDone(stateIdle)
-		sum := sr.checkCounts(t, r, d == "exactly-once")
-		sr.stateReport("state: exact totals under SIGKILLs", sum, did)
-		// At least once, the records delivered again are the batches in flight (up to 100
-		// records per partition) at the four sidecar and bridge kills, as in faults_test.go.
-		if bound := 4 * statePartitions * 100; sum.redelivered > bound {
-			t.Errorf("%d records delivered again; want at most %d (the batches in flight at the faults)", sum.redelivered, bound)
-		}
+		stateExactTotals(t, d, child(childCount, false, "--state", "in"), "state: exact totals under SIGKILLs")
 	})
+}
+
+// stateExactTotals is TestStateExactTotals in delivery mode d with the count played by a,
+// its row reported in table.
+func stateExactTotals(t *testing.T, d string, a action, table string) {
+	b := newBroker(t)
+	sr := newStateRunWith(t, b, d, a)
+	s := seed(t)
+	r := sr.start(0)
+	wait := sr.spread(countRecords(s, stateRecords, stateKeys), 12*time.Second)
+	did := sr.strike(t, r, s, 500*time.Millisecond, 2*time.Second,
+		victimSidecar, victimSidecarMoved, victimBridge, victimBridge, victimAction, victimAction, victimAction)
+	wait()
+	sr.waitDone(stateIdle)
+	sum := sr.checkCounts(t, r, d == "exactly-once")
+	sr.stateReport(table, sum, did)
+	// At least once, the records delivered again are the batches in flight (up to 100
+	// records per partition) at the four sidecar and bridge kills, as in faults_test.go.
+	if bound := 4 * statePartitions * 100; sum.redelivered > bound {
+		t.Errorf("%d records delivered again; want at most %d (the batches in flight at the faults)", sum.redelivered, bound)
+	}
 }
 
 // TestStateNoFaults runs the count at least once without a fault: the totals are exact, as

@@ -96,7 +96,14 @@ func newStateRun(t *testing.T, b *broker, d string, more ...string) *stateRun {
 // newStateRunAs is newStateRun with the line's --state word given, e.g. "in,ttl=2s".
 func newStateRunAs(t *testing.T, b *broker, d, state string, more ...string) *stateRun {
 	t.Helper()
-	pl := newPipeline(t, b, child(childCount, false, "--state", state), statePartitions, append([]string{deliveryEnv(d)}, more...)...)
+	return newStateRunWith(t, b, d, child(childCount, false, "--state", state), more...)
+}
+
+// newStateRunWith is newStateRun with the count played by a (its line keeping state on the
+// inlet "in", its outputs and states those of childCount).
+func newStateRunWith(t *testing.T, b *broker, d string, a action, more ...string) *stateRun {
+	t.Helper()
+	pl := newPipeline(t, b, a, statePartitions, append([]string{deliveryEnv(d)}, more...)...)
 	sr := &stateRun{pipeline: pl, dirs: map[int]string{}, ports: map[int]int{}}
 	sr.changelog = b.changelogTopic(t, statePartitions)
 	pl.sidecarEnv = append(pl.sidecarEnv, "FLOW_INLET_IN_STATE_TOPIC="+sr.changelog)

@@ -1,0 +1,283 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
+)
+
+// Deliveries at once end to end (issue 35): an async def handler on the Python SDK, whose
+// `await asyncio.sleep(…)` stands for an API call, so one process holds many deliveries at
+// once and answers them out of their arrival order (e2e/testdata/async_action.py).
+
+// asyncAction is e2e/testdata/async_action.py in mode (count or call); dead adds a
+// dead-letter outlet, flags are more words of the line.
+func asyncAction(mode string, dead bool, flags ...string) action {
+	words := []string{"--in", "in=e2e.v1", "--out", "out=e2e.v1"}
+	if dead {
+		words = append(words, "--out", "dead=e2e.v1", "--dead-letter", "dead")
+	}
+	a := lineAction("e2e-async-"+mode, append(words, flags...), "python3", filepath.Join(bin.root, "e2e/testdata/async_action.py"), mode)
+	a.env = []string{"PYTHONDONTWRITEBYTECODE=1"}
+	if dead {
+		a.dead = "dead"
+	}
+	return a
+}
+
+// TestAsyncStateExactTotals is TestStateExactTotals with the running count on the Python
+// SDK's async handler (its state read before the awaited call and staged after it): the same
+// input, SIGKILLs and checks, exact totals per key exactly once.
+func TestAsyncStateExactTotals(t *testing.T) {
+	t.Parallel()
+	eachDelivery(t, func(t *testing.T, d string) {
+		stateExactTotals(t, d, asyncAction("count", false, "--state", "in"), "async: exact totals under SIGKILLs")
+	})
+}
+
+// asyncOut is an output of the call mode.
+type asyncOut struct {
+	P        int32  `json:"p"`
+	O        int64  `json:"o"`
+	K        string `json:"k"`
+	Attempt  int    `json:"attempt"`
+	Inflight int    `json:"inflight"`
+}
+
+// Sizes of the key-order run.
+const (
+	orderRecords = 6000
+	orderKeys    = 300
+)
+
+// TestAsyncKeyOrder runs the async action keyed (orderRecords records over orderKeys keys,
+// 4 partitions, up to 128 deliveries in flight in the one process, each call 0-7 ms so they
+// finish out of order) through an action SIGKILL (its deliveries in flight retried) and a
+// sidecar SIGKILL (the batches in flight delivered again), and reads the outlet: each key's
+// outputs come in its records' offset order. Exactly once every record has one output;
+// at least once, after removing the outputs of records delivered again (a record's output
+// after its first), what is left is each record once, in order.
+func TestAsyncKeyOrder(t *testing.T) {
+	t.Parallel()
+	eachDelivery(t, func(t *testing.T, d string) {
+		b := newBroker(t)
+		pl := newPipeline(t, b, asyncAction("call", false), 4, deliveryEnv(d))
+		rs := countRecords(seed(t), orderRecords, orderKeys)
+		// The first half at once, so the first batches are full (about 80 keys of 100 records
+		// each); the rest spread over the faults.
+		pl.produce(rs[:orderRecords/2]...)
+		r := pl.start(0)
+		wait := pl.spread(rs[orderRecords/2:], 6*time.Second)
+		pl.waitAtWork(t, r.bridge, orderRecords)
+		killed := 0
+		for _, pid := range testkit.Children(r.bridge.Pid()) {
+			if testkit.Alive(pid) && killPid(pid) {
+				killed++
+			}
+		}
+		actionAt, _ := pl.committedCount()
+		pl.waitProgress(t, actionAt, orderRecords)
+		sidecarAt, _ := pl.committedCount()
+		r.sidecar.Kill()
+		pl.startSidecar(r)
+		wait()
+		pl.waitDone(idleFault)
+		sum := checkKeyOrder(t, pl, d == "exactly-once")
+		seen := fmt.Sprintf("SIGKILLed %d action processes at %d committed, the sidecar at %d; %d outputs, %d of records delivered again, %d of retried deliveries; at most %d handlers running at once",
+			killed, actionAt, sidecarAt, sum.outputs, sum.again, sum.retried, sum.inflight)
+		// The records are keyed by key, not by id, so the tally is counted by input place.
+		tl := tally{in: sum.in, out: sum.in - sum.missing, lost: sum.missing, dup: sum.again + sum.twice, exactlyOnce: d == "exactly-once"}
+		pl.report("async: per-key order", tl, seen)
+		// The batches in flight (up to 100 records per partition) at the sidecar's kill.
+		if bound := 4 * 100; sum.again > bound {
+			t.Errorf("%d outputs of records delivered again; want at most %d (the batches in flight at the sidecar's kill)", sum.again, bound)
+		}
+		// The first batches hold about 80 keys each, all written to the process at once (its
+		// window is 128): the handler must have run many of them together.
+		if sum.inflight < 8 {
+			t.Errorf("at most %d handlers ran at once; want at least 8 (the async handler runs a batch's keys together)", sum.inflight)
+		}
+	})
+}
+
+// orderSummary is what checkKeyOrder saw.
+type orderSummary struct {
+	in       int // input records
+	missing  int // input records without an output
+	twice    int // exactly once: outputs of a record after its first
+	outputs  int // output records
+	again    int // at least once: outputs of a record after its first
+	retried  int // outputs made at an attempt after the first (the action's kill)
+	inflight int // the most handlers running at once, as the action counted them
+}
+
+// checkKeyOrder reads the outlet of pl (read_committed) and checks each key's outputs, in
+// the outlet's log order: they lie in one outlet partition, name their key's input partition,
+// and their input offsets strictly increase, skipping at least once (exact false) an output
+// of a record already seen (a redelivery). Every input record must have an output, exactly
+// one when exact.
+func checkKeyOrder(t testing.TB, pl *pipeline, exact bool) orderSummary {
+	t.Helper()
+	pl.mu.Lock()
+	in := map[at]string{}
+	part := map[string]int32{}
+	for _, p := range pl.produced {
+		in[at{p.partition, p.offset}] = p.id
+		part[p.id] = p.partition
+	}
+	pl.mu.Unlock()
+	recs := pl.b.ReadAll(t, pl.outTopics["out"])
+	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	var sum orderSummary
+	var ps problems
+	type keyRun struct {
+		outPart int32
+		last    int64
+		seen    map[int64]bool
+	}
+	keys := map[string]*keyRun{}
+	for _, r := range recs {
+		var o asyncOut
+		if err := json.Unmarshal(r.Value, &o); err != nil || o.K != string(r.Key) {
+			t.Fatalf("output %d@%d is not the call of its key %q: %s (%v)", r.Partition, r.Offset, r.Key, r.Value, err)
+		}
+		sum.outputs++
+		sum.inflight = max(sum.inflight, o.Inflight)
+		if o.Attempt > 1 {
+			sum.retried++
+		}
+		where := fmt.Sprintf("output %d@%d (key %s, input %d@%d)", r.Partition, r.Offset, o.K, o.P, o.O)
+		if id, ok := in[at{o.P, o.O}]; !ok || id != o.K {
+			ps.add("%s: no record of key %s was produced there", where, o.K)
+			continue
+		}
+		k := keys[o.K]
+		if k == nil {
+			k = &keyRun{outPart: r.Partition, last: -1, seen: map[int64]bool{}}
+			keys[o.K] = k
+		}
+		switch {
+		case r.Partition != k.outPart:
+			ps.add("%s: the key's outputs are in outlet partitions %d and %d", where, k.outPart, r.Partition)
+		case k.seen[o.O] && exact:
+			sum.twice++
+			ps.add("%s: a second output of the record", where)
+		case k.seen[o.O]:
+			sum.again++
+		case o.O < k.last:
+			ps.add("%s: after the output of input offset %d", where, k.last)
+		default:
+			k.seen[o.O] = true
+			k.last = o.O
+		}
+	}
+	sum.in = len(in)
+	for place, id := range in {
+		if k := keys[id]; k == nil || !k.seen[place.o] {
+			sum.missing++
+			ps.add("input %d@%d (key %s): no output", place.p, place.o, id)
+		}
+	}
+	ps.report(t, "per-key order of "+strconv.Itoa(len(recs))+" outputs")
+	return sum
+}
+
+// TestAsyncHungCall runs 1,000 records through the async action at 64 in flight (--window 64)
+// with a short --timeout, one of them a call that never returns: the action declared cancel,
+// so each timeout of that record cancels its delivery, not the process. Only that record is
+// retried and then dead-lettered; every other is answered at its first attempt, and the
+// process is never killed or restarted (the bridge's metrics).
+func TestAsyncHungCall(t *testing.T) {
+	t.Parallel()
+	const n, hung = 1000, 500
+	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+	// 3 s is far beyond a 0-7 ms call, so only the hung call times out; one retry.
+	a := asyncAction("call", true, "--window", "64", "--timeout", "3s", "--retries", "1", "--metrics", addr)
+	a.value = func(id string, i int) []byte {
+		if i == hung {
+			return fmt.Appendf(nil, `{"id":%q,"n":%d,"hang":true}`, id, i)
+		}
+		return fmt.Appendf(nil, `{"id":%q,"n":%d}`, id, i)
+	}
+	b := newBroker(t)
+	pl := newPipeline(t, b, a, 2, deliveryEnv("at-least-once"))
+	pl.produce(pl.records(0, n)...)
+	pl.start(0)
+	pl.waitDone(idleFault)
+	e := testkit.Scrape(t, addr)
+	window, _ := e.Value("millrace_pool_window") // while the conversation is live
+	tl := pl.tally()
+	hungID := fmt.Sprintf("id-%07d", hung)
+	most := 0
+	var ps problems
+	for id, rs := range tl.outRecords {
+		for _, r := range rs {
+			var o asyncOut
+			if err := json.Unmarshal(r.Value, &o); err != nil {
+				t.Fatalf("output %d@%d of %s is not the call's: %s (%v)", r.Partition, r.Offset, id, r.Value, err)
+			}
+			most = max(most, o.Inflight)
+			if o.Attempt != 1 {
+				ps.add("%s: answered at attempt %d, want 1 (only the hung call times out)", id, o.Attempt)
+			}
+		}
+	}
+	ps.report(t, "attempts")
+	metric := func(name string, kv ...string) float64 {
+		v, _ := e.Value(name, kv...)
+		return v
+	}
+	seen := fmt.Sprintf("window %v, at most %d handlers running at once; bridge: %v done, %v dead-lettered, %v failed, %v retries, %v cancels, %v cancel kills, %v process starts, %v restarts",
+		window, most, metric("millrace_items_total", "outcome", "done"), metric("millrace_items_total", "outcome", "dead_letter"),
+		metric("millrace_items_total", "outcome", "failed"), metric("millrace_retries_total"), metric("millrace_cancels_total"),
+		metric("millrace_cancel_kills_total"), metric("millrace_process_starts_total"), metric("millrace_process_restarts_total"))
+	pl.report("async: a hung call among 1,000 at 64 in flight", tl, seen)
+	tl.check(t)
+	if tl.out != n-1 || tl.dead != 1 || tl.dup != 0 {
+		t.Errorf("tally = %s; want %d out, the hung record dead-lettered, none duplicated", tl, n-1)
+	}
+	if len(tl.deadRecords) != 1 || string(tl.deadRecords[0].Key) != hungID {
+		var keys []string
+		for _, r := range tl.deadRecords {
+			keys = append(keys, string(r.Key))
+		}
+		t.Errorf("dead-lettered %v; want only the hung record %s", keys, hungID)
+	}
+	for _, c := range []struct {
+		name string
+		kv   []string
+		want float64
+	}{
+		{"millrace_pool_window", nil, 64},
+		{"millrace_items_total", []string{"outcome", "done"}, n - 1},
+		{"millrace_items_total", []string{"outcome", "dead_letter"}, 1},
+		{"millrace_items_total", []string{"outcome", "failed"}, 0},
+		{"millrace_retries_total", nil, 1},          // the hung record's one retry
+		{"millrace_cancels_total", nil, 2},          // its two attempts, each cancelled
+		{"millrace_cancel_kills_total", nil, 0},     // the SDK answered each cancel
+		{"millrace_process_starts_total", nil, 1},   // one process throughout
+		{"millrace_process_restarts_total", nil, 0}, // never killed
+		{"millrace_process_crashes_total", nil, 0},
+		{"millrace_pool_deliveries_in_flight", nil, 0}, // nothing left behind
+	} {
+		if got := metric(c.name, c.kv...); got != c.want {
+			t.Errorf("bridge %s%v = %v; want %v", c.name, c.kv, got, c.want)
+		}
+	}
+	if most < 32 {
+		t.Errorf("at most %d handlers ran at once; want at least 32 (a window of 64, 1,000 records waiting)", most)
+	}
+}
