@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +70,8 @@ func TestAsyncKeyOrder(t *testing.T) {
 	t.Parallel()
 	eachDelivery(t, func(t *testing.T, d string) {
 		b := newBroker(t)
-		pl := newPipeline(t, b, asyncAction("call", false), 4, deliveryEnv(d))
+		addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+		pl := newPipeline(t, b, asyncAction("call", false, "--metrics", addr), 4, deliveryEnv(d))
 		rs := countRecords(seed(t), orderRecords, orderKeys)
 		// The first half at once, so the first batches are full (about 80 keys of 100 records
 		// each); the rest spread over the faults.
@@ -77,6 +79,16 @@ func TestAsyncKeyOrder(t *testing.T) {
 		r := pl.start(0)
 		wait := pl.spread(rs[orderRecords/2:], 6*time.Second)
 		pl.waitAtWork(t, r.bridge, orderRecords)
+		// The kill strikes deliveries in flight: they fail and are retried, each key's after
+		// its earlier records and before its later ones.
+		inFlight := func() bool {
+			e, err := testkit.Metrics(addr)
+			v, _ := e.Value("millrace_pool_deliveries_in_flight")
+			return err == nil && v > 0
+		}
+		if !testkit.Eventually(idleFault, inFlight) {
+			t.Fatalf("the bridge had no delivery in flight within %s\n%s", idleFault, pl.logTails(20))
+		}
 		killed := 0
 		for _, pid := range testkit.Children(r.bridge.Pid()) {
 			if testkit.Alive(pid) && killPid(pid) {
@@ -84,18 +96,35 @@ func TestAsyncKeyOrder(t *testing.T) {
 			}
 		}
 		actionAt, _ := pl.committedCount()
+		// The sidecar's kill waits for the action's replacement and for commits past its
+		// retries, so it does not void the conversation the retries run in.
+		restarted := func() bool {
+			e, err := testkit.Metrics(addr)
+			v, _ := e.Value("millrace_process_restarts_total")
+			return err == nil && v > 0
+		}
+		if !testkit.Eventually(idleFault, restarted) {
+			t.Fatalf("the bridge started no action process in place of the killed one within %s\n%s", idleFault, pl.logTails(20))
+		}
 		pl.waitProgress(t, actionAt, orderRecords)
+		pl.waitAtWork(t, r.bridge, orderRecords)
 		sidecarAt, _ := pl.committedCount()
 		r.sidecar.Kill()
 		pl.startSidecar(r)
 		wait()
 		pl.waitDone(idleFault)
 		sum := checkKeyOrder(t, pl, d == "exactly-once")
-		seen := fmt.Sprintf("SIGKILLed %d action processes at %d committed, the sidecar at %d; %d outputs, %d of records delivered again, %d of retried deliveries; at most %d handlers running at once",
-			killed, actionAt, sidecarAt, sum.outputs, sum.again, sum.retried, sum.inflight)
+		e := testkit.Scrape(t, addr)
+		restarts, _ := e.Value("millrace_process_restarts_total")
+		retries, _ := e.Value("millrace_retries_total")
+		seen := fmt.Sprintf("SIGKILLed %d action processes at %d committed (%v retries, %v restarts), the sidecar at %d; %d outputs, %d of records delivered again, %d of retried deliveries; at most %d handlers running at once",
+			killed, actionAt, retries, restarts, sidecarAt, sum.outputs, sum.again, sum.retried, sum.inflight)
 		// The records are keyed by key, not by id, so the tally is counted by input place.
 		tl := tally{in: sum.in, out: sum.in - sum.missing, lost: sum.missing, dup: sum.again + sum.twice, exactlyOnce: d == "exactly-once"}
 		pl.report("async: per-key order", tl, seen)
+		if killed != 1 || restarts < 1 {
+			t.Errorf("SIGKILLed %d action processes, the bridge restarted %v; want 1 and at least 1", killed, restarts)
+		}
 		// The batches in flight (up to 100 records per partition) at the sidecar's kill.
 		if bound := 4 * 100; sum.again > bound {
 			t.Errorf("%d outputs of records delivered again; want at most %d (the batches in flight at the sidecar's kill)", sum.again, bound)
@@ -119,22 +148,25 @@ type orderSummary struct {
 	inflight int // the most handlers running at once, as the action counted them
 }
 
-// checkKeyOrder reads the outlet of pl (read_committed) and checks each key's outputs, in
-// the outlet's log order: they lie in one outlet partition, name their key's input partition,
-// and their input offsets strictly increase, skipping at least once (exact false) an output
-// of a record already seen (a redelivery). Every input record must have an output, exactly
-// one when exact.
+// checkKeyOrder reads the outlet of pl (read_committed) and checks it (keyOrder).
 func checkKeyOrder(t testing.TB, pl *pipeline, exact bool) orderSummary {
 	t.Helper()
 	pl.mu.Lock()
 	in := map[at]string{}
-	part := map[string]int32{}
 	for _, p := range pl.produced {
 		in[at{p.partition, p.offset}] = p.id
-		part[p.id] = p.partition
 	}
 	pl.mu.Unlock()
-	recs := pl.b.ReadAll(t, pl.outTopics["out"])
+	return keyOrder(t, in, pl.b.ReadAll(t, pl.outTopics["out"]), exact)
+}
+
+// keyOrder checks each key's outputs recs, in the outlet's log order: they lie in one outlet
+// partition, name an input record of their key (in: the key at each input place), and their
+// input offsets strictly increase, skipping at least once (exact false) an output of a record
+// already seen (a redelivery). Every input record must have an output, exactly one when exact.
+func keyOrder(t testing.TB, in map[at]string, recs []*kgo.Record, exact bool) orderSummary {
+	t.Helper()
+	recs = slices.Clone(recs)
 	slices.SortStableFunc(recs, func(a, b *kgo.Record) int {
 		if a.Partition != b.Partition {
 			return int(a.Partition - b.Partition)
@@ -279,5 +311,55 @@ func TestAsyncHungCall(t *testing.T) {
 	}
 	if most < 32 {
 		t.Errorf("at most %d handlers ran at once; want at least 32 (a window of 64, 1,000 records waiting)", most)
+	}
+}
+
+// TestAsyncChecksCatch feeds the per-key order check a small run, right and then broken each
+// way a sidecar or an SDK could break it, and wants each broken one caught.
+func TestAsyncChecksCatch(t *testing.T) {
+	t.Parallel()
+	// Key a: input 0@0 and 0@2; key b: input 0@1.
+	in := map[at]string{{0, 0}: "a", {0, 1}: "b", {0, 2}: "a"}
+	out := func(part int32, k string, o int64) *kgo.Record {
+		return &kgo.Record{Partition: part, Key: []byte(k), Value: fmt.Appendf(nil, `{"p":0,"o":%d,"k":%q,"attempt":1,"inflight":2}`, o, k)}
+	}
+	run := func(rs ...*kgo.Record) []*kgo.Record {
+		for i, r := range rs {
+			r.Offset = int64(i) // the outlet's log order
+		}
+		return rs
+	}
+	cases := []struct {
+		name  string
+		exact bool
+		recs  []*kgo.Record
+		want  string // in the errors; "" for none
+	}{
+		{name: "exactly once, right", exact: true, recs: run(out(0, "a", 0), out(0, "b", 1), out(0, "a", 2))},
+		{name: "at least once, right", recs: run(out(0, "a", 0), out(0, "b", 1), out(0, "a", 2))},
+		{name: "at least once, delivered again", recs: run(out(0, "a", 0), out(0, "a", 2), out(0, "b", 1), out(0, "a", 2))},
+		{name: "at least once, a batch delivered again", recs: run(out(0, "a", 0), out(0, "a", 2), out(0, "a", 0), out(0, "a", 2), out(0, "b", 1))},
+		{name: "exactly once, a duplicate", exact: true, recs: run(out(0, "a", 0), out(0, "b", 1), out(0, "a", 2), out(0, "a", 2)),
+			want: "a second output of the record"},
+		{name: "exactly once, out of order", exact: true, recs: run(out(0, "a", 2), out(0, "b", 1), out(0, "a", 0)),
+			want: "after the output of input offset 2"},
+		{name: "at least once, out of order", recs: run(out(0, "a", 2), out(0, "a", 2), out(0, "b", 1), out(0, "a", 0)),
+			want: "after the output of input offset 2"},
+		{name: "a lost output", recs: run(out(0, "a", 0), out(0, "a", 2)), want: "0@1 (key b): no output"},
+		{name: "a key over two outlet partitions", recs: run(out(0, "a", 0), out(0, "b", 1), out(1, "a", 2)),
+			want: "outlet partitions 0 and 1"},
+		{name: "an output naming another key's record", recs: run(out(0, "a", 0), out(0, "b", 1), out(0, "b", 2), out(0, "a", 2)),
+			want: "no record of key b was produced there"},
+	}
+	for _, c := range cases {
+		rec := &errRecorder{TB: t}
+		keyOrder(rec, in, c.recs, c.exact)
+		got := strings.Join(rec.errs, "\n")
+		switch {
+		case c.want == "" && got != "":
+			t.Errorf("%s: the check failed it:\n%s", c.name, got)
+		case c.want != "" && !strings.Contains(got, c.want):
+			t.Errorf("%s: the check said %q; want an error holding %q", c.name, got, c.want)
+		}
 	}
 }
