@@ -51,6 +51,7 @@ type asyncOut struct {
 	K        string `json:"k"`
 	Attempt  int    `json:"attempt"`
 	Inflight int    `json:"inflight"`
+	Held     bool   `json:"held"` // in flight when the hung call was first cancelled
 }
 
 // Sizes of the key-order run.
@@ -229,31 +230,49 @@ func keyOrder(t testing.TB, in map[at]string, recs []*kgo.Record, exact bool) or
 
 // TestAsyncHungCall runs 1,000 records through the async action at 64 in flight (--window 64)
 // with a short --timeout, one of them a call that never returns: the action declared cancel,
-// so each timeout of that record cancels its delivery, not the process. Only that record is
-// retried and then dead-lettered; every other is answered at its first attempt, and the
-// process is never killed or restarted (the bridge's metrics).
+// so each timeout of that record cancels its delivery, not the process. The hung record is
+// written first, alone; the rest, a while later, begin with calls that wait for its first
+// cancel, so the process's window is full of neighbours when it comes. Only the hung record
+// is retried and then dead-lettered; every other is answered at its first attempt (those
+// neighbours among them), and the process is never killed or restarted (the bridge's metrics).
 func TestAsyncHungCall(t *testing.T) {
 	t.Parallel()
-	const n, hung = 1000, 500
+	const n, waiters = 1000, 300
+	const timeout = 3 * time.Second // far beyond a 0-7 ms call: only the hung call times out
 	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
-	// 3 s is far beyond a 0-7 ms call, so only the hung call times out; one retry.
-	a := asyncAction("call", true, "--window", "64", "--timeout", "3s", "--retries", "1", "--metrics", addr)
+	a := asyncAction("call", true, "--window", "64", "--timeout", timeout.String(), "--retries", "1", "--metrics", addr)
 	a.value = func(id string, i int) []byte {
-		if i == hung {
+		switch {
+		case i == 0:
 			return fmt.Appendf(nil, `{"id":%q,"n":%d,"hang":true}`, id, i)
+		case i <= waiters:
+			return fmt.Appendf(nil, `{"id":%q,"n":%d,"wait":true}`, id, i)
 		}
 		return fmt.Appendf(nil, `{"id":%q,"n":%d}`, id, i)
 	}
 	b := newBroker(t)
-	pl := newPipeline(t, b, a, 2, deliveryEnv("at-least-once"))
-	pl.produce(pl.records(0, n)...)
+	pl := newPipeline(t, b, a, 4, deliveryEnv("at-least-once"))
+	rs := pl.records(0, n)
+	pl.produce(rs[0])
 	pl.start(0)
+	inFlight := func() bool {
+		e, err := testkit.Metrics(addr)
+		v, _ := e.Value("millrace_pool_deliveries_in_flight")
+		return err == nil && v > 0
+	}
+	if !testkit.Eventually(idleFault, inFlight) {
+		t.Fatalf("the hung record was not written to the action within %s\n%s", idleFault, pl.logTails(20))
+	}
+	// The neighbours' timeouts run from their writes: a third of the timeout after the hung
+	// record's, they pass well after its cancel releases them.
+	<-time.After(timeout / 3)
+	pl.produce(rs[1:]...)
 	pl.waitDone(idleFault)
 	e := testkit.Scrape(t, addr)
 	window, _ := e.Value("millrace_pool_window") // while the conversation is live
 	tl := pl.tally()
-	hungID := fmt.Sprintf("id-%07d", hung)
-	most := 0
+	hungID := fmt.Sprintf("id-%07d", 0)
+	most, held := 0, 0
 	var ps problems
 	for id, rs := range tl.outRecords {
 		for _, r := range rs {
@@ -262,6 +281,9 @@ func TestAsyncHungCall(t *testing.T) {
 				t.Fatalf("output %d@%d of %s is not the call's: %s (%v)", r.Partition, r.Offset, id, r.Value, err)
 			}
 			most = max(most, o.Inflight)
+			if o.Held {
+				held++
+			}
 			if o.Attempt != 1 {
 				ps.add("%s: answered at attempt %d, want 1 (only the hung call times out)", id, o.Attempt)
 			}
@@ -272,8 +294,8 @@ func TestAsyncHungCall(t *testing.T) {
 		v, _ := e.Value(name, kv...)
 		return v
 	}
-	seen := fmt.Sprintf("window %v, at most %d handlers running at once; bridge: %v done, %v dead-lettered, %v failed, %v retries, %v cancels, %v cancel kills, %v process starts, %v restarts",
-		window, most, metric("millrace_items_total", "outcome", "done"), metric("millrace_items_total", "outcome", "dead_letter"),
+	seen := fmt.Sprintf("window %v, at most %d handlers running at once, %d in flight at the first cancel and answered; bridge: %v done, %v dead-lettered, %v failed, %v retries, %v cancels, %v cancel kills, %v process starts, %v restarts",
+		window, most, held, metric("millrace_items_total", "outcome", "done"), metric("millrace_items_total", "outcome", "dead_letter"),
 		metric("millrace_items_total", "outcome", "failed"), metric("millrace_retries_total"), metric("millrace_cancels_total"),
 		metric("millrace_cancel_kills_total"), metric("millrace_process_starts_total"), metric("millrace_process_restarts_total"))
 	pl.report("async: a hung call among 1,000 at 64 in flight", tl, seen)
@@ -308,6 +330,11 @@ func TestAsyncHungCall(t *testing.T) {
 		if got := metric(c.name, c.kv...); got != c.want {
 			t.Errorf("bridge %s%v = %v; want %v", c.name, c.kv, got, c.want)
 		}
+	}
+	// The window is full at the first cancel: the hung call and up to 63 waiting neighbours
+	// of the three partitions not held behind it (one batch in flight per partition).
+	if held < 1 {
+		t.Errorf("no output was in flight at the hung call's first cancel; want its neighbours (the waiting calls) answered after it")
 	}
 	if most < 32 {
 		t.Errorf("at most %d handlers ran at once; want at least 32 (a window of 64, 1,000 records waiting)", most)

@@ -7,9 +7,11 @@ deliveries finish out of their arrival order. The first argument is the mode:
 
 count   a running count per key in the key's state (run with --state): the output is
         {"p", "o", "k", "saw", "n"}, as the Go SDK's count of state_test.go writes it
-call    stateless: the output is {"p", "o", "k", "attempt", "inflight"}, inflight being how
-        many handlers were running when this one started (itself included); a payload with
-        "hang": true waits for ever (until its delivery is cancelled)
+call    stateless: the output is {"p", "o", "k", "attempt", "inflight", "held"}, inflight
+        being how many handlers were running when this one started (itself included); a
+        payload with "hang": true waits for ever (until its delivery is cancelled); one with
+        "wait": true, started before a hung call was first cancelled, waits for that cancel
+        (then held is true: it was in flight in the process when its neighbour was cancelled)
 """
 import asyncio
 import os
@@ -21,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import millrace  # noqa: E402
 
 running = 0
+released = asyncio.Event()  # set when a hung call is first cancelled
 
 
 def call_length(item: millrace.Item) -> float:
@@ -40,11 +43,21 @@ async def call(payload: Any, item: millrace.Item) -> Dict[str, Any]:
     global running
     running += 1
     try:
-        inflight = running
-        if isinstance(payload, dict) and payload.get("hang") is True:
-            await asyncio.Event().wait()  # a call that never returns
+        inflight, held = running, False
+        if not isinstance(payload, dict):
+            payload = {}
+        if payload.get("hang") is True:
+            try:
+                await asyncio.Event().wait()  # a call that never returns
+            except asyncio.CancelledError:
+                released.set()
+                raise
+        if payload.get("wait") is True and not released.is_set():
+            await released.wait()
+            held = True
         await asyncio.sleep(call_length(item))  # the call
-        return {"p": item.partition, "o": item.offset, "k": item.key, "attempt": item.attempt, "inflight": inflight}
+        return {"p": item.partition, "o": item.offset, "k": item.key, "attempt": item.attempt, "inflight": inflight,
+                "held": held}
     finally:
         running -= 1
 
