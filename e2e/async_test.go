@@ -126,9 +126,11 @@ func TestAsyncKeyOrder(t *testing.T) {
 		if killed != 1 || restarts < 1 {
 			t.Errorf("SIGKILLed %d action processes, the bridge restarted %v; want 1 and at least 1", killed, restarts)
 		}
-		// The batches in flight (up to 100 records per partition) at the sidecar's kill.
-		if bound := 4 * 100; sum.again > bound {
-			t.Errorf("%d outputs of records delivered again; want at most %d (the batches in flight at the sidecar's kill)", sum.again, bound)
+		// At the sidecar's kill each partition holds at most 8 batches' worth (by count) of
+		// records written and not yet committed, and one batch in flight (docs/sidecar.md):
+		// on Kafka 4 one kill had 540 delivered again, above the 4 × 100 the fault cases bound.
+		if bound := 4 * 9 * 100; sum.again > bound {
+			t.Errorf("%d outputs of records delivered again; want at most %d (what the sidecar held uncommitted at its kill)", sum.again, bound)
 		}
 		// The first batches hold about 80 keys each, all written to the process at once (its
 		// window is 128): the handler must have run many of them together.
