@@ -305,61 +305,110 @@ func (s *Sidecar) catchUpLocked(restore bool) {
 
 // promote moves the states of batches Kafka now holds (confirmed at least once, committed
 // exactly once) from their partitions' overlays into the stores, each store's position past
-// the batch's last changelog record. A batch no longer owned as when sent is skipped (its
-// overlay went with the revocation). A store that cannot be written is caught up from the
-// changelog before the partition's next batch.
+// the batches' last changelog record. A partition's batches are written in one transaction,
+// a key written by several of them once, with the last of its states (as the compacted
+// changelog keeps it): exactly once, a transaction's whole interval. A batch no longer owned
+// as when sent is skipped (its overlay went with the revocation). A store that cannot be
+// written is caught up from the changelog before the partition's next batch.
 func (s *Sidecar) promote(batches []*batch) {
+	var parts []*partition
+	var of map[*partition][]*batch
 	for _, b := range batches {
 		if len(b.state) == 0 {
 			continue
 		}
-		p := b.p
-		s.mu.Lock()
-		st := p.store
-		ok := st != nil && !b.revoked && p.owned && p.epoch == b.epoch && !p.restoring
-		s.mu.Unlock()
-		if !ok {
-			continue
+		if of == nil {
+			of = map[*partition][]*batch{}
 		}
-		es := make([]state.Entry, len(b.state))
-		last := int64(-1)
-		for i, r := range b.state {
-			es[i] = state.Entry{Key: b.stateKeys[i], Value: b.stateValues[i], Written: r.Timestamp.UnixMilli()}
-			last = max(last, r.Offset)
+		if _, ok := of[b.p]; !ok {
+			parts = append(parts, b.p)
 		}
-		p.storeMu.Lock()
-		err := st.Apply(es, last+1)
-		var cp state.Checkpoint
-		var cpErr error
-		if err == nil {
-			cp, cpErr = st.Checkpoint() // fails only once st is closed: revoked meanwhile
-		}
-		p.storeMu.Unlock()
-		s.mu.Lock()
-		if err != nil {
-			if p.owned && p.epoch == b.epoch {
-				s.log.Error("cannot write states into the state file; the partition catches up from the changelog", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
-				p.overlay = nil
-				s.startRestoreLocked(p)
-			}
-			s.mu.Unlock()
-			continue
-		}
-		if cpErr == nil && p.owned && p.epoch == b.epoch {
-			p.keys, p.bytes = cp.Keys, cp.Bytes // not a later owner's counts
-		}
-		for i, k := range b.stateKeys {
-			if o, ok := p.overlay[string(k)]; ok && o.b == b {
-				delete(p.overlay, string(k))
-			}
-			if b.swept() {
-				s.metrics.state.expired(p.inlet.StateTopic)
-			} else {
-				s.metrics.state.wrote(p.inlet.StateTopic, b.stateValues[i] == nil)
-			}
-		}
-		s.mu.Unlock()
+		of[b.p] = append(of[b.p], b)
 	}
+	for _, p := range parts {
+		s.promotePartition(p, of[p])
+	}
+}
+
+// promotePartition is promote for the batches of one partition, in the order they were
+// acknowledged.
+func (s *Sidecar) promotePartition(p *partition, batches []*batch) {
+	s.mu.Lock()
+	st := p.store
+	var kept []*batch
+	for _, b := range batches {
+		if st != nil && !b.revoked && p.owned && p.epoch == b.epoch && !p.restoring {
+			kept = append(kept, b)
+		}
+	}
+	s.mu.Unlock()
+	if len(kept) == 0 {
+		return
+	}
+	epoch := kept[0].epoch // every kept batch's: the partition's when it was checked
+	n := 0
+	for _, b := range kept {
+		n += len(b.state)
+	}
+	es := make([]state.Entry, 0, n)
+	var at map[string]int // where a key is in es, when several batches may name it
+	if len(kept) > 1 {
+		at = make(map[string]int, n)
+	}
+	last := int64(-1)
+	for _, b := range kept {
+		for i, r := range b.state {
+			e := state.Entry{Key: b.stateKeys[i], Value: b.stateValues[i], Written: r.Timestamp.UnixMilli()}
+			last = max(last, r.Offset)
+			if at != nil {
+				k := b.stateNames[i]
+				if j, ok := at[k]; ok {
+					es[j] = e // a later batch's state of the key: the one the changelog keeps
+					continue
+				}
+				at[k] = len(es)
+			}
+			es = append(es, e)
+		}
+	}
+	p.storeMu.Lock()
+	err := st.Apply(es, last+1)
+	var cp state.Checkpoint
+	var cpErr error
+	if err == nil {
+		cp, cpErr = st.Checkpoint() // fails only once st is closed: revoked meanwhile
+	}
+	p.storeMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if p.owned && p.epoch == epoch {
+			s.log.Error("cannot write states into the state file; the partition catches up from the changelog", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+			p.overlay = nil
+			s.startRestoreLocked(p)
+		}
+		return
+	}
+	if cpErr == nil && p.owned && p.epoch == epoch {
+		p.keys, p.bytes = cp.Keys, cp.Bytes // not a later owner's counts
+	}
+	var sets, deletes, expired int
+	for _, b := range kept {
+		for i, k := range b.stateNames {
+			if o, ok := p.overlay[k]; ok && o.b == b {
+				delete(p.overlay, k)
+			}
+			switch {
+			case b.swept():
+				expired++
+			case b.stateValues[i] == nil:
+				deletes++
+			default:
+				sets++
+			}
+		}
+	}
+	s.metrics.state.wrote(p.inlet.StateTopic, sets, deletes, expired)
 }
 
 // statePartitioner writes a changelog record to the partition it names (its input
