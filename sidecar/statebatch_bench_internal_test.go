@@ -14,11 +14,23 @@ import (
 // keys, in a store of 1,000 keys, without the wire: what its states are read from taken
 // (readFor), the states read and the BatchState built (sendStates, up to the send, which a
 // closed link refuses), its Staged joined with its Ack (the changelog records made, the
-// overlay written), and its states promoted into the store as Kafka confirms them (promote).
-// An op is a batch: allocs/op ÷ 100 is the allocations a record.
+// overlay written), and its states promoted into the store as Kafka confirms them (promote):
+// "quiet", each batch at once, no other batch waiting for the committer; "busy", with batches
+// waiting, so that promote writes the store once promoteEntries states are pending. An op is
+// a batch: allocs/op ÷ 100 is the allocations a record.
 //
 //	go test -run '^$' -bench BenchmarkStateBatch -benchmem ./sidecar/
 func BenchmarkStateBatch(b *testing.B) {
+	for _, busy := range []bool{false, true} {
+		name := "quiet"
+		if busy {
+			name = "busy"
+		}
+		b.Run(name, func(b *testing.B) { benchStateBatch(b, busy) })
+	}
+}
+
+func benchStateBatch(b *testing.B, busy bool) {
 	const n, keys = 100, 1000
 	store, _, err := state.Open(b.TempDir(), "state", 0, state.Options{})
 	if err != nil {
@@ -37,7 +49,11 @@ func BenchmarkStateBatch(b *testing.B) {
 	s.metrics = newMetrics(s)
 	p := &partition{tp: tp{"in-topic", 0}, inlet: &Inlet{Port: "in", StateTopic: "state", MaxBytes: 4 << 20}, owned: true}
 	p.store = store
+	s.order = []*partition{p}
 	c := &conversation{state: &stateLink{done: true, ttl: map[string]time.Duration{}}, batches: map[uint64]*batch{}}
+	if busy {
+		s.conv = c // with a batch acknowledged and not yet taken by the committer
+	}
 	value := []byte(`{"id":12345,"name":"listing-42","tags":["a","b"],"price":1234.5,"city":"Lyon"}`)
 	next, offset := 0, int64(0)
 	b.ReportAllocs()
@@ -73,12 +89,16 @@ func BenchmarkStateBatch(b *testing.B) {
 		for i, rec := range bt.state { // as the producer leaves them
 			rec.Offset, rec.Timestamp = int64(i)+offset, now
 		}
+		s.mu.Lock()
+		c.acked = c.acked[:min(len(c.acked), 1)] // joined appended bt: busy keeps one waiting
+		s.mu.Unlock()
 		s.promote([]*batch{bt})
 		s.mu.Lock()
-		c.acked = nil
 		s.drop(bt)
 		s.mu.Unlock()
 	}
+	s.conv = nil
+	s.promote(nil) // quiet now: what is pending goes
 	if len(p.overlay) != 0 {
 		b.Fatalf("%d states left in the overlay after their promotion", len(p.overlay))
 	}

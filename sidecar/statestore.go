@@ -33,6 +33,11 @@ type partState struct {
 	storeMu sync.Mutex
 	// overlay holds the states acknowledged in batches and not yet in the store, by key.
 	overlay map[string]staged
+	// pending are batches Kafka holds whose states are still only in the overlay, in order,
+	// and the entries and bytes of their states: promote writes them into the store together
+	// (see promoteEntries). Dropped with the overlay.
+	pending                      []*batch
+	pendingEntries, pendingBytes int
 	// kept is a revoked partition's closed file, deleted once StateKeepRevoked has passed
 	// unless the partition comes back first.
 	kept *state.Partition
@@ -79,6 +84,7 @@ func (s *Sidecar) startRestoreLocked(p *partition) {
 	}
 	p.restoring = true
 	p.restoreGen++
+	p.dropPending() // the restore reads them from the changelog
 	ctx, cancel := context.WithCancel(s.stateCtx)
 	p.cancelRestore = cancel
 	s.restores.Add(1)
@@ -213,6 +219,7 @@ func (s *Sidecar) revokeState(p *partition) *state.Partition {
 	}
 	s.stopRestoreLocked(p)
 	p.overlay = nil
+	p.dropPending()
 	st := p.store
 	p.store = nil
 	p.keys, p.bytes = 0, 0
@@ -297,37 +304,69 @@ func (s *Sidecar) catchUpLocked(restore bool) {
 			continue
 		}
 		p.overlay = nil
+		p.dropPending()
 		if restore && !p.restoring {
 			s.startRestoreLocked(p)
 		}
 	}
 }
 
+// Promotion is batched: a partition's store takes the states of the batches Kafka holds once
+// they are promoteEntries states or promoteBytes bytes, or as soon as no acknowledged batch
+// waits for the committer (the stream is quiet, or ends), whichever comes first. One bbolt
+// transaction then writes many batches, and a key that several of them changed once: bbolt's
+// cost is per key written and per page a transaction touches, not per record. Until then the
+// states are in the overlay, where the partition's next batches read them, as before; the
+// store's position stays behind them, so a catch-up (a new conversation, a restart) reads them
+// from the changelog.
+const (
+	promoteEntries = 4096
+	promoteBytes   = 4 << 20
+)
+
 // promote moves the states of batches Kafka now holds (confirmed at least once, committed
 // exactly once) from their partitions' overlays into the stores, each store's position past
-// the batches' last changelog record. A partition's batches are written in one transaction,
-// a key written by several of them once, with the last of its states (as the compacted
-// changelog keeps it): exactly once, a transaction's whole interval. A batch no longer owned
-// as when sent is skipped (its overlay went with the revocation). A store that cannot be
-// written is caught up from the changelog before the partition's next batch.
+// the batches' last changelog record, when their partition's pending batches are due (see
+// promoteEntries). A partition's due batches are written in one transaction, a key written by
+// several of them once, with the last of its states (as the compacted changelog keeps it). A
+// batch no longer owned as when sent is skipped (its overlay went with the revocation). A
+// store that cannot be written is caught up from the changelog before the partition's next
+// batch.
 func (s *Sidecar) promote(batches []*batch) {
-	var parts []*partition
-	var of map[*partition][]*batch
+	type due struct {
+		p       *partition
+		batches []*batch
+	}
+	var dues []due
+	s.mu.Lock()
 	for _, b := range batches {
 		if len(b.state) == 0 {
 			continue
 		}
-		if of == nil {
-			of = map[*partition][]*batch{}
+		p := b.p
+		p.pending = append(p.pending, b)
+		p.pendingEntries += len(b.state)
+		for i, k := range b.stateKeys {
+			p.pendingBytes += len(k) + len(b.stateValues[i])
 		}
-		if _, ok := of[b.p]; !ok {
-			parts = append(parts, b.p)
+	}
+	quiet := s.conv == nil || len(s.conv.acked) == 0
+	for _, p := range s.order {
+		if len(p.pending) > 0 && (quiet || p.pendingEntries >= promoteEntries || p.pendingBytes >= promoteBytes) {
+			dues = append(dues, due{p, p.pending})
+			p.dropPending()
 		}
-		of[b.p] = append(of[b.p], b)
 	}
-	for _, p := range parts {
-		s.promotePartition(p, of[p])
+	s.mu.Unlock()
+	for _, d := range dues {
+		s.promotePartition(d.p, d.batches)
 	}
+}
+
+// dropPending forgets p's pending batches: their overlay is gone, or a restore reads their
+// states from the changelog. Called with mu held.
+func (p *partition) dropPending() {
+	p.pending, p.pendingEntries, p.pendingBytes = nil, 0, 0
 }
 
 // promotePartition is promote for the batches of one partition, in the order they were
