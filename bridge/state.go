@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
@@ -79,8 +80,8 @@ type batchStates struct{ byKey map[string][]byte }
 
 // add takes the entries of one BatchState message. The keys of the map are cut from one
 // string of all the message's keys: one allocation a message, not one a key. The values are
-// the entries' own bytes: the State stream's codec (gRPC's proto) copies each bytes field out
-// of the received buffer, so they are the batch's alone.
+// the entries' own bytes: the State codec (internal/codec) decodes them as slices of a copy of
+// the message that nothing else holds, so they are the batch's alone.
 func (p *batchStates) add(entries []*statev1.Entry) {
 	n := 0
 	for _, e := range entries {
@@ -115,7 +116,8 @@ func openState(ctx context.Context, c *conversation) (*stateLink, map[string]eng
 	// No keepalive pings: the sidecar's gRPC ping policy is never provoked, as the sidecar's
 	// own dial of the process provokes none of the bridge's.
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMessageLimit), grpc.MaxCallSendMsgSize(grpcMessageLimit)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMessageLimit), grpc.MaxCallSendMsgSize(grpcMessageLimit),
+			codec.StateCallOption())) // a BatchState's entries decoded in a few allocations for the whole message
 	if err != nil {
 		return nil, nil, rpcErrorf(codes.Internal, "conversation %s: cannot dial the sidecar's State service at %s: %w", c.id, addr, err)
 	}

@@ -76,7 +76,8 @@ func (s *Sidecar) stage(c *conversation, b *batch, entries []*statev1.Entry) err
 		seen[name] = true
 		size += len(e.GetKey()) + len(e.GetValue())
 	}
-	// The keys and states are copied out of the message into one buffer for the batch.
+	// The keys and states are copied out of the message into one buffer for the batch, so that
+	// the overlay holds the states alone, not the messages they came in.
 	buf := make([]byte, 0, size)
 	cut := func(x []byte) []byte {
 		from := len(buf)
