@@ -15,8 +15,9 @@ import (
 // (readFor), the states read and the BatchState built (sendStates, up to the send, which a
 // closed link refuses), its Staged joined with its Ack (the changelog records made, the
 // overlay written), and its states promoted into the store as Kafka confirms them (promote):
-// "quiet", each batch at once, no other batch waiting for the committer; "busy", with batches
-// waiting, so that promote writes the store once promoteEntries states are pending. An op is
+// "quiet", each batch at once, its partition having nothing more to send; "busy", with
+// records left to send, so that promote writes the store once promoteEntries states are
+// pending. An op is
 // a batch: allocs/op ÷ 100 is the allocations a record.
 //
 //	go test -run '^$' -bench BenchmarkStateBatch -benchmem ./sidecar/
@@ -52,7 +53,7 @@ func benchStateBatch(b *testing.B, busy bool) {
 	s.order = []*partition{p}
 	c := &conversation{state: &stateLink{done: true, ttl: map[string]time.Duration{}}, batches: map[uint64]*batch{}}
 	if busy {
-		s.conv = c // with a batch acknowledged and not yet taken by the committer
+		p.queue = make([]record, 1) // a record left to send
 	}
 	value := []byte(`{"id":12345,"name":"listing-42","tags":["a","b"],"price":1234.5,"city":"Lyon"}`)
 	next, offset := 0, int64(0)
@@ -89,15 +90,13 @@ func benchStateBatch(b *testing.B, busy bool) {
 		for i, rec := range bt.state { // as the producer leaves them
 			rec.Offset, rec.Timestamp = int64(i)+offset, now
 		}
-		s.mu.Lock()
-		c.acked = c.acked[:min(len(c.acked), 1)] // joined appended bt: busy keeps one waiting
-		s.mu.Unlock()
 		s.promote([]*batch{bt})
 		s.mu.Lock()
+		c.acked = nil
 		s.drop(bt)
 		s.mu.Unlock()
 	}
-	s.conv = nil
+	p.queue = nil
 	s.promote(nil) // quiet now: what is pending goes
 	if len(p.overlay) != 0 {
 		b.Fatalf("%d states left in the overlay after their promotion", len(p.overlay))

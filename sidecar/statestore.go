@@ -312,8 +312,8 @@ func (s *Sidecar) catchUpLocked(restore bool) {
 }
 
 // Promotion is batched: a partition's store takes the states of the batches Kafka holds once
-// they are promoteEntries states or promoteBytes bytes, or as soon as no acknowledged batch
-// waits for the committer (the stream is quiet, or ends), whichever comes first. One bbolt
+// they are promoteEntries states or promoteBytes bytes, or as soon as the partition has no
+// batch out and no record left to send (its stream is quiet, or ends), whichever comes first. One bbolt
 // transaction then writes many batches, and a key that several of them changed once: bbolt's
 // cost is per key written and per page a transaction touches, not per record. Until then the
 // states are in the overlay, where the partition's next batches read them, as before; the
@@ -350,8 +350,8 @@ func (s *Sidecar) promote(batches []*batch) {
 			p.pendingBytes += len(k) + len(b.stateValues[i])
 		}
 	}
-	quiet := s.conv == nil || len(s.conv.acked) == 0
 	for _, p := range s.order {
+		quiet := p.inflight == nil && p.sent >= len(p.queue)
 		if len(p.pending) > 0 && (quiet || p.pendingEntries >= promoteEntries || p.pendingBytes >= promoteBytes) {
 			dues = append(dues, due{p, p.pending})
 			p.dropPending()
