@@ -38,6 +38,7 @@ type partState struct {
 	// (see promoteEntries). Dropped with the overlay.
 	pending                      []*batch
 	pendingEntries, pendingBytes int
+	pendingSwept                 bool // one of them is the sweep's: they go at once
 	// kept is a revoked partition's closed file, deleted once StateKeepRevoked has passed
 	// unless the partition comes back first.
 	kept *state.Partition
@@ -313,7 +314,9 @@ func (s *Sidecar) catchUpLocked(restore bool) {
 
 // Promotion is batched: a partition's store takes the states of the batches Kafka holds once
 // they are promoteEntries states or promoteBytes bytes, or as soon as the partition has no
-// batch out and no record left to send (its stream is quiet, or ends), whichever comes first. One bbolt
+// batch out and no record left to send (its stream is quiet, or ends), whichever comes first;
+// and at once when the sweep's tombstones are among them (a sweep is rare, and what it
+// deleted is then in the store, as the sweep's own tests and metrics expect). One bbolt
 // transaction then writes many batches, and a key that several of them changed once: bbolt's
 // cost is per key written and per page a transaction touches, not per record. Until then the
 // states are in the overlay, where the partition's next batches read them, as before; the
@@ -345,6 +348,7 @@ func (s *Sidecar) promote(batches []*batch) {
 		}
 		p := b.p
 		p.pending = append(p.pending, b)
+		p.pendingSwept = p.pendingSwept || b.swept()
 		p.pendingEntries += len(b.state)
 		for i, k := range b.stateKeys {
 			p.pendingBytes += len(k) + len(b.stateValues[i])
@@ -352,7 +356,7 @@ func (s *Sidecar) promote(batches []*batch) {
 	}
 	for _, p := range s.order {
 		quiet := p.inflight == nil && p.sent >= len(p.queue)
-		if len(p.pending) > 0 && (quiet || p.pendingEntries >= promoteEntries || p.pendingBytes >= promoteBytes) {
+		if len(p.pending) > 0 && (quiet || p.pendingSwept || p.pendingEntries >= promoteEntries || p.pendingBytes >= promoteBytes) {
 			dues = append(dues, due{p, p.pending})
 			p.dropPending()
 		}
@@ -366,7 +370,7 @@ func (s *Sidecar) promote(batches []*batch) {
 // dropPending forgets p's pending batches: their overlay is gone, or a restore reads their
 // states from the changelog. Called with mu held.
 func (p *partition) dropPending() {
-	p.pending, p.pendingEntries, p.pendingBytes = nil, 0, 0
+	p.pending, p.pendingEntries, p.pendingBytes, p.pendingSwept = nil, 0, 0, false
 }
 
 // promotePartition is promote for the batches of one partition, in the order they were
