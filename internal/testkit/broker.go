@@ -40,6 +40,9 @@ type BrokerOptions struct {
 	// admin and the readers, for a broker that demands them.
 	Conn      []kgo.Opt
 	KfakeOnly bool // kfake whatever EnvBrokers says: the test injects kfake's faults
+	// Brokers names a real cluster to use whatever EnvBrokers says (the benchmarks' own
+	// variable, BENCH_BROKERS); nil: EnvBrokers decides, as KfakeOnly allows.
+	Brokers []string
 	// Restartable gives kfake a fixed free port and a data directory, so Restart can bring it
 	// back with its data.
 	Restartable bool
@@ -65,7 +68,9 @@ type Broker struct {
 func NewBroker(t testing.TB, o BrokerOptions) *Broker {
 	t.Helper()
 	b := &Broker{conn: o.Conn}
-	if real := RealBrokers(); real != nil && !o.KfakeOnly {
+	if o.Brokers != nil {
+		b.Addrs = o.Brokers
+	} else if real := RealBrokers(); real != nil && !o.KfakeOnly {
 		b.Addrs = real
 	} else {
 		b.kfakeOpts = append([]kfake.Opt{kfake.NumBrokers(1)}, o.Kfake...)
