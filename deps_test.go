@@ -33,7 +33,9 @@ const layers = `
 
 	# The contract: the service stubs apart from the messages (a user of the messages links
 	# no gRPC); package protocol only above the generated code.
-	protocol/ankka/flow/v1 < protocol/ankka/flow/v1/flowv1grpc, protocol, internal/codec;
+	protocol/ankka/flow/v1 < protocol/ankka/flow/v1/flowv1grpc, protocol;
+	# The gRPC codec decodes the State service's per-batch messages on its hot path too.
+	protocol/ankka/flow/v1, protocol/millrace/state/v1 < internal/codec;
 
 	# The action protocol's wire imports nothing of ours but its helper; the Go SDK links
 	# only the wire; the engine runs actions over it.
