@@ -1,0 +1,174 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/kafkalog"
+)
+
+// feed reads every topic of the run (inputs, outlets, dead letters, changelogs) from its
+// start, read_committed as the printer reads, into the model.
+type feed struct {
+	cl     *kgo.Client
+	topics []string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu  sync.Mutex
+	pos map[string]map[int32]int64 // next offset read, markers included
+}
+
+func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
+	fallbackOf := map[string]string{} // a --fallback outlet's topic → its streamlet
+	topics := map[string]bool{}
+	for _, s := range v.Streamlets() {
+		for _, p := range s.Inlets {
+			topics[p.Topic] = true
+			if p.Changelog != "" {
+				topics[p.Changelog] = true
+			}
+		}
+		for _, p := range s.Outlets {
+			topics[p.Topic] = true
+			if p.Name == s.Fallback {
+				fallbackOf[p.Topic] = s.Name
+			}
+		}
+	}
+	f := &feed{topics: slices.Sorted(maps.Keys(topics)), done: make(chan struct{}), pos: map[string]map[int32]int64{}}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kgo.ConsumeTopics(f.topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+		kafkalog.Option(log.With("component", "ui"), slog.LevelWarn))
+	if err != nil {
+		return nil, fmt.Errorf("the page's consumer: %w", err)
+	}
+	f.cl = cl
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	go func() {
+		defer close(f.done)
+		for {
+			fetches := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			fetches.EachRecord(func(rec *kgo.Record) {
+				if !rec.Attrs.IsControl() {
+					tombstone := rec.Value == nil
+					v.Decode(ctx, rec)
+					m.record(toRecord(rec), fallbackOf[rec.Topic], tombstone)
+				}
+				f.mu.Lock()
+				if f.pos[rec.Topic] == nil {
+					f.pos[rec.Topic] = map[int32]int64{}
+				}
+				f.pos[rec.Topic][rec.Partition] = rec.Offset + 1
+				f.mu.Unlock()
+			})
+		}
+	}()
+	return f, nil
+}
+
+// catchUp waits until the feed has read every topic to its end offsets now, or ctx ends.
+func (f *feed) catchUp(ctx context.Context) {
+	ends, err := kadm.NewClient(f.cl).ListEndOffsets(ctx, f.topics...)
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		behind := false
+		f.mu.Lock()
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil && o.Offset > 0 && f.pos[o.Topic][o.Partition] < o.Offset {
+				behind = true
+			}
+		})
+		f.mu.Unlock()
+		if !behind {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (f *feed) close() {
+	f.cancel()
+	<-f.done
+	f.cl.Close()
+}
+
+// toRecord is a record as the page shows it: key and headers as text (Base64 when not UTF-8),
+// the value as JSON (text or Base64 when it is not), cut at valueBytes; a dead letter's or a
+// fallback record's reason and source from the bridge's millrace-* headers.
+func toRecord(rec *kgo.Record) Record {
+	r := Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Time: rec.Timestamp}
+	if rec.Key != nil {
+		if utf8.Valid(rec.Key) {
+			k := string(rec.Key)
+			r.Key = &k
+		} else {
+			r.KeyBase64 = base64.StdEncoding.EncodeToString(rec.Key)
+		}
+	}
+	val := rec.Value
+	if len(val) > valueBytes {
+		val, r.Cut = val[:valueBytes], true
+	}
+	switch {
+	case rec.Value == nil:
+	case !r.Cut && json.Valid(val):
+		var buf bytes.Buffer
+		_ = json.Compact(&buf, val)
+		r.Value = buf.Bytes()
+	case utf8.Valid(val):
+		r.Text = string(val)
+	default:
+		r.Base64 = base64.StdEncoding.EncodeToString(val)
+	}
+	var src [3]string
+	for _, h := range rec.Headers {
+		hv := Header{Key: h.Key, Value: string(h.Value)}
+		if !utf8.Valid(h.Value) {
+			hv.Value, hv.Base64 = base64.StdEncoding.EncodeToString(h.Value), true
+		}
+		r.Headers = append(r.Headers, hv)
+		switch h.Key {
+		case "millrace-error", "millrace-abstain-reason":
+			r.Error = string(h.Value)
+		case "millrace-source-topic":
+			src[0] = string(h.Value)
+		case "millrace-source-partition":
+			src[1] = string(h.Value)
+		case "millrace-source-offset":
+			src[2] = string(h.Value)
+		}
+	}
+	if src[0] != "" {
+		if _, err := strconv.Atoi(src[1]); err == nil {
+			r.Source = src[0] + "/" + src[1] + "/" + src[2]
+		}
+	}
+	return r
+}
