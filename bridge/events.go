@@ -52,8 +52,9 @@ const (
 	// could not be encoded, "" when the batch could not be decoded.
 	EventRegistryFailed
 	// EventStderr: a process wrote a line to stderr (PID, Line); Record is the record of the
-	// delivery it belongs to and Attempts that delivery's attempt, when the engine can tell (as
-	// its log line is tagged), else "" and 0. Emitted with every line: an Events callback that
+	// delivery it belongs to and Attempts that delivery's attempt, as the action tagged the
+	// line (a JSON line with item and attempt, as the SDKs' item logs) or else when the engine
+	// can tell (as its log line is tagged), else "" and 0. Emitted with every line: an Events callback that
 	// keeps them bounds what it keeps.
 	EventStderr
 )

@@ -33,7 +33,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
 	exactlyOnce := fs.Bool("exactly-once", false, "run the sidecars with FLOW_DELIVERY=exactly-once: each commit round one Kafka transaction")
 	pageFlag := &uiFlag{}
-	fs.Var(pageFlag, "ui", "serve a live page of the run on loopback: its pipeline graph, records, stderr per item, state per key, a form to send a record (docs/ui.md); --ui alone picks a free port, --ui=`ADDR` (127.0.0.1:PORT) a given one; the page stays up after the run ends, until Ctrl-C")
+	fs.Var(pageFlag, "ui", "serve a live page of the run on loopback: its pipeline graph, records, stderr per item, state per key, a form to send a record (docs/ui.md); --ui alone picks a free port, --ui=ADDR (127.0.0.1:PORT) a given one; the page stays up after the run ends, until Ctrl-C")
 	set := keyValues{}
 	schemas := schemaFiles{}
 	fs.Var(schemas, "schema", "PORT[.key]=FILE: the schema of an encoded port (--decode/--encode), .avsc, .proto or .json (repeatable; default: the action directory's schemas/PORT.EXT); the run starts an embedded schema registry")

@@ -112,9 +112,10 @@ type Hooks struct {
 	// stdio.Metric is called for every metric line, as it arrives.
 	Metric func(it *stdio.Item, m stdio.Metric)
 	// Stderr is called for every stderr line of a process (without its line end; a line
-	// longer than the capture limit truncated), with the delivery it belongs to when the
-	// engine can tell (as its log line is tagged), else a zero StderrLine's fields. It runs on
-	// the process's stderr reader: it must not block.
+	// longer than the capture limit truncated), with the delivery it belongs to: as the action
+	// tagged it (a JSON line with delivery, item or attempt, as the SDKs' item logs), else when
+	// the engine can tell (as its log line is tagged), else none. It runs on the process's
+	// stderr reader: it must not block.
 	Stderr func(StderrLine)
 	// Health is called when the pool's health changes (ErrCrashLoop, then nil): err nil when healthy again.
 	Health func(err error)

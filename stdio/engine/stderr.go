@@ -58,9 +58,6 @@ func (pr *process) logStderr(line []byte, truncated bool) {
 	}
 	pr.tail = append(pr.tail, string(kept))
 	pr.tailMu.Unlock()
-	if h := pr.pool.cfg.Hooks.Stderr; h != nil {
-		h(pr.stderrLine(line))
-	}
 
 	ctx := context.Background()
 	level := slog.LevelInfo
@@ -72,6 +69,9 @@ func (pr *process) logStderr(line []byte, truncated bool) {
 		}
 	} else {
 		fields = nil
+	}
+	if h := pr.pool.cfg.Hooks.Stderr; h != nil {
+		h(pr.stderrLine(line, fields))
 	}
 	if !pr.log.Enabled(ctx, level) {
 		return
@@ -152,9 +152,18 @@ type StderrLine struct {
 	Attempt  int
 }
 
-// stderrLine is line with the delivery it belongs to, as appendDelivery tells it.
-func (pr *process) stderrLine(line []byte) StderrLine {
+// stderrLine is line with the delivery it belongs to: as the action tagged it (a JSON line
+// with delivery, item or attempt, as the SDKs' item logs), else as appendDelivery tells it.
+func (pr *process) stderrLine(line []byte, fields map[string]any) StderrLine {
 	l := StderrLine{PID: pr.pid, Line: string(line)}
+	if taggedByAction(fields) {
+		l.Delivery, _ = fields["delivery"].(string)
+		l.Item, _ = fields["item"].(string)
+		if n, ok := fields["attempt"].(float64); ok {
+			l.Attempt = int(n)
+		}
+		return l
+	}
 	for _, a := range pr.appendDelivery(nil) {
 		switch a.Key {
 		case "delivery":

@@ -44,7 +44,7 @@ func (s *Server) handler(ctx context.Context) http.Handler {
 				s.push(ctx, w, r, build)
 				return
 			}
-			writeJSON(w, http.StatusOK, build(r))
+			writeJSON(w, http.StatusOK, s.m.envelope(build(r)))
 		})
 	}
 	mux.HandleFunc("POST /api/send", s.send)
@@ -87,7 +87,7 @@ func (s *Server) push(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	sent := ^uint64(0)
 	for {
 		if v := s.m.version.Load(); v != sent {
-			b, err := json.Marshal(build(r))
+			b, err := json.Marshal(s.m.envelope(build(r)))
 			if err != nil {
 				return
 			}

@@ -271,6 +271,20 @@ func (m *model) setStats(st []local.StreamletStats) {
 	m.changed()
 }
 
+// envelope is what every view sends: the run's name and status, and the view's data.
+type envelope struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // starting, running, ended, failed
+	Error  string `json:"error,omitempty"`
+	Data   any    `json:"data"`
+}
+
+func (m *model) envelope(data any) envelope {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return envelope{Name: m.name, Status: m.status, Error: m.endErr, Data: data}
+}
+
 // graphView is the pipeline view's data.
 type graphView struct {
 	Name       string             `json:"name"`
@@ -291,7 +305,7 @@ type graphStreamlet struct {
 func (m *model) graph() graphView {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	g := graphView{Name: m.name, Status: m.status, Error: m.endErr, Sampled: m.sampled, Inputs: m.inputs, Rates: map[string]float64{}}
+	g := graphView{Sampled: m.sampled, Inputs: m.inputs, Rates: map[string]float64{}}
 	for k, v := range m.rates {
 		g.Rates[k] = v
 	}

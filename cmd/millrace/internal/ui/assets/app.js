@@ -31,7 +31,11 @@ function stream(view, params, render) {
   if (ui.stream) ui.stream.close();
   const q = new URLSearchParams({ stream: '1', ...params });
   ui.stream = new EventSource('/api/' + view + '?' + q);
-  ui.stream.onmessage = (m) => render(JSON.parse(m.data));
+  ui.stream.onmessage = (m) => {
+    const env = JSON.parse(m.data);
+    renderStatus(env);
+    render(env.data, env);
+  };
 }
 
 function show(view) {
@@ -53,7 +57,6 @@ function renderStatus(g) {
   st.textContent = g.status;
   st.className = 'status ' + g.status;
   $('#run-error').textContent = g.error || '';
-  ui.inputs = g.inputs || [];
 }
 
 // layers places topics and streamlets in columns: input topics first, each streamlet one
@@ -71,8 +74,7 @@ function layers(g) {
   return depth;
 }
 
-function renderGraph(g) {
-  renderStatus(g);
+function renderGraph(g, env) {
   const depth = layers(g);
   const cols = {};
   for (const id of Object.keys(depth)) (cols[depth[id]] ||= []).push(id);
@@ -90,6 +92,7 @@ function renderGraph(g) {
   }
   const width = 10 + (Math.max(0, ...Object.keys(cols).map(Number)) + 1) * W;
   const root = svg('svg', { width, height, id: 'graph-svg' });
+  const running = env.status === 'running';
   const edge = (from, to, label, id) => {
     const a = pos[from], b = pos[to];
     if (!a || !b) return;
@@ -102,9 +105,13 @@ function renderGraph(g) {
     const st = s.stats || {};
     for (const p of s.inlets) {
       const lag = (st.lag || {})[p.topic];
-      edge('t:' + p.topic, 's:' + s.name, [rate(g.rates['in:' + s.name + ':' + p.topic]), lag ? 'lag ' + lag : ''].filter(Boolean).join(' · '), p.topic + '>' + s.name);
+      const n = (st.committed || {})[p.topic];
+      edge('t:' + p.topic, 's:' + s.name, [n ? n + ' rec' : '', running ? rate(g.rates['in:' + s.name + ':' + p.topic]) : '', lag ? 'lag ' + lag : ''].filter(Boolean).join(' · '), p.topic + '>' + s.name);
     }
-    for (const p of s.outlets) edge('s:' + s.name, 't:' + p.topic, rate(g.rates['out:' + s.name + ':' + p.topic]), s.name + '>' + p.topic);
+    for (const p of s.outlets) {
+      const n = (st.produced || {})[p.topic];
+      edge('s:' + s.name, 't:' + p.topic, [n ? n + ' rec' : '', running ? rate(g.rates['out:' + s.name + ':' + p.topic]) : ''].filter(Boolean).join(' · '), s.name + '>' + p.topic);
+    }
   }
   for (const [id, p] of Object.entries(pos)) {
     const name = id.slice(2);
@@ -131,7 +138,7 @@ function renderGraph(g) {
 }
 
 function value(r) {
-  if (r.value !== undefined) return JSON.stringify(r.value, null, 1);
+  if (r.value !== undefined) return JSON.stringify(r.value);
   if (r.text !== undefined) return r.text;
   if (r.valueBase64 !== undefined) return 'base64: ' + r.valueBase64;
   return 'null';
@@ -219,7 +226,6 @@ function renderState(v) {
 }
 
 function renderSend(g) {
-  renderStatus(g);
   const sel = $('#send-topic');
   const cur = sel.value;
   const want = (g.inputs || []).join('\n');
