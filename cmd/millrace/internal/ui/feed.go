@@ -69,9 +69,8 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 			}
 			fetches.EachRecord(func(rec *kgo.Record) {
 				if !rec.Attrs.IsControl() {
-					tombstone := rec.Value == nil
-					v.Decode(ctx, rec)
-					m.record(toRecord(rec), fallbackOf[rec.Topic], tombstone)
+					v.Decode(ctx, rec) // nothing for a topic of no encoded port
+					m.record(keep(rec), fallbackOf[rec.Topic])
 				}
 				f.mu.Lock()
 				if f.pos[rec.Topic] == nil {
@@ -117,6 +116,19 @@ func (f *feed) close() {
 	f.cancel()
 	<-f.done
 	f.cl.Close()
+}
+
+// keep copies what the page shows of a record: a fetched record's slices hold its whole batch
+// in memory, and a value longer than the page shows is kept to one byte more (toRecord cuts it).
+func keep(rec *kgo.Record) *kgo.Record {
+	k := &kgo.Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp, Key: bytes.Clone(rec.Key)}
+	if rec.Value != nil {
+		k.Value = bytes.Clone(rec.Value[:min(len(rec.Value), valueBytes+1)])
+	}
+	for _, h := range rec.Headers {
+		k.Headers = append(k.Headers, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
+	}
+	return k
 }
 
 // toRecord is a record as the page shows it: key and headers as text (Base64 when not UTF-8),

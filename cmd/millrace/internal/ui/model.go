@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
 )
@@ -114,7 +116,7 @@ type changelog struct {
 type streamletLog struct {
 	lines    *ring[Line]
 	events   *ring[Event]
-	abstains *ring[Record] // its --fallback outlet's records, with their reasons
+	abstains *ring[*kgo.Record] // its --fallback outlet's records, with their reasons
 }
 
 // model is everything the page shows, bounded. Its methods are safe for concurrent use.
@@ -129,7 +131,7 @@ type model struct {
 	endErr     string
 	streamlets []local.StreamletInfo
 	inputs     []string
-	topics     map[string]*ring[Record]
+	topics     map[string]*ring[*kgo.Record] // kept as read: made a Record only when shown
 	logs       map[string]*streamletLog
 	state      map[string]*changelog
 	stats      []local.StreamletStats
@@ -146,7 +148,7 @@ type sample struct {
 }
 
 func newModel(now func() time.Time) *model {
-	return &model{now: now, status: "starting", topics: map[string]*ring[Record]{}, logs: map[string]*streamletLog{},
+	return &model{now: now, status: "starting", topics: map[string]*ring[*kgo.Record]{}, logs: map[string]*streamletLog{},
 		state: map[string]*changelog{}, prev: map[string]sample{}, rates: map[string]float64{}, lagging: map[string]int{}}
 }
 
@@ -159,13 +161,13 @@ func (m *model) setRun(name string, ss []local.StreamletInfo, inputs []string) {
 	defer m.mu.Unlock()
 	m.name, m.streamlets, m.inputs, m.status = name, ss, inputs, "running"
 	for _, s := range ss {
-		m.logs[s.Name] = &streamletLog{lines: newRing[Line](linesPerStreamlet), events: newRing[Event](eventsPerStreamlet), abstains: newRing[Record](eventsPerStreamlet)}
+		m.logs[s.Name] = &streamletLog{lines: newRing[Line](linesPerStreamlet), events: newRing[Event](eventsPerStreamlet), abstains: newRing[*kgo.Record](eventsPerStreamlet)}
 		for _, p := range append(slices.Clone(s.Inlets), s.Outlets...) {
 			if m.topics[p.Topic] == nil {
-				m.topics[p.Topic] = newRing[Record](recordsPerTopic)
+				m.topics[p.Topic] = newRing[*kgo.Record](recordsPerTopic)
 			}
 			if p.Changelog != "" {
-				m.topics[p.Changelog] = newRing[Record](recordsPerTopic)
+				m.topics[p.Changelog] = newRing[*kgo.Record](recordsPerTopic)
 				m.state[p.Changelog] = &changelog{keys: map[string]stateEntry{}}
 			}
 		}
@@ -215,27 +217,38 @@ func cut(s string, n int) string {
 }
 
 // record keeps a record of one of the run's topics: in its topic's ring, in its writer's
-// abstains for a --fallback outlet, in its changelog's keys for a changelog.
-func (m *model) record(r Record, fallbackOf string, tombstone bool) {
+// abstains for a --fallback outlet, in its changelog's keys for a changelog. It is kept as read
+// (the consumer hands it over): made a Record, its value checked as JSON, only when shown.
+func (m *model) record(rec *kgo.Record, fallbackOf string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ring := m.topics[r.Topic]; ring != nil {
-		ring.add(r)
+	if ring := m.topics[rec.Topic]; ring != nil {
+		ring.add(rec)
 	}
 	if l := m.logs[fallbackOf]; l != nil {
-		l.abstains.add(r)
+		l.abstains.add(rec)
 	}
-	if c := m.state[r.Topic]; c != nil && r.Key != nil {
-		switch _, held := c.keys[*r.Key]; {
-		case tombstone:
-			delete(c.keys, *r.Key)
+	if c := m.state[rec.Topic]; c != nil && rec.Key != nil {
+		key := string(rec.Key)
+		switch _, held := c.keys[key]; {
+		case rec.Value == nil: // a tombstone
+			delete(c.keys, key)
 		case held || len(c.keys) < keysPerChangelog:
-			c.keys[*r.Key] = stateEntry{Value: r.Value, Partition: r.Partition, Offset: r.Offset, Time: r.Time}
+			c.keys[key] = stateEntry{Value: rec.Value, Partition: rec.Partition, Offset: rec.Offset, Time: rec.Timestamp}
 		default:
 			c.dropped++
 		}
 	}
 	m.changed()
+}
+
+// shown makes the records of a ring Records.
+func shown(recs []*kgo.Record) []Record {
+	out := make([]Record, len(recs))
+	for i, r := range recs {
+		out[i] = toRecord(r)
+	}
+	return out
 }
 
 // setStats keeps a sample of the streamlets' counters, and the rates since the last one.
@@ -363,7 +376,7 @@ func (m *model) records(topic string) recordsView {
 		topic = v.Topics[0].Topic
 	}
 	if r := m.topics[topic]; r != nil {
-		v.Topic, v.Records = topic, r.all()
+		v.Topic, v.Records = topic, shown(r.all())
 	}
 	return v
 }
@@ -415,7 +428,7 @@ func (m *model) logsOf() []logsView {
 	var out []logsView
 	for _, s := range m.streamlets {
 		l := m.logs[s.Name]
-		v := logsView{Streamlet: s.Name, Lines: l.lines.all(), Events: l.events.all(), Abstains: l.abstains.all()}
+		v := logsView{Streamlet: s.Name, Lines: l.lines.all(), Events: l.events.all(), Abstains: shown(l.abstains.all())}
 		for _, st := range m.stats {
 			if st.Name == s.Name {
 				v.Metrics = st.Metrics
@@ -465,6 +478,9 @@ func (m *model) stateOf(search, key string) stateView {
 				si.Keys = si.Keys[:maxKeysShown]
 			}
 			if e, ok := c.keys[key]; ok {
+				if !json.Valid(e.Value) { // a changelog holds JSON states; anything else as text
+					e.Value, _ = json.Marshal(string(e.Value))
+				}
 				si.Key, si.State = key, &e
 			}
 			v.Inlets = append(v.Inlets, si)

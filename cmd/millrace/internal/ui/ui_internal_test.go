@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
 )
@@ -58,14 +60,14 @@ func TestModelBounds(t *testing.T) {
 	m.setRun("p", []local.StreamletInfo{{Name: "s", Inlets: []local.Port{{Name: "in", Topic: "t", Changelog: "s.in.state"}}}}, []string{"t"})
 	for i := range keysPerChangelog + 5 {
 		k := fmt.Sprintf("k%05d", i)
-		m.record(Record{Topic: "s.in.state", Key: &k, Value: []byte(`1`)}, "", false)
+		m.record(&kgo.Record{Topic: "s.in.state", Key: []byte(k), Value: []byte(`1`)}, "")
 	}
 	v := m.stateOf("", "")
 	if in := v.Inlets[0]; in.Held > keysPerChangelog || in.Held+in.Dropped != keysPerChangelog+5 || len(in.Keys) != maxKeysShown {
 		t.Errorf("held %d, dropped %d, shown %d; want at most %d held, the rest dropped, %d shown", in.Held, in.Dropped, len(in.Keys), keysPerChangelog, maxKeysShown)
 	}
 	k := v.Inlets[0].Keys[0]
-	m.record(Record{Topic: "s.in.state", Key: &k}, "", true)
+	m.record(&kgo.Record{Topic: "s.in.state", Key: []byte(k)}, "") // a tombstone
 	if v := m.stateOf(k, k); v.Inlets[0].State != nil {
 		t.Errorf("key %s after its tombstone = %+v; want no state", k, v.Inlets[0].State)
 	}
