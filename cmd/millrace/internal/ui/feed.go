@@ -26,21 +26,25 @@ import (
 type feed struct {
 	cl     *kgo.Client
 	topics []string
+	shown  []string // the topics read only while a page is open: all but the changelogs
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu  sync.Mutex
-	pos map[string]map[int32]int64 // next offset read, markers included
+	mu     sync.Mutex
+	pos    map[string]map[int32]int64 // next offset read, markers included
+	paused bool
+	closed bool
 }
 
 func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 	fallbackOf := map[string]string{} // a --fallback outlet's topic → its streamlet
-	topics := map[string]bool{}
+	topics, changelogs := map[string]bool{}, map[string]bool{}
 	for _, s := range v.Streamlets() {
 		for _, p := range s.Inlets {
 			topics[p.Topic] = true
 			if p.Changelog != "" {
 				topics[p.Changelog] = true
+				changelogs[p.Changelog] = true
 			}
 		}
 		for _, p := range s.Outlets {
@@ -51,13 +55,24 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 		}
 	}
 	f := &feed{topics: slices.Sorted(maps.Keys(topics)), done: make(chan struct{}), pos: map[string]map[int32]int64{}}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kgo.ConsumeTopics(f.topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+	from, err := startOffsets(v, f.topics, changelogs, log)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range f.topics {
+		if !changelogs[t] {
+			f.shown = append(f.shown, t)
+		}
+	}
+	// FetchMaxWait short: a topic resumed joins the next fetch, after the one in flight
+	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kgo.ConsumePartitions(from),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(), kgo.FetchMaxWait(250*time.Millisecond),
 		kafkalog.Option(log.With("component", "ui"), slog.LevelWarn))
 	if err != nil {
 		return nil, fmt.Errorf("the page's consumer: %w", err)
 	}
 	f.cl = cl
+	f.pause() // until a page is open
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() {
@@ -82,6 +97,91 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 		}
 	}()
 	return f, nil
+}
+
+// startOffsets is where the page reads each partition from: a changelog from its start (every
+// key's state), another topic from its last recordsPerTopic records (a topic of --data or
+// --brokers may hold much more than the page shows).
+func startOffsets(v *local.View, topics []string, changelogs map[string]bool, log *slog.Logger) (map[string]map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kafkalog.Option(log.With("component", "ui"), slog.LevelWarn))
+	if err != nil {
+		return nil, fmt.Errorf("the page's Kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the start offsets of the run's topics: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the end offsets of the run's topics: %w", err)
+	}
+	from := map[string]map[int32]kgo.Offset{}
+	starts.Each(func(o kadm.ListedOffset) {
+		if from[o.Topic] == nil {
+			from[o.Topic] = map[int32]kgo.Offset{}
+		}
+		at := o.Offset
+		if end, ok := ends.Lookup(o.Topic, o.Partition); ok && !changelogs[o.Topic] {
+			at = max(at, end.Offset-recordsPerTopic)
+		}
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(at)
+	})
+	return from, nil
+}
+
+// pause stops reading the topics a page shows (not the changelogs: the state of every key
+// is needed whenever the state view opens), while no page is open: the run pays for the page's
+// reads only while someone looks.
+func (f *feed) pause() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.paused && !f.closed {
+		f.cl.PauseFetchTopics(f.shown...)
+		f.paused = true
+	}
+}
+
+// resume reads them again, each partition from its last recordsPerTopic records when more
+// came meanwhile (what the page keeps of a topic; the records before are skipped, unread).
+func (f *feed) resume(ctx context.Context) {
+	f.mu.Lock()
+	paused := f.paused && !f.closed
+	f.mu.Unlock()
+	if !paused {
+		return
+	}
+	ends, err := kadm.NewClient(f.cl).ListEndOffsets(ctx, f.shown...)
+	set := map[string]map[int32]kgo.EpochOffset{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil && o.Offset-recordsPerTopic > f.pos[o.Topic][o.Partition] {
+				if set[o.Topic] == nil {
+					set[o.Topic] = map[int32]kgo.EpochOffset{}
+				}
+				set[o.Topic][o.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset - recordsPerTopic}
+			}
+		})
+	}
+	if f.closed {
+		return
+	}
+	if len(set) > 0 {
+		f.cl.SetOffsets(set)
+	}
+	f.cl.ResumeFetchTopics(f.shown...)
+	f.paused = false
 }
 
 // catchUp waits until the feed has read every topic to its end offsets now, or ctx ends.
@@ -113,6 +213,9 @@ func (f *feed) catchUp(ctx context.Context) {
 }
 
 func (f *feed) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
 	f.cancel()
 	<-f.done
 	f.cl.Close()

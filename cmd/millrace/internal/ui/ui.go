@@ -128,7 +128,8 @@ func (s *Server) Ended(err error) {
 	s.feed = nil
 	s.mu.Unlock()
 	if f != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		f.resume(ctx)
 		f.catchUp(ctx)
 		cancel()
 		f.close()
@@ -156,11 +157,17 @@ func (s *Server) sample(ctx context.Context) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		v, running := s.view, s.feed != nil
+		v, f := s.view, s.feed
 		s.mu.Unlock()
-		if running && s.m.watched() {
-			s.m.setStats(v.Stats())
+		if f == nil { // the run ended: its counters are final
+			continue
 		}
+		if !s.m.watched() {
+			f.pause()
+			continue
+		}
+		f.resume(ctx)
+		s.m.setStats(v.Stats())
 	}
 }
 
