@@ -39,6 +39,7 @@ type Server struct {
 	mu      sync.Mutex
 	view    *local.View
 	feed    *feed // the records consumer, while the run runs
+	ended   bool  // Ended was called: the counters are final
 	started chan struct{}
 }
 
@@ -94,15 +95,14 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Started is local.Observer's: the run's streamlets run. It starts the records consumer.
 func (s *Server) Started(v *local.View) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.view = v
 	s.m.setRun(v.Name(), v.Streamlets(), v.InputTopics())
 	f, err := startFeed(v, s.m, s.log)
 	if err != nil {
 		s.log.Warn("the page cannot read the run's topics; the records, state and dead letters views stay empty", "error", err)
 	}
-	s.feed = f
+	s.mu.Lock()
+	s.view, s.feed = v, f
+	s.mu.Unlock()
 	close(s.started)
 }
 
@@ -125,7 +125,7 @@ func (s *Server) Event(e bridge.Event) { s.m.event(e) }
 func (s *Server) Ended(err error) {
 	s.mu.Lock()
 	f, v := s.feed, s.view
-	s.feed = nil
+	s.feed, s.ended = nil, true
 	s.mu.Unlock()
 	if f != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -157,17 +157,20 @@ func (s *Server) sample(ctx context.Context) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		v, f := s.view, s.feed
+		v, f, ended := s.view, s.feed, s.ended
 		s.mu.Unlock()
-		if f == nil { // the run ended: its counters are final
-			continue
+		switch {
+		case ended: // its counters are final
+		case !s.m.watched():
+			if f != nil {
+				f.pause()
+			}
+		default:
+			if f != nil {
+				f.resume(ctx)
+			}
+			s.m.setStats(v.Stats())
 		}
-		if !s.m.watched() {
-			f.pause()
-			continue
-		}
-		f.resume(ctx)
-		s.m.setStats(v.Stats())
 	}
 }
 
