@@ -56,7 +56,8 @@ func value(i, size int) []byte {
 }
 
 // bins are the binaries the benchmarks build once per run: millrace, the Go echo action, the
-// idle-measuring echo of BenchmarkGap and the running count of BenchmarkState.
+// idle-measuring echo of BenchmarkGap, the running count of BenchmarkState and the waiting
+// action of BenchmarkWaiting.
 var bins struct {
 	once       sync.Once
 	dir        string
@@ -64,10 +65,11 @@ var bins struct {
 	goEcho     string
 	gapEcho    string
 	stateCount string
+	waitGo     string
 	err        error
 }
 
-// binaries builds cmd/millrace, actions/go-echo, gapecho and statecount once, into a folder
+// binaries builds cmd/millrace, actions/go-echo, gapecho, statecount and waitgo once, into a folder
 // TestMain removes.
 func binaries(b testing.TB) (millrace, goEcho string) {
 	b.Helper()
@@ -77,8 +79,8 @@ func binaries(b testing.TB) (millrace, goEcho string) {
 			return
 		}
 		bins.millrace, bins.goEcho, bins.gapEcho = filepath.Join(bins.dir, "millrace"), filepath.Join(bins.dir, "go-echo"), filepath.Join(bins.dir, "gapecho")
-		bins.stateCount = filepath.Join(bins.dir, "statecount")
-		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo", bins.gapEcho: "./gapecho", bins.stateCount: "./statecount"} {
+		bins.stateCount, bins.waitGo = filepath.Join(bins.dir, "statecount"), filepath.Join(bins.dir, "waitgo")
+		for bin, pkg := range map[string]string{bins.millrace: "../cmd/millrace", bins.goEcho: "../actions/go-echo", bins.gapEcho: "./gapecho", bins.stateCount: "./statecount", bins.waitGo: "./waitgo"} {
 			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return

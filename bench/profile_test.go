@@ -226,6 +226,9 @@ type deployment struct {
 	sidecarEnv []string
 	// keys keys the records (0: keyless), as produceKeyed does.
 	keys int
+	// records and warm, when records is not 0, are the records of each run and of the
+	// warm-up (else BENCH_RECORDS, and up to 2,000).
+	records, warm int
 	// state deploys the inlet "in" with a changelog, for a line with --state in: a compacted
 	// topic of the inlet's partitions (FLOW_INLET_IN_STATE_TOPIC), a state directory of its
 	// own (FLOW_STATE_DIR) and a free FLOW_SIDECAR_PORT in both processes.
@@ -291,7 +294,12 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	if !dep.native {
 		meters = append(meters, meter{[]string{"child-cpu-µs/rec"}, func() []float64 { return []float64{micros(childrenOf(st))} }})
 	}
-	records := benchFlowKeyed(b, br, pp.in, pp.out, parts, dep.keys, pp.check, meters...)
+	var records int
+	if dep.records > 0 {
+		records = benchFlowOf(b, br, pp.in, pp.out, parts, dep.keys, dep.records, dep.warm, pp.check, meters...)
+	} else {
+		records = benchFlowKeyed(b, br, pp.in, pp.out, parts, dep.keys, pp.check, meters...)
+	}
 	pp.alive(b)
 	b.ReportMetric(mib(pp.sidecar.Status("VmHWM")), "sidecar-peak-MiB")
 	b.ReportMetric(mib(pp.bridge.Status("VmHWM")), side+"-peak-MiB")

@@ -101,10 +101,14 @@ func benchFlow(b *testing.B, br *broker, in, out string, parts int, check func()
 // them.
 func benchFlowKeyed(b *testing.B, br *broker, in, out string, parts, keys int, check func() error, meters ...meter) int {
 	n := envInt("BENCH_RECORDS", defaultRecords)
+	return benchFlowOf(b, br, in, out, parts, keys, n, min(n, 2000), check, meters...)
+}
+
+// benchFlowOf is benchFlowKeyed with n records a run after a warm-up of warm.
+func benchFlowOf(b *testing.B, br *broker, in, out string, parts, keys, n, warm int, check func() error, meters ...meter) int {
 	prod := br.producer(b)
 	cnt := br.counter(b, out)
 	cnt.check = check
-	warm := min(n, 2000)
 	if err := produceKeyed(prod, in, parts, keys, 0, warm, valueSize); err != nil {
 		b.Fatal(err)
 	}

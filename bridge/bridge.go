@@ -22,7 +22,7 @@
 // It is an API: `millrace bridge` is [ListenAndServe], `millrace run` serves each streamlet
 // with [NewServer] and [Server.Serve], and a Go program may do the same.
 //
-// Where the specs are silent, the bridge decides as the README's "The action config line"
+// Where the specs are silent, the bridge decides as docs/action-config.md
 // section says: the headers of dead letters (millrace-error and its siblings), the derivation of
 // idempotencyKey, the payload of an empty value (null), and base64 siblings for bytes that are
 // not UTF-8.

@@ -49,24 +49,40 @@ type Config struct {
 	SchemaRegistry schema.Settings
 }
 
-// defaultConfig is the one table of the bridge's defaults: what each variable means unset.
+// table is the bridge's settings, one row per variable, in the order -h and the docs list
+// them: each row sets its default (defaultConfig), reads its variable (ConfigFromEnv) and
+// prints -h (Settings) and docs/action-config.md's table (TestDocsBridgeSettings;
+// `go test ./bridge -run TestDocsBridgeSettings -update` rewrites it). A new setting is a
+// field of [Config] and a row here.
+var table = append(settings.Table[Config]{
+	settings.Port(protocol.EnvProcessPort, func(c *Config) *int { return &c.Port }, protocol.ProcessPort, "the port to serve on, on 127.0.0.1"),
+	settings.Port(protocol.EnvSidecarPort, func(c *Config) *int { return &c.SidecarPort }, protocol.SidecarPort, "where a line with --state dials the sidecar's State service, on 127.0.0.1 (a stateless line dials nothing)").
+		Doc("where a line with `--state` dials the sidecar's State service, on 127.0.0.1, after each `Start` (a stateless line dials nothing)"),
+	settings.Custom(EnvMaxHeldBytes, settings.FormatSize(DefaultMaxHeldBytes), "the budget of held output (emit lines staged and not yet sent), a size such as 64Mi or 67108864",
+		func(c *Config) { c.MaxHeldBytes = DefaultMaxHeldBytes },
+		func(r *settings.Reader, c *Config) { c.MaxHeldBytes = readMaxHeld(r, c.MaxHeldBytes) }).
+		Doc("the budget of held output, a size (see *Memory*)"),
+	settings.Info[Config](envMaxHeldMiB, "—", "the older name of "+EnvMaxHeldBytes+", in whole MiB (64); still read, and refused together with it").
+		Doc("the older name of `MILLRACE_BRIDGE_MAX_HELD_BYTES`, in whole MiB (`64`): still read; both set at once is refused"),
+	settings.Uint(envReplayGeneration, func(c *Config) *uint64 { return &c.ReplayGeneration }, 0, "part of every idempotencyKey; bump it by one before a deliberate replay (0 keeps the keys of no replay)").
+		Doc("part of every `idempotencyKey`; bump it by one before a deliberate replay so that systems deduplicating on the keys apply the replayed records (0 keeps the keys of no replay)"),
+	settings.Info[Config](actionconf.EnvAction, "—", "the action config line, when neither arguments nor --config FILE give one").
+		Doc("the action config line, when neither arguments nor `--config FILE` give one"),
+	settings.Custom(envOTelEndpoint, "—", "where to export a span per item attempt over OTLP/HTTP (or "+envOTelTracesEndpoint+"); unset, none is exported", nil,
+		func(r *settings.Reader, c *Config) { c.ExportSpans = readSpanExport(r) }).
+		Doc("where to export a span per item attempt (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); unset, none is exported (see [Tracing](observing.md#tracing))"),
+}, registryRows()...)
+
+// defaultConfig is the bridge's defaults: what each variable means unset.
 func defaultConfig() Config {
-	return Config{Port: protocol.ProcessPort, SidecarPort: protocol.SidecarPort, MaxHeldBytes: DefaultMaxHeldBytes}
+	var c Config
+	table.Defaults(&c)
+	return c
 }
 
 // Settings is every variable the bridge reads, with its default and meaning: the source of
-// `millrace bridge -h` and of the README's table of the bridge's environment
-// (TestREADMEBridgeSettings holds the two together). A new setting is a field of [Config], its
-// default in defaultConfig, a row here and a line in ConfigFromEnv.
-var Settings = append([]settings.Var{
-	{Name: protocol.EnvProcessPort, Default: strconv.Itoa(defaultConfig().Port), Meaning: "the port to serve on, on 127.0.0.1"},
-	{Name: protocol.EnvSidecarPort, Default: strconv.Itoa(defaultConfig().SidecarPort), Meaning: "where a line with --state dials the sidecar's State service, on 127.0.0.1 (a stateless line dials nothing)"},
-	{Name: EnvMaxHeldBytes, Default: settings.FormatSize(defaultConfig().MaxHeldBytes), Meaning: "the budget of held output (emit lines staged and not yet sent), a size such as 64Mi or 67108864"},
-	{Name: envMaxHeldMiB, Default: "—", Meaning: "the older name of " + EnvMaxHeldBytes + ", in whole MiB (64); still read, and refused together with it"},
-	{Name: envReplayGeneration, Default: strconv.FormatUint(defaultConfig().ReplayGeneration, 10), Meaning: "part of every idempotencyKey; bump it by one before a deliberate replay (0 keeps the keys of no replay)"},
-	{Name: actionconf.EnvAction, Default: "—", Meaning: "the action config line, when neither arguments nor --config FILE give one"},
-	{Name: envOTelEndpoint, Default: "—", Meaning: "where to export a span per item attempt over OTLP/HTTP (or " + envOTelTracesEndpoint + "); unset, none is exported"},
-}, registrySettings()...)
+// `millrace bridge -h`.
+var Settings = table.Vars()
 
 // ConfigFromEnv reads the bridge's deploy configuration through getenv (os.Getenv in
 // production) and checks it: every bad value is listed at once in the error, which matches
@@ -75,11 +91,7 @@ var Settings = append([]settings.Var{
 func ConfigFromEnv(getenv func(string) string) (*Config, error) {
 	r := settings.NewReader(getenv)
 	c := defaultConfig()
-	c.Port = r.Port(protocol.EnvProcessPort, c.Port)
-	c.SidecarPort = r.Port(protocol.EnvSidecarPort, c.SidecarPort)
-	c.MaxHeldBytes = readMaxHeld(r, c.MaxHeldBytes)
-	c.ReplayGeneration = r.Uint(envReplayGeneration, c.ReplayGeneration)
-	c.ExportSpans = readSpanExport(r)
+	table.Read(r, &c)
 	c.SchemaRegistry = schema.SettingsFromEnv(getenv, os.ReadFile, r.Badf)
 	if err := r.Err(); err != nil {
 		return nil, err

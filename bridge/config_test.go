@@ -2,15 +2,15 @@ package bridge_test
 
 import (
 	"errors"
-	"os"
+	"flag"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/internal/settings"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestConfigFromEnv: each setting's default, the forms it takes (the sidecar's: trimmed, sizes
@@ -105,45 +105,11 @@ func TestSettingsTable(t *testing.T) {
 	}
 }
 
-// TestREADMEBridgeSettings: the README's table of the bridge's environment is bridge.Settings:
-// the same variables, in the same order, with the same defaults.
-func TestREADMEBridgeSettings(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "The bridge reads its settings from the environment")
-	if !ok {
-		t.Fatal("README: no table of the bridge's environment (\"The bridge reads its settings from the environment\")")
-	}
-	section, _, _ = strings.Cut(section, "\n\n## ")
-	rows := settingsRows(section)
-	if len(rows) != len(bridge.Settings) {
-		t.Errorf("README: the bridge's table has %d rows, bridge.Settings %d:\n%v", len(rows), len(bridge.Settings), rows)
-	}
-	for i, v := range bridge.Settings {
-		if i >= len(rows) {
-			break
-		}
-		if want := [2]string{v.Name, cell(v.Default)}; rows[i] != want {
-			t.Errorf("README: row %d of the bridge's table is %q with default %q; want %q with %q", i+1, rows[i][0], rows[i][1], want[0], want[1])
-		}
-	}
-}
+// update rewrites the docs tables the code generates (TestDocsBridgeSettings).
+var update = flag.Bool("update", false, "rewrite docs/action-config.md's table of the bridge's environment from the code")
 
-// settingsRows returns the name and default of each row of a README settings table.
-func settingsRows(section string) [][2]string {
-	var rows [][2]string
-	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z_<>]+)` \\| ([^|]+) \\|").FindAllStringSubmatch(section, -1) {
-		rows = append(rows, [2]string{m[1], strings.TrimSpace(m[2])})
-	}
-	return rows
-}
-
-// cell writes a default as the README's tables do: a value in backticks, a dash as it is.
-func cell(def string) string {
-	if def == "—" {
-		return def
-	}
-	return "`" + def + "`"
+// TestDocsBridgeSettings: docs/action-config.md's table of the bridge's environment is the one
+// the settings table prints: the same variables, in the same order, with the same defaults.
+func TestDocsBridgeSettings(t *testing.T) {
+	testkit.DocTable(t, "../docs/action-config.md", "The bridge reads its settings from the environment", settings.Markdown(bridge.Settings), *update)
 }

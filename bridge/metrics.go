@@ -40,6 +40,9 @@ type Metrics struct {
 	stateStagedN  *prometheus.CounterVec
 	stateRefusedN *prometheus.CounterVec
 	stateWait     prometheus.Histogram
+	deliveryWait  prometheus.Histogram
+	cancels       prometheus.Counter
+	cancelKills   prometheus.Counter
 	action        *actionMetrics
 	pool          poolCollector
 
@@ -85,8 +88,15 @@ func NewMetrics(maxSeries int) *Metrics {
 		Help:    "How long a batch of a stateful inlet waited for its BatchState after its Batch (0 when it came first, as the sidecar sends it).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	})
+	m.deliveryWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "millrace_delivery_wait_seconds",
+		Help:    "How long each delivery held a slot of its process's window: from its write to the action's final answer for it (a cancelled delivery's late answer included).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	})
+	m.cancels = counter("millrace_cancels_total", "Deliveries cancelled at their --timeout in a process that declared \"cancel\": true (the delivery failed retryably; the process went on).")
+	m.cancelKills = counter("millrace_cancel_kills_total", "Action processes killed for giving no final answer to a cancelled delivery within the cancel grace (5 s).")
 	m.action = &actionMetrics{max: maxSeries, dropped: m.dropped, series: map[string]*actionSeries{}, labels: map[string][]string{}}
-	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.restarts, m.stateStagedN, m.stateRefusedN, m.stateWait, m.action, &m.pool)
+	m.reg.MustRegister(m.itemsTotal, m.retries, m.latency, m.batches, m.starts, m.crashes, m.conversations, m.dropped, m.restarts, m.stateStagedN, m.stateRefusedN, m.stateWait, m.deliveryWait, m.cancels, m.cancelKills, m.action, &m.pool)
 	return m
 }
 
@@ -178,6 +188,9 @@ func (m *Metrics) hooks(log *slog.Logger, tr *Tracer) engine.Hooks {
 		h.AttemptFinished = m.attempt
 	}
 	h.Metric = func(_ *stdio.Item, mt stdio.Metric) { m.action.record(mt) }
+	h.DeliveryAnswered = func(_ int, wait time.Duration) { m.deliveryWait.Observe(wait.Seconds()) }
+	h.Cancelled = func(int, *stdio.Item) { m.cancels.Inc() }
+	h.CancelIgnored = func(int, string) { m.cancelKills.Inc() }
 	return h
 }
 

@@ -2,11 +2,13 @@ package bridge
 
 import (
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
 
@@ -40,5 +42,29 @@ func BenchmarkAttemptMetrics(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.attempt(ai)
+	}
+}
+
+// TestCancelMetrics: the pool's cancel hooks count cancels and kills after the grace, and each
+// final answer's wait is observed.
+func TestCancelMetrics(t *testing.T) {
+	m := NewMetrics(0)
+	h := m.hooks(slog.New(slog.DiscardHandler), nil)
+	h.Cancelled(1, &stdio.Item{ID: "a"})
+	h.Cancelled(1, &stdio.Item{ID: "b"})
+	h.CancelIgnored(1, "dl_b")
+	h.DeliveryAnswered(0, 20*time.Millisecond)
+	rec := httptest.NewRecorder()
+	MetricsHandler(m).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		"millrace_cancels_total 2",
+		"millrace_cancel_kills_total 1",
+		"millrace_delivery_wait_seconds_count 1",
+		`millrace_delivery_wait_seconds_bucket{le="0.0256"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
 	}
 }

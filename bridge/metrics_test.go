@@ -145,6 +145,20 @@ func TestPoolMetrics(t *testing.T) {
 	waitSamples(t, addr, "with a hanging delivery and two behind its key", map[string]float64{
 		"millrace_pool_processes": 2, "millrace_pool_processes_busy": 1, "millrace_pool_items_queued": 2,
 		"millrace_pool_deliveries_in_flight": 1, "millrace_pool_window": 1, "millrace_pool_window_occupancy_ratio": 0.5})
+	var s0, s1 float64
+	perSlot := func() bool {
+		got := testkit.Scrape(t, addr)
+		var ok0, ok1 bool
+		s0, ok0 = got.Value("millrace_pool_process_deliveries_in_flight", "slot", "0")
+		s1, ok1 = got.Value("millrace_pool_process_deliveries_in_flight", "slot", "1")
+		return ok0 && ok1 && s0+s1 == 1
+	}
+	if !testkit.Eventually(waitLimit, perSlot) {
+		t.Errorf("with one hanging delivery millrace_pool_process_deliveries_in_flight = %v on slot 0, %v on slot 1; want 1 in all, by slot", s0, s1)
+	}
+	if n, _ := testkit.Scrape(t, addr).Value("millrace_delivery_wait_seconds"); n < 1 {
+		t.Errorf("millrace_delivery_wait_seconds counts %v answers; want the first batch's", n)
+	}
 	var held float64
 	heldEmit := func() bool {
 		held, _ = testkit.Scrape(t, addr).Value("millrace_output_held_bytes")

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,8 @@ var (
 		"Deliveries one action process accepts written ahead (--window, or the window its ready line declared; 1 is one at a time).", nil, nil)
 	descPoolOccupancy = prometheus.NewDesc("millrace_pool_window_occupancy_ratio",
 		"Deliveries in flight over processes × window: 1 when every process's window is full.", nil, nil)
+	descPoolSlotHeld = prometheus.NewDesc("millrace_pool_process_deliveries_in_flight",
+		"Deliveries one action process holds, by its slot in the pool (0 … --concurrency-1, kept across restarts): in flight, and cancelled ones not yet answered. At the window, the process takes no more.", []string{"slot"}, nil)
 	descOutputHeld = prometheus.NewDesc("millrace_output_held_bytes",
 		"Bytes of the action's output the bridge holds: staged by deliveries in flight, or settled and not yet sent on the stream (the held-output budget's use).", nil, nil)
 	descOutputBudget = prometheus.NewDesc("millrace_output_budget_bytes",
@@ -29,22 +32,26 @@ var (
 
 // poolCollector exports the load of the live conversation's pool (engine.Pool.Stats) and the
 // use of the server's held-output budget, read at each scrape: nothing is counted per record
-// for them. With no live conversation every pool gauge is 0.
+// for them. With no live conversation every pool gauge is 0, and there is no series per slot.
 type poolCollector struct {
 	current atomic.Pointer[engine.Pool]
 	budget  atomic.Pointer[engine.Budget]
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolProcesses, descPoolBusy, descPoolInFlight, descPoolQueued, descPoolWindow, descPoolOccupancy, descOutputHeld, descOutputBudget} {
+	for _, d := range []*prometheus.Desc{descPoolProcesses, descPoolBusy, descPoolInFlight, descPoolQueued, descPoolWindow, descPoolOccupancy, descPoolSlotHeld, descOutputHeld, descOutputBudget} {
 		ch <- d
 	}
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	var st engine.Stats
+	var loads []engine.SlotLoad
 	if p := c.current.Load(); p != nil {
-		st = p.Stats()
+		st, loads = p.Stats(), p.Loads()
+	}
+	for _, l := range loads {
+		ch <- prometheus.MustNewConstMetric(descPoolSlotHeld, prometheus.GaugeValue, float64(l.Held), strconv.Itoa(l.Slot))
 	}
 	gauge := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)

@@ -30,17 +30,15 @@ const EnvSchemaRegistryURL = "MILLRACE_SCHEMA_REGISTRY_URL"
 // answer before it fails the batch (Options.RegistryRetryFor).
 const DefaultRegistryRetryFor = 30 * time.Second
 
-// registrySettings are the rows of [Settings] that package schema reads (SettingsFromEnv).
-func registrySettings() []settings.Var {
-	vars := make([]settings.Var, len(schema.Vars))
+// registryRows are the rows of the bridge's table that package schema reads
+// (SettingsFromEnv).
+func registryRows() settings.Table[Config] {
+	rows := make(settings.Table[Config], len(schema.Vars))
 	for i, v := range schema.Vars {
-		def := v.Default
-		if def == "none" {
-			def = "—"
-		}
-		vars[i] = settings.Var{Name: v.Name, Default: def, Meaning: v.Help + "; read for the ports of --decode/--encode"}
+		v.Meaning += "; read for the ports of --decode/--encode"
+		rows[i] = settings.Row[Config]{Var: v}
 	}
-	return vars
+	return rows
 }
 
 // RegistryFor returns the schema registry client of s ([Config].SchemaRegistry) for a, for

@@ -51,13 +51,11 @@ func ListenAndServe(ctx context.Context, port int, opts Options, ready func(addr
 	mctx, stopMetrics := context.WithCancel(context.Background())
 	if metricsLis != nil {
 		s.log.Info("serving metrics", "address", metricsLis.Addr().String(), "path", "/metrics")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := opts.Metrics.serve(mctx, metricsLis); err != nil {
 				s.log.Error("metrics server stopped", "error", err)
 			}
-		}()
+		})
 	}
 	if ready != nil {
 		ready(lis.Addr())

@@ -260,9 +260,7 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 	msgs := make(chan received)
 	done := make(chan struct{})
 	defer close(done)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		for {
 			m, err := stream.Recv()
 			select {
@@ -274,18 +272,14 @@ func (s *Server) Run(stream grpc.BidiStreamingServer[flowv1.ToProcess, flowv1.Fr
 				return
 			}
 		}
-	}()
+	})
 
 	var c *conversation
 	defer func() {
 		if c != nil {
 			// Voided after the handler returns: a batch blocked in Send on this stream is
 			// released only when the stream's context ends.
-			s.wg.Add(1)
-			go func(c *conversation) {
-				defer s.wg.Done()
-				c.void("the stream ended", false)
-			}(c)
+			s.wg.Go(func() { c.void("the stream ended", false) })
 		}
 	}()
 	for {

@@ -26,9 +26,10 @@ import (
 // is the backlog while the action holds it, falls to 0 as it drains, and every metric the
 // deployed dashboard, alerts and autoscaler query is one the two processes export.
 func TestPrometheus(t *testing.T) {
+	testkit.NeedTools(t, "prometheus")
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Fatalf("prometheus is not on PATH (%v): install Debian's prometheus package (scripts/setup does)", err)
+		t.Fatal(err)
 	}
 	const n = 300
 	b := newBroker(t)

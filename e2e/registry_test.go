@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // priceBand is actions/price-band (bash and jq): Avro listings in, Protobuf price bands out,
@@ -34,12 +36,8 @@ func priceBand(url string) action {
 // descriptors: the point of the test is that the official serdes read what millrace writes.
 func requireConfluentPython(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("protoc"); err != nil {
-		t.Fatalf("protoc is not on PATH (%v): scripts/setup installs it (Debian's protobuf-compiler)", err)
-	}
-	if out, err := exec.Command("python3", "-c", "import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, fastavro, google.protobuf").CombinedOutput(); err != nil {
-		t.Fatalf("confluent-kafka-python is not importable (%v): run scripts/setup, or python3 -m pip install --user 'confluent-kafka[avro,protobuf,json,schemaregistry]'\n%s", err, out)
-	}
+	testkit.NeedTools(t, "protoc")
+	testkit.NeedPython(t, "python3 -m pip install --user 'confluent-kafka[avro,protobuf,json,schemaregistry]'", "confluent_kafka.schema_registry.avro", "confluent_kafka.schema_registry.protobuf", "fastavro", "google.protobuf")
 }
 
 // python runs testdata/confluent.py with args, lines on stdin, and returns its output lines.

@@ -182,13 +182,13 @@ func (s *Sidecar) checkChangelogs(ctx context.Context) error {
 	return nil
 }
 
-// denyText is a changelog's missing ACLs, as the README's table names them.
+// denyText is a changelog's missing ACLs, as docs/sidecar.md's table names them.
 func denyText(principal, ops string) string {
 	who := "the sidecar's principal"
 	if principal != "" {
 		who += " " + principal
 	}
-	return fmt.Sprintf("Kafka does not allow %s %s on the topic: grant Read, Write, Describe and DescribeConfigs on each changelog (README, \"Secured clusters\")", who, ops)
+	return fmt.Sprintf("Kafka does not allow %s %s on the topic: grant Read, Write, Describe and DescribeConfigs on each changelog (docs/sidecar.md, \"Secured clusters\")", who, ops)
 }
 
 // configValue is the value of a described config, "" when absent or null.

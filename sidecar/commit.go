@@ -250,7 +250,7 @@ func (s *Sidecar) confirm(round []*batch) {
 // written marks the records of batches whose emits are written, and wait for their commit
 // (done): fetching resumes where that brings a partition below low water.
 func (s *Sidecar) written(round []*batch) {
-	resume := map[string][]int32{}
+	resume := false
 	s.mu.Lock()
 	for _, b := range round {
 		p := b.p
@@ -260,12 +260,12 @@ func (s *Sidecar) written(round []*batch) {
 		p.done = min(p.done+b.n, len(p.queue))
 		if p.paused && p.belowLowWater() {
 			p.paused = false
-			resume[p.topic] = append(resume[p.topic], p.partition)
+			resume = true
 		}
 	}
 	s.mu.Unlock()
-	if len(resume) > 0 {
-		s.kafka.cl.ResumeFetchPartitions(resume)
+	if resume {
+		s.applyPauses(s.kafka.cl)
 	}
 }
 
@@ -352,14 +352,14 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 	}
 
 	s.clearDenial()
-	resume := map[string][]int32{}
+	resume := false
 	s.mu.Lock()
 	s.lastCommit = s.now()
 	for p, was := range sent {
 		p.pend.batches -= was.batches
 		p.pend.records -= was.records
 		if s.dropHead(p, int(was.records)) {
-			resume[p.topic] = append(resume[p.topic], p.partition)
+			resume = true
 		}
 		p.commits++
 		p.committed = was.offset.Offset
@@ -370,8 +370,8 @@ func (s *Sidecar) commitPending(ctx context.Context, cl *kgo.Client) error {
 		s.metrics.inlet(p.topic).committed.Add(float64(was.records))
 	}
 	s.mu.Unlock()
-	if len(resume) > 0 {
-		cl.ResumeFetchPartitions(resume)
+	if resume {
+		s.applyPauses(cl)
 	}
 	return nil
 }
@@ -394,7 +394,7 @@ func (ps commitProblems) Unwrap() []error { return ps }
 // resumes below low water), their partitions' stall tracking is reset, and the counters move.
 func (s *Sidecar) settle(committed []*batch) {
 	s.clearDenial()
-	resume := map[string][]int32{}
+	resume := false
 	s.mu.Lock()
 	s.lastCommit = s.now()
 	for _, b := range committed {
@@ -402,7 +402,7 @@ func (s *Sidecar) settle(committed []*batch) {
 			continue
 		}
 		if s.dropHead(b.p, b.n) {
-			resume[b.p.topic] = append(resume[b.p.topic], b.p.partition)
+			resume = true
 		}
 		b.p.stallSince, b.p.attempts, b.p.warned = time.Time{}, 0, false
 		b.p.committedTo(b.last.in.GetOffset())
@@ -412,8 +412,8 @@ func (s *Sidecar) settle(committed []*batch) {
 		s.metrics.inlet(b.p.topic).committed.Add(float64(b.n))
 	}
 	s.mu.Unlock()
-	if len(resume) > 0 {
-		s.kafka.cl.ResumeFetchPartitions(resume)
+	if resume {
+		s.applyPauses(s.kafka.cl)
 	}
 }
 

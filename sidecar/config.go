@@ -48,8 +48,12 @@ type Config struct {
 	SidecarPort       int
 	ReadinessFile     string // written once a conversation is open; empty (by hand) writes none
 	StallWarningAfter time.Duration
-	MaxMessageBytes   int
-	ShutdownTimeout   time.Duration
+	// StuckAfter is how long an owned partition may hold records waiting, none with the
+	// process, with no batch sent, before the watchdog logs it, counts it and fetches it again
+	// (watchdog.go).
+	StuckAfter      time.Duration
+	MaxMessageBytes int
+	ShutdownTimeout time.Duration
 	// MaxBatchEmitBytes bounds the emits held for one batch until its Ack; MaxHeldEmitBytes
 	// bounds those held for every batch, acknowledged or not, until written: past it no new
 	// batch is sent.
@@ -230,45 +234,10 @@ func ConfigFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		}
 	}
 
-	c.ConsumerGroup = r.String("FLOW_CONSUMER_GROUP", "")
-	c.ProcessPort = r.Port(protocol.EnvProcessPort, c.ProcessPort)
-	c.SidecarPort = r.Port(protocol.EnvSidecarPort, c.SidecarPort)
-	c.ReadinessFile = r.String("FLOW_READINESS_FILE", c.ReadinessFile)
-	c.StallWarningAfter = r.Duration(protocol.EnvStallWarningAfter, c.StallWarningAfter, time.Nanosecond)
-	c.ShutdownTimeout = r.Duration("FLOW_SHUTDOWN_TIMEOUT", c.ShutdownTimeout, time.Nanosecond)
-	c.MaxMessageBytes = int(r.Size("FLOW_MAX_MESSAGE_BYTES", int64(c.MaxMessageBytes), minMaxMessageBytes, maxMaxMessageBytes))
-	c.MaxBatchEmitBytes = r.Size("FLOW_MAX_BATCH_EMIT_BYTES", c.MaxBatchEmitBytes, minEmitBudget, 0)
-	c.MaxHeldEmitBytes = r.Size("FLOW_MAX_HELD_EMIT_BYTES", c.MaxHeldEmitBytes, minEmitBudget, 0)
-	c.InstanceID = r.String("FLOW_POD_NAME", "")
-	c.SessionTimeout = r.Duration("FLOW_SESSION_TIMEOUT", c.SessionTimeout, time.Nanosecond)
-	// 0 commits after every round: CommitEveryRound, since a zero field takes the default.
-	if c.CommitInterval = r.Duration("FLOW_COMMIT_INTERVAL", c.CommitInterval, 0); c.CommitInterval == 0 {
-		c.CommitInterval = CommitEveryRound
-	}
-	c.KeepMembershipOnShutdown = !r.Bool("FLOW_LEAVE_GROUP_ON_SHUTDOWN", !c.KeepMembershipOnShutdown)
-	c.StateDir = r.String("FLOW_STATE_DIR", c.StateDir)
-	c.StateKeepRevoked = r.Duration("FLOW_STATE_KEEP_REVOKED", c.StateKeepRevoked, time.Nanosecond)
-
-	if d, err := parseDelivery(getenv(envDelivery)); err != nil {
-		bad("%v", err)
-	} else {
-		c.Delivery = d
-	}
-	if comp, err := parseCompression(getenv(envCompression)); err != nil {
-		bad("%v", err)
-	} else {
-		c.Compression = comp
-	}
+	table.Read(r, c)
 	c.withDefaults()
 	if c.Delivery == ExactlyOnce && c.ConsumerGroup != "" {
-		c.TransactionalID = transactionalID(c.ConsumerGroup, getenv("FLOW_POD_NAME"), hostname(), c.ProcessPort)
-	}
-	if s, ok := r.Lookup("FLOW_METRICS_ADDR"); ok {
-		if _, port, err := net.SplitHostPort(s); err != nil || !validPort(port) {
-			bad("FLOW_METRICS_ADDR=%s is not host:port or :port (e.g. :9101)", s)
-		} else {
-			c.MetricsAddr = s
-		}
+		c.TransactionalID = transactionalID(c.ConsumerGroup, c.InstanceID, hostname(), c.ProcessPort)
 	}
 
 	conn := kafkaconn.FromEnv(getenv, readFile, bad)

@@ -171,3 +171,40 @@ func TxnStates(s *Sidecar) int {
 	}
 	return n
 }
+
+// Paused returns the partitions of topic whose fetching s holds paused at high water.
+func Paused(s *Sidecar, topic string) []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int32
+	for _, p := range s.order {
+		if p.topic == topic && p.owned && p.paused {
+			out = append(out, p.partition)
+		}
+	}
+	return out
+}
+
+// MsgStuck is the watchdog's log message of a stuck partition.
+const MsgStuck = msgStuck
+
+// SetDropBatch makes s strand partitions on purpose: a batch drop names counts as sent, yet
+// never goes and is not in flight; call it before Run.
+func SetDropBatch(s *Sidecar, drop func(topic string, partition int32) bool) { s.dropBatch = drop }
+
+// SetPauseBehind makes s's Kafka client pause, after a fetch, the partitions pause names,
+// without the sidecar knowing; call it before Run.
+func SetPauseBehind(s *Sidecar, pause func(topic string, partition int32) bool) {
+	s.pauseBehind = pause
+}
+
+// End returns what s last saw of the end of topic/partition (the high watermark, or exactly
+// once the last stable offset), -1 while unknown.
+func End(s *Sidecar, topic string, partition int32) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp{topic, partition}]; p != nil {
+		return p.end
+	}
+	return -1
+}

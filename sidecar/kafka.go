@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,6 +71,9 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 			kgo.OnPartitionsRevoked(s.revoked),
 			kgo.OnPartitionsLost(s.lost),
 			kgo.SessionTimeout(s.cfg.SessionTimeout),
+			// Transaction markers come too, and are not queued: they move a partition's fetch
+			// position (partition.next) past them, so the watchdog knows what is left to fetch.
+			kgo.KeepControlRecords(),
 		)
 		if s.cfg.InstanceID != "" {
 			// Static membership (KIP-345), keyed by the pod: a restarted sidecar, SIGKILLed or
@@ -112,9 +116,9 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 		return k, nil
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.poll(ctx, cl, sizer) }()
-	go func() { defer wg.Done(); s.watchWatermarks(ctx, cl) }()
+	wg.Go(func() { s.poll(ctx, cl, sizer) })
+	wg.Go(func() { s.watchWatermarks(ctx, cl) })
+	wg.Go(func() { s.watchStuck(ctx, cl) })
 	go func() { wg.Wait(); close(k.done) }()
 	return k, nil
 }
@@ -252,12 +256,24 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 		// answer of the process waits on.
 		var got []fetched
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
-			got = append(got, fetched{topic: f.Topic, partition: f.Partition, hwm: f.HighWatermark, records: copyRecords(f.Records)})
+			g := fetched{topic: f.Topic, partition: f.Partition, hwm: f.HighWatermark, end: f.HighWatermark, first: -1, next: -1}
+			if s.cfg.Delivery == ExactlyOnce {
+				g.end = f.LastStableOffset
+			}
+			data := f.Records
+			if n := len(f.Records); n > 0 {
+				g.first, g.next = f.Records[0].Offset, f.Records[n-1].Offset+1
+				if slices.ContainsFunc(data, isControl) {
+					data = slices.DeleteFunc(slices.Clone(data), isControl)
+				}
+			}
+			g.records = copyRecords(data)
 			for _, r := range f.Records {
 				r.Recycle() // copied: its batch's memory goes back to the fetchPool
 			}
+			got = append(got, g)
 		})
-		var pause map[string][]int32
+		paused := false
 		s.mu.Lock()
 		for _, g := range got {
 			p := s.parts[tp{g.topic, g.partition}]
@@ -271,26 +287,32 @@ func (s *Sidecar) poll(ctx context.Context, cl *kgo.Client, sizer *fetchSizer) {
 					added++
 				}
 			}
+			p.next = max(p.next, g.next) // past the markers too
 			s.metrics.inlet(p.topic).fetched.Add(float64(added))
 			if !p.paused && p.aboveHighWater() {
 				p.paused = true
 				s.stats.Pauses++
 				s.kickCommitterLocked() // what waits for the commit may be what fills the queue
-				if pause == nil {
-					pause = map[string][]int32{}
-				}
-				pause[p.topic] = append(pause[p.topic], p.partition)
+				paused = true
 			}
 		}
 		s.mu.Unlock()
-		if pause != nil {
-			cl.PauseFetchPartitions(pause)
+		if paused {
+			s.applyPauses(cl)
+		}
+		for _, g := range got {
+			if s.pauseBehind != nil && s.pauseBehind(g.topic, g.partition) {
+				cl.PauseFetchPartitions(map[string][]int32{g.topic: {g.partition}})
+			}
 		}
 		sizer.update(cl)
 		cl.AllowRebalance()
 		s.kickSender()
 	}
 }
+
+// isControl reports whether r is a control record (a transaction marker), not data.
+func isControl(r *kgo.Record) bool { return r.Attrs.IsControl() }
 
 // kafkaLogger is the option that routes franz-go's logs to log through kslog: at debug when
 // log is at debug, else at warn and above (at info franz-go logs every connection and metadata

@@ -23,11 +23,12 @@ const listTimeout = 10 * time.Second
 func (s *Sidecar) sawFetch(p *partition, g fetched) {
 	// The largest seen wins: a fetch answered before an offset query may arrive after it.
 	p.hwm = max(p.hwm, g.hwm)
+	p.end = max(p.end, g.end)
 	if !p.fetched {
 		p.fetched = true
 		switch {
-		case len(g.records) > 0:
-			p.committed = g.records[0].in.GetOffset()
+		case g.first >= 0:
+			p.committed = g.first
 		case g.hwm >= 0:
 			p.committed = g.hwm
 		}
@@ -92,19 +93,13 @@ func (s *Sidecar) refreshWatermarks(ctx context.Context, cl *kgo.Client) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	hwms := map[tp]int64{}
-	for _, shard := range cl.RequestSharded(lctx, req) {
-		resp, ok := shard.Resp.(*kmsg.ListOffsetsResponse)
-		if shard.Err != nil || !ok {
-			continue
-		}
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				if kerr.ErrorForCode(rp.ErrorCode) == nil && rp.Offset >= 0 {
-					hwms[tp{rt.Topic, rp.Partition}] = rp.Offset
-				}
-			}
-		}
+	hwms := listEnds(lctx, cl, req)
+	ends := hwms
+	if s.cfg.Delivery == ExactlyOnce {
+		// What a read_committed client may fetch ends at the last stable offset.
+		stable := *req
+		stable.IsolationLevel = 1
+		ends = listEnds(lctx, cl, &stable)
 	}
 	committed := cl.CommittedOffsets()
 	s.mu.Lock()
@@ -117,8 +112,30 @@ func (s *Sidecar) refreshWatermarks(ctx context.Context, cl *kgo.Client) {
 		if h, ok := hwms[key]; ok {
 			p.hwm = max(p.hwm, h)
 		}
+		if e, ok := ends[key]; ok {
+			p.end = max(p.end, e)
+		}
 		if eo, ok := committed[key.topic][key.partition]; ok && !p.fetched && eo.Offset >= 0 {
 			p.committed = eo.Offset
 		}
 	}
+}
+
+// listEnds sends req, a ListOffsets for the latest offsets, and returns the offsets answered.
+func listEnds(ctx context.Context, cl *kgo.Client, req *kmsg.ListOffsetsRequest) map[tp]int64 {
+	out := map[tp]int64{}
+	for _, shard := range cl.RequestSharded(ctx, req) {
+		resp, ok := shard.Resp.(*kmsg.ListOffsetsResponse)
+		if shard.Err != nil || !ok {
+			continue
+		}
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				if kerr.ErrorForCode(rp.ErrorCode) == nil && rp.Offset >= 0 {
+					out[tp{rt.Topic, rp.Partition}] = rp.Offset
+				}
+			}
+		}
+	}
+	return out
 }

@@ -76,6 +76,7 @@ type metrics struct {
 	produced      *prometheus.CounterVec
 	failures      *prometheus.CounterVec // by cause
 	discovery     *prometheus.CounterVec // by result
+	stuck         *prometheus.CounterVec // by inlet topic
 	conversations prometheus.Counter
 	roundTrip     prometheus.Histogram
 	produce       prometheus.Histogram
@@ -133,6 +134,9 @@ func newMetrics(s *Sidecar) *metrics {
 		produced:  counter("millrace_sidecar_records_produced_total", "Emits the broker confirmed as written, by outlet topic.", "topic"),
 		failures:  counter("millrace_sidecar_stream_failures_total", "Conversations that failed (each is followed by a redelivery from the last commit), by cause.", "cause"),
 		discovery: counter("millrace_sidecar_discovery_attempts_total", "Discover calls to the process, by result: unanswered, refused, accepted.", "result"),
+		// By topic only: the series exist from the start, so increase() sees the first one;
+		// the log names the partition.
+		stuck: counter("millrace_sidecar_stuck_partitions_total", "Partitions found stuck by the watchdog (records waiting, no batch in flight, none sent for FLOW_STUCK_AFTER), each recovered; a bug by definition.", "topic"),
 		conversations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "millrace_sidecar_conversations_total",
 			Help: "Conversations started (Start messages sent).",
@@ -146,6 +150,7 @@ func newMetrics(s *Sidecar) *metrics {
 	m.inlets, m.outlets = map[string]*inletMetrics{}, map[string]*outletMetrics{}
 	for _, in := range s.cfg.Inlets {
 		m.inlets[in.Topic] = m.inlet(in.Topic)
+		m.stuck.WithLabelValues(in.Topic)
 	}
 	for _, out := range s.cfg.Outlets {
 		m.outlets[out.Topic] = m.outlet(out.Topic)
@@ -156,7 +161,7 @@ func newMetrics(s *Sidecar) *metrics {
 	for _, r := range []string{discoveryUnanswered, discoveryRefused, discoveryAccepted} {
 		m.discovery.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.fetched, m.sent, m.committed, m.emitted, m.produced, m.failures, m.discovery,
+	m.reg.MustRegister(m.fetched, m.sent, m.committed, m.emitted, m.produced, m.failures, m.discovery, m.stuck,
 		m.conversations, m.roundTrip, m.produce, m.commit, &partitionCollector{s: s})
 	m.state = newStateMetrics(s, m.reg)
 	return m

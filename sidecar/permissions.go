@@ -30,7 +30,7 @@ func (e *PermissionError) Error() string {
 	if e.Principal != "" {
 		who = "the sidecar's principal " + e.Principal
 	}
-	msg := fmt.Sprintf("sidecar: Kafka does not allow %s %s on %s %q (%s): grant that ACL (README, \"Secured clusters\")",
+	msg := fmt.Sprintf("sidecar: Kafka does not allow %s %s on %s %q (%s): grant that ACL (docs/sidecar.md, \"Secured clusters\")",
 		who, e.Operation, e.ResourceType, e.Resource, e.Role)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
@@ -151,7 +151,7 @@ func (s *Sidecar) uncheckable(ctx context.Context, err error) error {
 	return nil
 }
 
-// opNames are the operations as Kafka's ACL tools and README's table spell them.
+// opNames are the operations as Kafka's ACL tools and docs/sidecar.md's table spell them.
 var opNames = map[kmsg.ACLOperation]string{
 	kmsg.ACLOperationRead: "Read", kmsg.ACLOperationWrite: "Write", kmsg.ACLOperationDescribe: "Describe",
 	kmsg.ACLOperationDescribeConfigs: "DescribeConfigs",

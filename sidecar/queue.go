@@ -86,6 +86,17 @@ type partition struct {
 	hwm, committed int64
 	fetched        bool
 
+	// The watchdog's (watchdog.go): since when the partition is owned; the end of what it may
+	// fetch as last seen (the high watermark at least once, the last stable offset exactly
+	// once; -1 while unknown); when its last batch was sent; since when it has held records
+	// waiting with none sent (zero while it does not); and whether this stuck spell was
+	// reported.
+	ownedSince   time.Time
+	end          int64
+	lastSent     time.Time
+	waitingSince time.Time
+	stuckLogged  bool
+
 	partState // of a stateful inlet (statestore.go)
 }
 
@@ -94,7 +105,11 @@ type fetched struct {
 	topic     string
 	partition int32
 	hwm       int64 // the partition's high watermark, as the broker answered
-	records   []record
+	end       int64 // what may be fetched: the high watermark, or exactly once the last stable offset
+	// first and next are the offset of the first record fetched and the one after the last,
+	// control records (transaction markers, which are not queued) included; -1 when none.
+	first, next int64
+	records     []record
 }
 
 // copyRecords copies fetched records out of the fetch buffer: a record slicing into it would

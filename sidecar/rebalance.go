@@ -15,10 +15,12 @@ import (
 const handOverTimeout = 5 * time.Second
 
 // assigned takes ownership of newly assigned partitions; fetching starts at their last
-// committed offsets.
-func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+// committed offsets, none of them paused (applyPauses: the client keeps a pause across
+// assignments).
+func (s *Sidecar) assigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	defer s.applyPauses(cl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for topic, ps := range m {
@@ -32,6 +34,7 @@ func (s *Sidecar) assigned(_ context.Context, _ *kgo.Client, m map[string][]int3
 			}
 			s.dropHead(p, len(p.queue))
 			p.newEpoch(true)
+			p.ownedSince = s.now()
 			s.assignState(p)
 			s.log.Info("partition assigned", "topic", topic, "partition", n)
 		}
@@ -48,6 +51,7 @@ func (p *partition) newEpoch(owned bool) {
 	p.stallSince, p.attempts, p.warned = time.Time{}, 0, false
 	p.capRecords, p.capUntil = 0, 0
 	p.hwm, p.committed, p.fetched = -1, -1, false
+	p.end, p.lastSent, p.waitingSince, p.stuckLogged = -1, time.Time{}, time.Time{}, false
 }
 
 // revoked gives up partitions a planned rebalance takes. They are still this member's until
@@ -149,7 +153,6 @@ func (s *Sidecar) discard(cl *kgo.Client, m map[string][]int32) {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	s.mu.Lock()
-	resume := map[string][]int32{}
 	stores := map[*partition]*state.Partition{}
 	for topic, ps := range m {
 		for _, n := range ps {
@@ -162,10 +165,7 @@ func (s *Sidecar) discard(cl *kgo.Client, m map[string][]int32) {
 				s.drop(p.inflight)
 			}
 			s.dropHead(p, len(p.queue))
-			if p.paused {
-				resume[topic] = append(resume[topic], n)
-			}
-			p.newEpoch(false)
+			p.newEpoch(false) // not paused: applyPauses resumes it below
 			if st := s.revokeState(p); st != nil {
 				stores[p] = st
 			}
@@ -174,7 +174,5 @@ func (s *Sidecar) discard(cl *kgo.Client, m map[string][]int32) {
 	}
 	s.mu.Unlock()
 	s.keepRevoked(stores)
-	if len(resume) > 0 {
-		cl.ResumeFetchPartitions(resume)
-	}
+	s.applyPauses(cl)
 }

@@ -1,14 +1,15 @@
 package sidecar_test
 
 import (
+	"flag"
 	"log/slog"
-	"os"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/settings"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sidecar"
 )
 
@@ -60,38 +61,11 @@ func TestNewChecksAsConfigFromEnv(t *testing.T) {
 	}
 }
 
-// TestREADMESidecarSettings: the README's table of the sidecar's environment is
-// sidecar.Settings: every variable, and each with the same default.
-func TestREADMESidecarSettings(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "It is configured by environment variables only.")
-	if !ok {
-		t.Fatal("README: no table of the sidecar's environment (\"It is configured by environment variables only.\")")
-	}
-	section, _, _ = strings.Cut(section, "\n\n#")
-	defaults := map[string]string{} // the README's
-	row := regexp.MustCompile("(?m)^\\| ((?:`[A-Z_<>]+`(?:, )?)+) \\| ([^|]+) \\|")
-	for _, m := range row.FindAllStringSubmatch(section, -1) {
-		def := strings.ReplaceAll(strings.TrimSpace(m[2]), "`", "")
-		for _, name := range strings.Split(m[1], ", ") {
-			defaults[strings.Trim(name, "`")] = def
-		}
-	}
-	listed := map[string]bool{}
-	for _, v := range sidecar.Settings {
-		listed[v.Name] = true
-		if def, ok := defaults[v.Name]; !ok {
-			t.Errorf("README: the sidecar's table has no row for %s (default %s)", v.Name, v.Default)
-		} else if def != v.Default {
-			t.Errorf("README: the default of %s is %q; sidecar.Settings says %q", v.Name, def, v.Default)
-		}
-	}
-	for name := range defaults {
-		if !listed[name] {
-			t.Errorf("README: the sidecar's table has %s, which sidecar.Settings does not list", name)
-		}
-	}
+// update rewrites the docs tables the code generates (TestDocsSidecarSettings).
+var update = flag.Bool("update", false, "rewrite docs/sidecar.md's table of settings from the code")
+
+// TestDocsSidecarSettings: docs/sidecar.md's table of the sidecar's environment is the one the
+// settings table prints: every variable, its default and its docs text.
+func TestDocsSidecarSettings(t *testing.T) {
+	testkit.DocTable(t, "../docs/sidecar.md", "It is configured by environment variables only.", settings.Markdown(sidecar.Settings), *update)
 }

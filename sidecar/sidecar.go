@@ -106,6 +106,10 @@ type Sidecar struct {
 	// a commit round ended, a conversation's committer stopped (handOver waits on it).
 	handed *sync.Cond
 
+	// pauseMu serializes applyPauses: the client's paused partitions follow the flags.
+	// Lock order: commitMu, pauseMu, mu.
+	pauseMu sync.Mutex
+
 	kafka *kafka // nil until the first discovery succeeds
 	// limits are the outlet topics' max.message.bytes, read at each conversation start.
 	limits *limits
@@ -119,6 +123,13 @@ type Sidecar struct {
 	denial atomic.Pointer[PermissionError]
 	// lagRefresh is how often the owned partitions' high watermarks are asked for.
 	lagRefresh time.Duration
+
+	// dropBatch, set by tests only, strands a partition on purpose: a batch it names counts as
+	// sent but never goes (the watchdog's test).
+	dropBatch func(topic string, partition int32) bool
+	// pauseBehind, set by tests only, pauses a partition it names in the Kafka client behind
+	// the sidecar's back after a fetch, as issue 34's lost partitions were.
+	pauseBehind func(topic string, partition int32) bool
 
 	// version is the protocol version the sidecar speaks: protocol.Version; tests make it
 	// speak an earlier one.

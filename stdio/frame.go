@@ -139,7 +139,7 @@ func decodeObject(b []byte, m *Message, noun string) *ProtocolError {
 		return NewProtocolError(rule, b, fmt.Sprintf("%s that is not a valid JSON object (%v)", noun, shortErr(err)))
 	}
 	switch m.Type {
-	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch, TypeState:
+	case TypeHello, TypeReady, TypeItem, TypeEmit, TypeMetric, TypeDone, TypeError, TypeAbstain, TypeShutdown, TypeBatch, TypeState, TypeCancel:
 		return nil
 	case "":
 		return NewProtocolError(RuleNoType, b, `a JSON object without "type"`)
@@ -297,6 +297,12 @@ func appendBody(dst []byte, m *Message) []byte {
 		}
 		if m.Batch {
 			dst = append(dst, `,"batch":true`...)
+		}
+		if m.Concurrent {
+			dst = append(dst, `,"concurrent":true`...)
+		}
+		if m.Cancel {
+			dst = append(dst, `,"cancel":true`...)
 		}
 		dst = appendState(dst, m.State)
 	case TypeState:

@@ -20,6 +20,10 @@ func TestDecodeMessage(t *testing.T) {
 	}{
 		{line: `{"type":"ready"}`, want: "ready"},
 		{line: `{"type":"ready","window":8,"future":[1,{"x":2}]}`, want: "ready"},
+		{line: `{"type":"ready","window":64,"concurrent":true,"cancel":false}`, want: "ready"},
+		{line: `{"type":"ready","concurrent":"yes"}`, wantErr: `concurrent`},
+		{line: `{"type":"ready","cancel":1}`, wantErr: `cancel`},
+		{line: `{"type":"cancel","delivery":"d1"}`, want: "cancel"},
 		{line: `  {"type":"done","delivery":"d1"}`, want: "done"},
 		{line: `{"type":"emit","delivery":"d1","payload":{"a" : [1, 2]}}`, want: "emit"},
 		{line: ``, wantErr: "empty line"},
@@ -346,5 +350,25 @@ func TestAppendItemIsAppendMessage(t *testing.T) {
 	m.Traceparent, m.Tracestate = string(tp[:]), it.Tracestate
 	if got, want := string(stdio.AppendItem(nil, &it)), string(stdio.AppendMessage(nil, &m)); got != want {
 		t.Errorf("AppendItem(trace) = %s\nAppendMessage = %s", got, want)
+	}
+}
+
+// TestReadyFlagsRoundTrip: ready's "concurrent" and "cancel" are written as AppendMessage
+// writes them, only when true, and read back; cancel names its delivery.
+func TestReadyFlagsRoundTrip(t *testing.T) {
+	for _, m := range []stdio.Message{
+		{Type: stdio.TypeReady, Window: 128, Batch: true, Concurrent: true, Cancel: true},
+		{Type: stdio.TypeReady, Window: 8},
+		{Type: stdio.TypeCancel, Delivery: "dl_1"},
+	} {
+		line := stdio.AppendMessage(nil, &m)
+		var got stdio.Message
+		if err := stdio.DecodeMessage(line[:len(line)-1], &got); err != nil || got.Type != m.Type || got.Delivery != m.Delivery ||
+			got.Window != m.Window || got.Batch != m.Batch || got.Concurrent != m.Concurrent || got.Cancel != m.Cancel {
+			t.Errorf("DecodeMessage(AppendMessage(%+v) = %s) = %+v, %v; want the same fields", m, line, got, err)
+		}
+		if !m.Concurrent && strings.Contains(string(line), "concurrent") {
+			t.Errorf("AppendMessage(%+v) = %s; want no \"concurrent\" when false", m, line)
+		}
 	}
 }

@@ -30,6 +30,11 @@ const (
 	// TypeBatch is the batch envelope, {"type":"batch","messages":[…]}: several messages on
 	// one line, each meaning what it means on its own line (see Packer and SplitBatch).
 	TypeBatch = "batch"
+	// TypeCancel, {"type":"cancel","delivery":…}, tells an action that declared "cancel": true
+	// that the engine gave up on a delivery (its item timeout passed): the action stops it and
+	// answers it with any final answer, which the engine drops with everything else it sends
+	// for that delivery.
+	TypeCancel = "cancel"
 )
 
 // Header is one record header. Value holds a UTF-8 value; ValueBase64 holds, base64-encoded,
@@ -125,6 +130,11 @@ type Message struct {
 	// it reads and writes batch envelopes.
 	Window int  `json:"window,omitempty"`
 	Batch  bool `json:"batch,omitempty"`
+	// ready: the action runs deliveries at once, answering them in any order and interleaving
+	// their messages (Concurrent), and it understands cancel messages (Cancel). A value other
+	// than a boolean makes the line a bad-field violation.
+	Concurrent bool `json:"concurrent,omitempty"`
+	Cancel     bool `json:"cancel,omitempty"`
 
 	// state, raw as given. item: the key's state (nil: none). state: the new state, null to
 	// delete it; nil when the message has no "state" member, which is not the same. ready:

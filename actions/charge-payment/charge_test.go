@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/stdio"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -62,6 +63,7 @@ func (s *paymentService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRetriedChargeIsAppliedOnce(t *testing.T) {
+	testkit.NeedTools(t, "python3")
 	svc := &paymentService{failFirst: true, charges: map[string][]byte{}}
 	srv := httptest.NewServer(svc)
 	defer srv.Close()

@@ -158,6 +158,7 @@ func main() {
 	memory(w, res)
 	deployed(w, res)
 	gap(w, res)
+	waiting(w, res)
 	targets(w, res)
 }
 

@@ -38,8 +38,8 @@ const EnvAction = "MILLRACE_ACTION"
 
 // defaults is the one table of the config line's defaults: what a flag left out means for the
 // bridge, `millrace run`, `millrace test`, `describe` and the conformance kit alike (they all
-// take an [Action] parsed here). The README's table of the config line shows the same values
-// (TestREADMEDefaults). A zero Timeout means no timeout, everywhere.
+// take an [Action] parsed here). docs/action-config.md's table of the config line shows the same values
+// (TestDocsDefaults). A zero Timeout means no timeout, everywhere.
 var defaults = Action{
 	Concurrency:  1,
 	Timeout:      time.Minute,

@@ -1,12 +1,12 @@
 package actionconf
 
 import (
-	"fmt"
-	"os"
-	"regexp"
+	"flag"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestTimeoutZeroIsNone: --timeout 0s reaches the engine as no timeout (engine.Config's
@@ -32,39 +32,32 @@ func TestTimeoutZeroIsNone(t *testing.T) {
 	}
 }
 
-// TestREADMEDefaults: the README's table of the config line shows the defaults of the one table.
-func TestREADMEDefaults(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
-		"--concurrency N":   "1",
-		"--timeout D":       "`" + short(defaults.Timeout) + "`",
-		"--ready-timeout D": "`" + short(defaults.ReadyTimeout) + "`",
-		"--window N":        "0",
-		"--retries N":       "3",
-	}
-	if defaults.Concurrency != 1 || defaults.Window != 0 || defaults.Retries != 3 {
-		t.Fatalf("defaults = %+v: update this test and the README's table together", defaults)
-	}
-	for flag, def := range want {
-		re := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(flag) + "` \\|.*\\| ([^|]+) \\|$")
-		m := re.FindSubmatch(readme)
-		if m == nil {
-			t.Errorf("README: no row for %s in the config line's table", flag)
-			continue
-		}
-		if got := strings.TrimSpace(string(m[1])); got != def {
-			t.Errorf("README: default of %s is %s, the parser's is %s", flag, got, def)
-		}
-	}
+// update rewrites the docs tables the code generates (TestDocsFlags).
+var update = flag.Bool("update", false, "rewrite docs/action-config.md's table of the config line's flags from the code")
+
+// TestDocsFlags: docs/action-config.md's table of the config line is the one the flags' rows
+// print: every flag the parser reads, its meaning and its default.
+func TestDocsFlags(t *testing.T) {
+	testkit.DocTable(t, "../../docs/action-config.md", "The line comes from the arguments", FlagsMarkdown(), *update)
 }
 
-// short writes d as the README does: 1m, 10s.
-func short(d time.Duration) string {
-	if d >= time.Minute && d%time.Minute == 0 {
-		return fmt.Sprintf("%dm", d/time.Minute)
+// TestFlagsAreTheParsers: every row's flag is read by the parser (a line with it parses, or
+// fails on its value, never as an unknown flag), and the unknown-flag error lists every row.
+func TestFlagsAreTheParsers(t *testing.T) {
+	_, err := ParseLine([]string{"x", "--in", "a=a.v1", "--bogus", "--", "cat"})
+	for _, f := range lineFlags {
+		if err == nil || !strings.Contains(err.Error(), f.name+",") && !strings.Contains(err.Error(), f.name+", or --") {
+			t.Errorf("the unknown-flag error %v does not list %s", err, f.name)
+		}
+		line := []string{"x", "--in", "a=a.v1", "--out", "b=b.v1", f.name}
+		if f.form != "" {
+			line = append(line, "b")
+		}
+		if _, err := ParseLine(append(line, "--", "cat")); err != nil && strings.Contains(err.Error(), "unknown flag") {
+			t.Errorf("%s: %v", f.name, err)
+		}
 	}
-	return d.String()
+	if defaults.Concurrency != 1 || defaults.Window != 0 || defaults.Retries != 3 || defaults.Timeout != time.Minute || defaults.ReadyTimeout != 10*time.Second {
+		t.Errorf("defaults = %+v: the docs table shows them (TestDocsFlags); update both", defaults)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
@@ -135,6 +134,13 @@ type lineParser struct {
 	words []string
 	i     int
 	seen  map[string]int // single-use flags: the word index where each was first given
+
+	// What the flags' rows read into: the action, and what is checked once the line is read.
+	a                        *Action
+	ports                    map[string]int // port name → word index, unique across inlets and outlets
+	deadLetterAt, fallbackAt int
+	codecs                   []codecFlag
+	states                   []stateFlag
 }
 
 func (p *lineParser) errAt(i int, format string, args ...any) error {
@@ -181,10 +187,7 @@ func (p *lineParser) parse() (*Action, error) {
 		return nil, p.errAt(0, "a streamlet name is 1 to 63 characters of a-z, 0-9 and -, e.g. score-listing")
 	}
 	a.Name = name
-	ports := map[string]int{} // port name → word index, unique across inlets and outlets
-	deadLetterAt, fallbackAt := -1, -1
-	var codecs []codecFlag
-	var states []stateFlag
+	p.a, p.ports, p.deadLetterAt, p.fallbackAt = a, map[string]int{}, -1, -1
 	for p.i = 1; p.i < len(p.words); p.i++ {
 		w := p.words[p.i]
 		if w == "--" {
@@ -194,184 +197,8 @@ func (p *lineParser) parse() (*Action, error) {
 			}
 			break
 		}
-		flag, _, _ := strings.Cut(w, "=")
-		switch flag {
-		case "--in", "--out":
-			v, at, err := p.value(flag, "PORT=SCHEMA (e.g. "+flag+" listings=listing.v1)")
-			if err != nil {
-				return nil, err
-			}
-			port, schema, ok := strings.Cut(v, "=")
-			switch {
-			case !ok || schema == "":
-				return nil, p.errAt(at, "%s expects PORT=SCHEMA, e.g. %s listings=listing.v1", flag, flag)
-			case !nameRE.MatchString(port):
-				return nil, p.errAt(at, "port name %q: expected 1 to 63 characters of a-z, 0-9 and -", port)
-			case strings.TrimSpace(schema) != schema || strings.ContainsAny(schema, " \t\r\n"):
-				return nil, p.errAt(at, "schema name %q: expected no blanks, e.g. listing.v1", schema)
-			}
-			if first, dup := ports[port]; dup {
-				return nil, p.errAt(at, "port %q is declared twice (first in word %d); port names are unique across inlets and outlets", port, first+1)
-			}
-			ports[port] = at
-			if flag == "--in" {
-				a.Inlets = append(a.Inlets, Port{Name: port, Schema: schema})
-			} else {
-				a.Outlets = append(a.Outlets, Port{Name: port, Schema: schema})
-			}
-		case "--decode", "--encode":
-			v, at, err := p.value(flag, encodingForm)
-			if err != nil {
-				return nil, err
-			}
-			f, err := p.parseCodecFlag(flag, v, at)
-			if err != nil {
-				return nil, err
-			}
-			codecs = append(codecs, f)
-		case "--state":
-			v, at, err := p.value(flag, stateForm)
-			if err != nil {
-				return nil, err
-			}
-			f, err := p.parseStateFlag(v, at)
-			if err != nil {
-				return nil, err
-			}
-			states = append(states, f)
-		case "--param":
-			v, at, err := p.value(flag, "KEY:TYPE[=DEFAULT] (e.g. --param min-rooms:integer=2)")
-			if err != nil {
-				return nil, err
-			}
-			spec, def, hasDef := strings.Cut(v, "=")
-			key, typ, ok := strings.Cut(spec, ":")
-			if !ok {
-				return nil, p.errAt(at, "--param expects KEY:TYPE[=DEFAULT], e.g. --param min-rooms:integer=2")
-			}
-			if !keyRE.MatchString(key) {
-				return nil, p.errAt(at, "parameter key %q: expected a lower-case letter then a-z, 0-9 and -, e.g. min-rooms", key)
-			}
-			t, ok := typeMap[typ]
-			if !ok {
-				return nil, p.errAt(at, "parameter type %q: expected %s", typ, typeNames)
-			}
-			for _, q := range a.Params {
-				if q.Key == key {
-					return nil, p.errAt(at, "parameter %q is declared twice; declare each key once", key)
-				}
-			}
-			param := Param{Key: key, Type: t}
-			if hasDef {
-				if def == "" {
-					return nil, p.errAt(at, "parameter %q has an empty default, which the descriptor cannot tell from none: give a default after = or drop the =", key)
-				}
-				if _, err := protocol.ParseConfigValue(t, def); err != nil {
-					return nil, p.errAt(at, "default %q of parameter %q is not a valid %s: %v", def, key, typ, err)
-				}
-				param.Default = def
-			}
-			a.Params = append(a.Params, param)
-		case "--concurrency", "--window", "--retries":
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			min := map[string]int{"--concurrency": 1, "--window": 0, "--retries": 0}[flag]
-			v, at, err := p.value(flag, "a whole number")
-			if err != nil {
-				return nil, err
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < min || n > 1_000_000 {
-				return nil, p.errAt(at, "%s expects a whole number from %d to 1000000", flag, min)
-			}
-			switch flag {
-			case "--concurrency":
-				a.Concurrency = n
-			case "--window":
-				a.Window = n
-			case "--retries":
-				a.Retries = n
-			}
-		case "--timeout", "--ready-timeout":
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			v, at, err := p.value(flag, "a duration (e.g. 30s, 2m)")
-			if err != nil {
-				return nil, err
-			}
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 || (flag == "--ready-timeout" && d == 0) {
-				return nil, p.errAt(at, "%s expects a positive duration such as 500ms, 30s or 2m", flag)
-			}
-			if flag == "--timeout" {
-				a.Timeout = d
-			} else {
-				a.ReadyTimeout = d
-			}
-		case "--per-item":
-			if strings.Contains(w, "=") {
-				return nil, p.errAt(p.i, "--per-item takes no value")
-			}
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			a.PerItem = true
-		case "--dead-letter", "--fallback":
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			v, at, err := p.value(flag, "the name of an outlet declared with --out")
-			if err != nil {
-				return nil, err
-			}
-			if flag == "--dead-letter" {
-				a.DeadLetter, deadLetterAt = v, at
-			} else {
-				a.Fallback, fallbackAt = v, at
-			}
-		case "--effects":
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			v, at, err := p.value(flag, "external or none")
-			if err != nil {
-				return nil, err
-			}
-			switch v {
-			case "external":
-				a.External = true
-			case "none":
-			default:
-				return nil, p.errAt(at, "--effects expects external (the action changes something outside) or none")
-			}
-		case "--description":
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			v, _, err := p.value(flag, "a text (quote it when it has blanks)")
-			if err != nil {
-				return nil, err
-			}
-			a.Description = v
-		case "--metrics":
-			if err := p.once(flag); err != nil {
-				return nil, err
-			}
-			v, at, err := p.value(flag, "an address to serve Prometheus metrics on, e.g. :9090")
-			if err != nil {
-				return nil, err
-			}
-			if _, _, err := splitHostPort(v); err != nil {
-				return nil, p.errAt(at, "--metrics expects HOST:PORT or :PORT, e.g. :9090")
-			}
-			a.Metrics = v
-		default:
-			if strings.HasPrefix(w, "-") {
-				return nil, p.errAt(p.i, "unknown flag; expected one of --in, --out, --decode, --encode, --state, --param, --concurrency, --per-item, --timeout, --ready-timeout, --window, --retries, --dead-letter, --fallback, --effects, --description, --metrics, or -- before the command")
-			}
-			return nil, p.errAt(p.i, "expected a flag or -- before the command (write -- %s if this is the program)", w)
+		if err := p.flag(w); err != nil {
+			return nil, err
 		}
 	}
 	if a.Command == nil {
@@ -381,15 +208,15 @@ func (p *lineParser) parse() (*Action, error) {
 		return nil, p.errAt(0, "the streamlet declares no inlet: add --in PORT=SCHEMA, e.g. --in listings=listing.v1")
 	}
 	if a.DeadLetter != "" && !a.hasOutlet(a.DeadLetter) {
-		return nil, p.errAt(deadLetterAt, "--dead-letter names no outlet: declare it with --out %s=SCHEMA, or name one of %s", a.DeadLetter, portList(a.Outlets))
+		return nil, p.errAt(p.deadLetterAt, "--dead-letter names no outlet: declare it with --out %s=SCHEMA, or name one of %s", a.DeadLetter, portList(a.Outlets))
 	}
 	if a.Fallback != "" && !a.hasOutlet(a.Fallback) {
-		return nil, p.errAt(fallbackAt, "--fallback names no outlet: declare it with --out %s=SCHEMA, or name one of %s", a.Fallback, portList(a.Outlets))
+		return nil, p.errAt(p.fallbackAt, "--fallback names no outlet: declare it with --out %s=SCHEMA, or name one of %s", a.Fallback, portList(a.Outlets))
 	}
-	if err := p.resolveCodecs(a, codecs); err != nil {
+	if err := p.resolveCodecs(a, p.codecs); err != nil {
 		return nil, err
 	}
-	if err := p.resolveState(a, states); err != nil {
+	if err := p.resolveState(a, p.states); err != nil {
 		return nil, err
 	}
 	if a.PerItem && a.Window > 1 {
@@ -399,6 +226,33 @@ func (p *lineParser) parse() (*Action, error) {
 		return nil, &lineError{Index: -1, Message: "the streamlet it declares is not valid: " + probs.Error()}
 	}
 	return a, nil
+}
+
+// flag reads the flag at p.i, and its value, by the flag's row (flags.go).
+func (p *lineParser) flag(w string) error {
+	name, _, hasValue := strings.Cut(w, "=")
+	f, ok := flagIndex[name]
+	switch {
+	case !ok && strings.HasPrefix(w, "-"):
+		return p.errAt(p.i, "unknown flag; expected one of %s, or -- before the command", flagNames())
+	case !ok:
+		return p.errAt(p.i, "expected a flag or -- before the command (write -- %s if this is the program)", w)
+	case f.form == "" && hasValue:
+		return p.errAt(p.i, "%s takes no value", name)
+	}
+	if f.once {
+		if err := p.once(name); err != nil {
+			return err
+		}
+	}
+	if f.form == "" {
+		return f.set(p, name, "", p.i)
+	}
+	v, at, err := p.value(name, f.want)
+	if err != nil {
+		return err
+	}
+	return f.set(p, name, v, at)
 }
 
 // splitHostPort accepts HOST:PORT and :PORT with a numeric port.

@@ -121,7 +121,7 @@ func splitLines(s string) ([]logicalLine, error) {
 }
 
 // Split splits an action config line given as one string into its words, by the quoting rules
-// documented in the README (single quotes, double quotes with \" and \\, backslash, # comments,
+// documented in docs/action-config.md (single quotes, double quotes with \" and \\, backslash, # comments,
 // no expansion). Newlines separate words like any blank; use [ParseString] to hold a text to
 // exactly one line.
 func Split(s string) ([]string, error) {

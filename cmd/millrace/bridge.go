@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 
 	"github.com/ankka-flow/millrace/bridge"
@@ -19,10 +18,10 @@ import (
 func runBridge(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bridge", "[--config FILE] [NAME --in PORT=SCHEMA … -- COMMAND [ARG…]]\n\n"+
 		"Serves the action as an Ankka Flow streamlet on 127.0.0.1:$FLOW_PROCESS_PORT (9010).\n"+
-		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (README, \"Tracing\").\n"+
+		"Exports a span per item attempt over OTLP/HTTP when $OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/observing.md, \"Tracing\").\n"+
 		"The action config line comes from the arguments, else --config FILE, else $MILLRACE_ACTION:\n"+
-		"NAME FLAG… -- COMMAND [ARG…] (README, \"The action config line\"), its flags:\n"+configLineHelp()+
-		"The environment it reads (README, \"The action config line\"):\n"+settingsHelp(bridge.Settings)+
+		"NAME FLAG… -- COMMAND [ARG…] (docs/action-config.md), its flags:\n"+configLineHelp()+
+		"The environment it reads (docs/action-config.md):\n"+settingsHelp(bridge.Settings)+
 		"Flags of millrace bridge:")
 	config := fs.String("config", "", "read the action config line from `FILE` (an action.conf); the program runs in its folder")
 	if err := fs.parse(args); err != nil {
@@ -76,44 +75,16 @@ func runBridge(ctx context.Context, e *env, args []string) error {
 	}, nil)
 }
 
-// configLineFlags are the flags of the action config line, for `bridge -h`; the defaults are
-// those of a line that leaves them out, so they come from bridge's one table of defaults
-// (TestBridgeHelp checks the list against the parser's).
-var configLineFlags = []struct {
-	flag, help string
-	def        func(a *actionconf.Action) string
-}{
-	{"--in PORT=SCHEMA", "an inlet (at least one)", nil},
-	{"--out PORT=SCHEMA", "an outlet", nil},
-	{"--decode PORT[.key]=FORMAT[:RECORD][,OPTION…]", "the inlet's values (keys) are registry-encoded: FORMAT avro, protobuf or jsonschema; options strategy=topic|record|topic-record, subject=NAME (docs/encoded-topics.md)", func(*actionconf.Action) string { return "plain JSON" }},
-	{"--encode PORT[.key]=FORMAT[:RECORD][,OPTION…]", "the outlet's values (keys) are encoded with the subject's latest schema, or version=N, or id=N", func(*actionconf.Action) string { return "plain JSON" }},
-	{"--state PORT[,ttl=D][,max-bytes=SIZE]", "the inlet's keys keep state (one word per inlet): ttl at least 1s, max-bytes at most 1Mi (docs/state.md)", func(*actionconf.Action) string { return "no state; max-bytes 64Ki" }},
-	{"--param KEY:TYPE[=DEFAULT]", "a config parameter: TYPE string, integer, double, boolean, duration or memory-size; no default: required at deploy time", nil},
-	{"--concurrency N", "processes of the program", func(a *actionconf.Action) string { return strconv.Itoa(a.Concurrency) }},
-	{"--per-item", "a fresh process for every item", func(*actionconf.Action) string { return "off" }},
-	{"--timeout D", "per attempt of an item (0s: none); a timeout is retried", func(a *actionconf.Action) string { return a.Timeout.String() }},
-	{"--ready-timeout D", "from hello to ready", func(a *actionconf.Action) string { return a.ReadyTimeout.String() }},
-	{"--window N", "deliveries written ahead to one process (0: as the program's ready says)", func(a *actionconf.Action) string { return strconv.Itoa(a.Window) }},
-	{"--retries N", "retries of a retryable error, crash or timeout", func(a *actionconf.Action) string { return strconv.Itoa(a.Retries) }},
-	{"--dead-letter PORT", "outlet for a record that failed for good (without it the batch fails)", func(*actionconf.Action) string { return "none" }},
-	{"--fallback PORT", "outlet for a record the program abstained on", func(*actionconf.Action) string { return "none" }},
-	{"--effects external|none", "external: the program changes something outside", func(*actionconf.Action) string { return "none" }},
-	{"--description TEXT", "the descriptor's description", nil},
-	{"--metrics ADDR", "serve Prometheus metrics at http://ADDR/metrics", func(*actionconf.Action) string { return "off" }},
-}
-
+// configLineHelp lists the config line's flags for -h, from the parser's own rows
+// (actionconf.Flags), with the default of a line that leaves each out.
 func configLineHelp() string {
-	a, err := actionconf.ParseLine([]string{"defaults", "--in", "in=in.v1", "--", "true"})
-	if err != nil {
-		panic("the minimal config line does not parse: " + err.Error())
-	}
 	var b strings.Builder
-	for _, f := range configLineFlags {
+	for _, f := range actionconf.Flags() {
 		def := ""
-		if f.def != nil {
-			def = " (default " + f.def(a) + ")"
+		if f.Default != "" {
+			def = " (default " + f.Default + ")"
 		}
-		fmt.Fprintf(&b, "  %s\n    \t%s%s\n", f.flag, f.help, def)
+		fmt.Fprintf(&b, "  %s\n    \t%s%s\n", f.Usage, f.Help, def)
 	}
 	return b.String()
 }

@@ -20,6 +20,7 @@ type lockedBuffer = testkit.SyncBuffer
 // TestBridgeCommand runs `millrace bridge --config actions/score-listing/action.conf` (a Python
 // action) and drives it as the sidecar would: discovery, Start, one batch, Stop, then SIGTERM.
 func TestBridgeCommand(t *testing.T) {
+	testkit.NeedTools(t, "python3") // actions/score-listing
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,20 +10,18 @@ import (
 	"testing"
 )
 
-// TestDocLinks: every relative link of README.md, docs/*.md and the example pages
-// (actions/README.md, actions/*/README.md) points at a file that exists, and every #anchor at
-// a heading of the file it names.
+// TestDocLinks: every relative link of every Markdown file of the module (README.md, docs/ and
+// docs/design/, the example pages, the SDKs' pages, BENCHMARKS.md, CHANGELOG.md,
+// bench/results/) points at a file that exists, and every #anchor at a heading of the file it
+// names.
 func TestDocLinks(t *testing.T) {
 	root := filepath.Join("..", "..")
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil || len(docs) == 0 {
-		t.Fatalf("docs/*.md: %v, %v", docs, err)
+	docs := markdownFiles(t, root)
+	for _, must := range []string{"README.md", "docs/README.md", "CHANGELOG.md", "BENCHMARKS.md"} {
+		if !slices.Contains(docs, filepath.Join(root, must)) {
+			t.Errorf("%s is missing: the docs index and the pages it links are checked from it", must)
+		}
 	}
-	examples, err := filepath.Glob(filepath.Join(root, "actions", "*", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append(append(docs, examples...), filepath.Join(root, "README.md"), filepath.Join(root, "actions", "README.md"))
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	for _, doc := range docs {
 		data, err := os.ReadFile(doc)
@@ -48,6 +47,29 @@ func TestDocLinks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// markdownFiles lists the Markdown files under root, leaving out hidden folders, testdata and
+// node_modules (files of other projects).
+func markdownFiles(t *testing.T, root string) []string {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(name, ".md") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 // anchors are the ids GitHub gives the headings of a Markdown file.
@@ -91,16 +113,16 @@ func rel(root, path string) string {
 	return path
 }
 
-// TestReadmeRunSynopsis: the README's synopsis of millrace run names every flag run -h shows.
-func TestReadmeRunSynopsis(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestDocsRunSynopsis: docs/cli.md's synopsis of millrace run names every flag run -h shows.
+func TestDocsRunSynopsis(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(data), "**`millrace run ")
 	synopsis, _, _ := strings.Cut(rest, "`**")
 	if !ok {
-		t.Fatal("README.md has no **`millrace run …`** synopsis")
+		t.Fatal("docs/cli.md has no **`millrace run …`** synopsis")
 	}
 	code, out, _ := runCmd(t, "run", "-h")
 	if code != 0 {
@@ -112,7 +134,7 @@ func TestReadmeRunSynopsis(t *testing.T) {
 			name = "-v"
 		}
 		if !regexp.MustCompile(regexp.QuoteMeta(name) + `\b`).MatchString(synopsis) {
-			t.Errorf("the README's synopsis of millrace run, %q, does not name %s, which run -h shows", synopsis, name)
+			t.Errorf("docs/cli.md's synopsis of millrace run, %q, does not name %s, which run -h shows", synopsis, name)
 		}
 	}
 }
@@ -123,7 +145,7 @@ func TestReadmeNamesWhatSetupInstalls(t *testing.T) {
 	word := map[string]string{
 		"protobuf-compiler": "protoc", "jq": "jq", "python3": "Python", "nodejs": "Node.js", "ruby": "Ruby",
 		"default-jdk-headless": "Java", "maven": "Maven", "openssl": "OpenSSL", "prometheus": "Prometheus",
-		"python3-pip": "pip", "curl": "curl", "chromium": "Chromium",
+		"python3-pip": "pip", "curl": "curl", "npm": "npm", "rake": "rake", "chromium": "Chromium",
 	}
 	setup, err := os.ReadFile(filepath.Join("..", "..", "scripts", "setup"))
 	if err != nil {

@@ -46,6 +46,11 @@ func TestDocumentedExamples(t *testing.T) {
 					args[i] = "../../" + a // the page's paths are from the repository's root
 				}
 			}
+			for _, a := range args {
+				if strings.HasPrefix(a, "../../actions/") && !strings.HasSuffix(a, ".jsonl") {
+					needRuntime(t, a)
+				}
+			}
 			code, stdout, stderr := runCmd(t, args...)
 			if code != 0 {
 				t.Fatalf("millrace %s: exit %d\n%s", strings.Join(args, " "), code, stderr)

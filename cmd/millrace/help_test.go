@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestHelpIsComplete: every -h exits 0 and names every flag: run's usage line lists each flag
@@ -46,7 +47,7 @@ func TestHelpIsComplete(t *testing.T) {
 			t.Errorf("bridge -h does not show the config-line flag %s:\n%s", f, out)
 		}
 	}
-	if !strings.Contains(out, "(default 10s)") || !strings.Contains(out, "(default 1m0s)") {
+	if !strings.Contains(out, "(default 10s)") || !strings.Contains(out, "(default 1m)") {
 		t.Errorf("bridge -h shows no defaults of the config line (--ready-timeout, --timeout):\n%s", out)
 	}
 }
@@ -75,6 +76,7 @@ func TestDescribePipeline(t *testing.T) {
 // TestRunPartitionsOnExistingData: --partitions that differs from the partitions of the
 // topics an existing --data folder holds is an error naming the topic, not ignored.
 func TestRunPartitionsOnExistingData(t *testing.T) {
+	testkit.NeedTools(t, "python3") // actions/score-listing
 	data := filepath.Join(t.TempDir(), "data")
 	sample := "../../actions/score-listing/sample.jsonl"
 	if code, _, errOut := runCmd(t, "run", "../../actions/score-listing", "--input", sample, "--data", data); code != 0 {

@@ -21,9 +21,7 @@ import (
 // with GREET_SLOW set).
 func slowGreet(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatalf("the raw action needs python3 on PATH (scripts/setup installs it): %v", err)
-	}
+	testkit.NeedTools(t, "python3") // the raw action
 	dir := filepath.Join(t.TempDir(), "greet")
 	if err := actiondir.Init(context.Background(), dir, "raw", actiondir.InitOptions{}); err != nil {
 		t.Fatal(err)

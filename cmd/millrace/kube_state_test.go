@@ -296,11 +296,18 @@ func TestKubernetesStateExample(t *testing.T) {
 		for _, in := range ex {
 			if flags, rest := withoutFlags(in.args); in.cmd == "COPY" && len(flags) == 0 {
 				f := strings.Fields(rest)
-				for _, src := range f[:len(f)-1] {
+				srcs, dst := f[:len(f)-1], f[len(f)-1]
+				for _, src := range srcs {
 					if _, err := os.Stat(filepath.Join(repoRoot, src)); err != nil {
 						t.Errorf("%s line %d copies %s: %v", countExample, in.line, src, err)
 					}
-					copied = append(copied, path.Base(src))
+					// The name the file has in the image: one source copied to a file
+					// name takes that name; otherwise it keeps its own.
+					name := path.Base(src)
+					if len(srcs) == 1 && !strings.HasSuffix(dst, "/") && dst != "." {
+						name = path.Base(dst)
+					}
+					copied = append(copied, name)
 				}
 			}
 		}

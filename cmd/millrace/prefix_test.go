@@ -15,9 +15,9 @@ import (
 // "conformance: "), which says nothing to a user.
 func TestNoPackagePrefix(t *testing.T) {
 	for _, pkg := range []string{"local", "conformance"} {
-		files, err := filepath.Glob(filepath.Join("..", "..", "internal", pkg, "*.go"))
+		files, err := filepath.Glob(filepath.Join("internal", pkg, "*.go"))
 		if err != nil || len(files) == 0 {
-			t.Fatalf("the sources of internal/%s: %v", pkg, err)
+			t.Fatalf("the sources of cmd/millrace/internal/%s: %v", pkg, err)
 		}
 		for _, file := range files {
 			if strings.HasSuffix(file, "_test.go") {

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ankka-flow/millrace/internal/kafkaconn"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/replay"
+	"github.com/ankka-flow/millrace/internal/kafkaconn"
 )
 
 // int32List is a repeatable flag of partition numbers.
@@ -36,7 +36,9 @@ func runReplay(ctx context.Context, e *env, args []string) error {
 	usage := "rewind|dead-letters [flags]\n\n" +
 		"  rewind        set a stopped streamlet's consumer group back to a time or an offset\n" +
 		"  dead-letters  send the records of a dead-letter topic back to the topics they came from\n\n" +
-		"Run 'millrace replay rewind -h' or 'millrace replay dead-letters -h' for their flags."
+		"Both connect to --brokers (default $FLOW_BROKERS) with the sidecar's TLS and SASL settings,\n" +
+		"its FLOW_KAFKA_* variables (docs/sidecar.md, \"Secured clusters\"), checked by one connection first.\n" +
+		"Run 'millrace replay rewind -h' or 'millrace replay dead-letters -h' for their flags and those variables."
 	if len(args) == 0 {
 		fs := newFlagSet(e, "replay", usage)
 		return fs.usageErr("name what to replay: rewind or dead-letters")

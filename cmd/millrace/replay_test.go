@@ -100,3 +100,20 @@ func TestReplayUnreachable(t *testing.T) {
 		t.Errorf("Rewind(silent listener) = %v; want ErrUnreachable", err)
 	}
 }
+
+// TestReplayHelpNamesTheConnection: `millrace replay -h` says that both replays take the
+// sidecar's TLS and SASL settings, and each replay's -h lists those variables.
+func TestReplayHelpNamesTheConnection(t *testing.T) {
+	code, out, _ := runCmd(t, "replay", "-h")
+	if code != 0 || !strings.Contains(out, "the sidecar's TLS and SASL settings") || !strings.Contains(out, "FLOW_KAFKA_*") {
+		t.Errorf("replay -h = %d:\n%s\nwant the sidecar's TLS and SASL settings (FLOW_KAFKA_*) named", code, out)
+	}
+	for _, sub := range []string{"rewind", "dead-letters"} {
+		_, out, _ := runCmd(t, "replay", sub, "-h")
+		for _, v := range []string{"FLOW_KAFKA_TLS", "FLOW_KAFKA_SASL_MECHANISM", "FLOW_KAFKA_SASL_PASSWORD_FILE"} {
+			if !strings.Contains(out, v) {
+				t.Errorf("replay %s -h does not list %s:\n%s", sub, v, out)
+			}
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 // readies, a record the action refuses on every delivery (with no --dead-letter). millrace
 // test, fixtures or conformance, names a command it cannot execute in the same words.
 func TestRunFailsFast(t *testing.T) {
+	testkit.NeedTools(t, "python3")
 	const shebang = "#!/usr/bin/env python3\n"
 	tests := []struct {
 		name    string
@@ -120,6 +121,7 @@ func TestRunFailsFast(t *testing.T) {
 // TestRunProtocolFaultVerbose: with -v, the run that ends on a protocol violation keeps the
 // whole story in its log (every attempt and the processes it killed) before the one line.
 func TestRunProtocolFaultVerbose(t *testing.T) {
+	testkit.NeedTools(t, "python3")
 	dir := filepath.Join(t.TempDir(), "t")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

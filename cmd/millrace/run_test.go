@@ -4,12 +4,15 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestRunFlags: every flag of run does something, so one that would do nothing, or a value
 // that cannot work, is an error naming it; --metrics serves the run's metrics; --data says
 // where the in-process broker listens.
 func TestRunFlags(t *testing.T) {
+	testkit.NeedTools(t, "python3") // actions/score-listing
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

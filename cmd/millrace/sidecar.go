@@ -11,13 +11,13 @@ import (
 )
 
 // runSidecar runs the standard Ankka Flow sidecar, configured by FLOW_* environment variables
-// (README, "The sidecar"). `millrace sidecar ready-check` exits 0 iff the readiness file
+// (docs/sidecar.md). `millrace sidecar ready-check` exits 0 iff the readiness file
 // exists, for a container probe without a shell.
 func runSidecar(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "sidecar", "[ready-check] [-log-level LEVEL]\n\n"+
 		"Runs the standard Ankka Flow sidecar: Kafka to the streamlet process on\n"+
 		"127.0.0.1:$FLOW_PROCESS_PORT and back. `ready-check` exits 0 once $FLOW_READINESS_FILE exists.\n"+
-		"The environment it reads (README, \"The sidecar\"):\n"+sidecarEnvHelp())
+		"The environment it reads (docs/sidecar.md):\n"+sidecarEnvHelp())
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.parse(args); err != nil {
 		return err

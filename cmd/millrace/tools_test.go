@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/protocol"
 )
 
@@ -114,6 +116,7 @@ func TestInitThenTest(t *testing.T) {
 	for _, lang := range []string{"python", "node", "ruby", "raw"} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
+			testkit.NeedTools(t, langTools[lang]...)
 			dir := filepath.Join(t.TempDir(), "x")
 			t0 := time.Now()
 			code, out, errOut := runCmd(t, "init", "action", dir, "--lang", lang)
@@ -159,6 +162,7 @@ func TestInitStateThenTest(t *testing.T) {
 	for _, lang := range []string{"bash", "python"} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
+			testkit.NeedTools(t, langTools[lang]...)
 			dir := filepath.Join(t.TempDir(), "x")
 			if code, out, errOut := runCmd(t, "init", "action", dir, "--lang", lang, "--state", "events,ttl=24h"); code != 0 {
 				t.Fatalf("init --state = %d: %s%s", code, out, errOut)
@@ -192,6 +196,7 @@ func TestInitStateThenTest(t *testing.T) {
 // TestRunCommand: millrace run reads stdin when no --input is given, prints the outputs on
 // stdout and the summary on stderr, and exits 1 with the reason on a bad input line.
 func TestRunCommand(t *testing.T) {
+	testkit.NeedTools(t, "python3")
 	sample, err := os.ReadFile("../../actions/score-listing/sample.jsonl")
 	if err != nil {
 		t.Fatal(err)
@@ -215,3 +220,38 @@ func TestRunCommand(t *testing.T) {
 		t.Fatalf("run --set x = %d, %s; want a usage error", code, errOut)
 	}
 }
+
+// needRuntime skips t outside CI (fails it in CI) when the program an action directory or a
+// pipeline file runs is not on PATH: bash actions need jq too, Go ones go.
+func needRuntime(t *testing.T, path string) {
+	t.Helper()
+	var commands [][]string
+	if strings.HasSuffix(path, ".pipeline") {
+		p, err := actiondir.LoadPipeline(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range p.Streamlets {
+			commands = append(commands, s.Action.Command)
+		}
+	} else {
+		a, err := actiondir.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commands = append(commands, a.Command)
+	}
+	for _, c := range commands {
+		progs := []string{c[0]}
+		if c[0] == "bash" {
+			progs = append(progs, "jq")
+		}
+		if strings.HasPrefix(c[0], "./") || strings.HasPrefix(c[0], "/") {
+			continue // a program of the action's own
+		}
+		testkit.NeedTools(t, progs...)
+	}
+}
+
+// langTools are the programs an action `millrace init` writes in a language runs.
+var langTools = map[string][]string{"python": {"python3"}, "raw": {"python3"}, "node": {"node"}, "ruby": {"ruby"}, "bash": {"bash", "jq"}, "go": {"go"}}

@@ -36,17 +36,18 @@ const (
 	envTokenFile    = "FLOW_KAFKA_SASL_OAUTHBEARER_TOKEN_FILE"
 )
 
-// Vars are the variables FromEnv reads, with their default and meaning, for help texts.
+// Vars are the variables FromEnv reads, with their default, meaning and docs text: rows of the
+// sidecar's settings table, for its -h and docs/sidecar.md, and of `millrace replay -h`.
 var Vars = []settings.Var{
-	{Name: envTLS, Default: "false", Meaning: "true for TLS to the brokers"},
-	{Name: envTLSCAFile, Default: "system roots", Meaning: "PEM CA bundle for the brokers' certificates"},
-	{Name: envTLSCertFile, Default: "none", Meaning: "client certificate, for mutual TLS (with FLOW_KAFKA_TLS_KEY_FILE)"},
-	{Name: envTLSKeyFile, Default: "none", Meaning: "client key (with FLOW_KAFKA_TLS_CERT_FILE)"},
-	{Name: envMechanism, Default: "none", Meaning: "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"},
-	{Name: envUsername, Default: "none", Meaning: "SASL user (PLAIN and SCRAM)"},
-	{Name: envPassword, Default: "none", Meaning: "SASL password (or FLOW_KAFKA_SASL_PASSWORD_FILE)"},
-	{Name: envPasswordFile, Default: "none", Meaning: "file holding the SASL password, e.g. a mounted Secret"},
-	{Name: envTokenFile, Default: "none", Meaning: "OAUTHBEARER: file holding the token, read again at every authentication"},
+	{Name: envTLS, Default: "false", Meaning: "true for TLS to the brokers", Doc: "`true` for TLS to the brokers (system roots unless a CA is given)", Literal: true},
+	{Name: envTLSCAFile, Default: "system roots", Meaning: "PEM CA bundle for the brokers' certificates", Doc: "PEM CA bundle for the brokers' certificates"},
+	{Name: envTLSCertFile, Default: "none", Meaning: "client certificate, for mutual TLS (with FLOW_KAFKA_TLS_KEY_FILE)", Doc: "client certificate, for mutual TLS (with `FLOW_KAFKA_TLS_KEY_FILE`: both or neither); an expired certificate is refused at start-up"},
+	{Name: envTLSKeyFile, Default: "none", Meaning: "client key (with FLOW_KAFKA_TLS_CERT_FILE)", Doc: "client key, for mutual TLS (with `FLOW_KAFKA_TLS_CERT_FILE`)"},
+	{Name: envMechanism, Default: "none", Meaning: "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", Doc: "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`"},
+	{Name: envUsername, Default: "none", Meaning: "SASL user (PLAIN and SCRAM)", Doc: "the SASL user (PLAIN and SCRAM)"},
+	{Name: envPassword, Default: "none", Meaning: "SASL password (or FLOW_KAFKA_SASL_PASSWORD_FILE)", Doc: "the SASL password, or `FLOW_KAFKA_SASL_PASSWORD_FILE` (one of the two)"},
+	{Name: envPasswordFile, Default: "none", Meaning: "file holding the SASL password, e.g. a mounted Secret", Doc: "a file holding the SASL password (a mounted Secret; one trailing newline is dropped)"},
+	{Name: envTokenFile, Default: "none", Meaning: "OAUTHBEARER: file holding the token, read again at every authentication", Doc: "`OAUTHBEARER`: the file holding the token, read again at every authentication, so a rotated token (a projected service-account token) is used from the next connection on"},
 }
 
 // Settings are a connection's security: nil fields are off.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ankka-flow/millrace/internal/schema"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // pipInstall is what scripts/setup runs for the cross-check.
@@ -33,12 +34,8 @@ func python(t *testing.T, args ...string) {
 // MILLRACE_SCHEMA_REGISTRY_TEST_URL names, if set, else srfake. It needs python3 with confluent-kafka and
 // protoc, which scripts/setup installs; without them it fails, saying so.
 func TestConfluentPython(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatalf("the cross-check needs python3 on PATH (scripts/setup installs it): %v", err)
-	}
-	if out, err := exec.Command("python3", "-c", "import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, confluent_kafka.schema_registry.json_schema").CombinedOutput(); err != nil {
-		t.Fatalf("the cross-check needs confluent-kafka-python with its serializers: run scripts/setup, or\n  %s\n(%v: %s)", pipInstall, err, out)
-	}
+	testkit.NeedPython(t, pipInstall, "confluent_kafka.schema_registry.avro", "confluent_kafka.schema_registry.protobuf", "confluent_kafka.schema_registry.json_schema")
+	testkit.NeedTools(t, "protoc") // the cross-check generates its _pb2 modules
 	protoc, err := exec.LookPath("protoc")
 	if err != nil {
 		t.Fatalf("the cross-check generates its _pb2 modules with protoc (scripts/setup installs it): %v", err)

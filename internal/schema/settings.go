@@ -25,21 +25,21 @@ const (
 	envCacheTTL     = "MILLRACE_SCHEMA_REGISTRY_CACHE_TTL"
 )
 
-// Vars are the variables SettingsFromEnv reads, with their default and meaning, for the
-// bridge's settings table and help texts.
-var Vars = []struct{ Name, Default, Help string }{
-	{envURL, "none", "schema registry URLs, comma-separated (http:// or https://)"},
-	{envUsername, "none", "basic auth user (with MILLRACE_SCHEMA_REGISTRY_PASSWORD or _PASSWORD_FILE)"},
-	{envPassword, "none", "basic auth password"},
-	{envPasswordFile, "none", "file holding the basic auth password, e.g. a mounted Secret"},
-	{envToken, "none", "bearer token"},
-	{envTokenFile, "none", "file holding the bearer token, read again when it changes"},
-	{envCAFile, "system roots", "PEM CA bundle for the registry's certificate"},
-	{envCertFile, "none", "client certificate, for mutual TLS (with MILLRACE_SCHEMA_REGISTRY_KEY_FILE)"},
-	{envKeyFile, "none", "client key (with MILLRACE_SCHEMA_REGISTRY_CERT_FILE)"},
-	{envTimeout, "10s", "timeout of one request to the registry"},
-	{envCacheSize, "1000", "schemas held in memory"},
-	{envCacheTTL, "5m", "how long the latest version of a subject is trusted"},
+// Vars are the variables SettingsFromEnv reads, with their default, meaning and docs text:
+// rows of the bridge's settings table, for its -h and docs/action-config.md.
+var Vars = []settings.Var{
+	{Name: envURL, Default: "—", Meaning: "schema registry URLs, comma-separated (http:// or https://)", Doc: "the schema registry's URLs, comma-separated (`http://` or `https://`), for the ports of `--decode`/`--encode` ([docs/encoded-topics.md](encoded-topics.md)); a line with such a port and no URL is a start error; plain ports never contact it"},
+	{Name: envUsername, Default: "—", Meaning: "basic auth user (with MILLRACE_SCHEMA_REGISTRY_PASSWORD or _PASSWORD_FILE)", Doc: "basic auth user, with `_PASSWORD` or `_PASSWORD_FILE` (a mounted Secret)"},
+	{Name: envPassword, Default: "—", Meaning: "basic auth password", Doc: "basic auth password"},
+	{Name: envPasswordFile, Default: "—", Meaning: "file holding the basic auth password, e.g. a mounted Secret", Doc: "file holding the basic auth password"},
+	{Name: envToken, Default: "—", Meaning: "bearer token", Doc: "bearer token"},
+	{Name: envTokenFile, Default: "—", Meaning: "file holding the bearer token, read again when it changes", Doc: "file holding the bearer token, read again when it changes"},
+	{Name: envCAFile, Default: "system roots", Meaning: "PEM CA bundle for the registry's certificate", Doc: "PEM CA bundle for the registry's certificate"},
+	{Name: envCertFile, Default: "—", Meaning: "client certificate, for mutual TLS (with MILLRACE_SCHEMA_REGISTRY_KEY_FILE)", Doc: "client certificate for mutual TLS, with `_KEY_FILE`"},
+	{Name: envKeyFile, Default: "—", Meaning: "client key (with MILLRACE_SCHEMA_REGISTRY_CERT_FILE)", Doc: "client key, with `_CERT_FILE`"},
+	{Name: envTimeout, Default: "10s", Meaning: "timeout of one request to the registry", Doc: "timeout of one request to the registry; one that does not answer is retried with backoff for 30 s, then the batch is failed (nothing committed, redelivered)", Literal: true},
+	{Name: envCacheSize, Default: "1000", Meaning: "schemas held in memory", Doc: "schemas held in memory (by id, for ever within the size)", Literal: true},
+	{Name: envCacheTTL, Default: "5m", Meaning: "how long the latest version of a subject is trusted", Doc: "how long the latest version of a subject is trusted", Literal: true},
 }
 
 // tlsVars are the registry client's TLS variables: TLS is on for an https URL.

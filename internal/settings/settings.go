@@ -6,8 +6,9 @@
 //
 // A [Reader] gathers every problem instead of stopping at the first, so that a bad deployment is
 // reported at once, each line naming the variable, its value and a form it accepts. Each side
-// keeps its one table of [Var] rows (name, default, meaning) beside the one function that reads
-// them; this package holds no setting of its own.
+// declares its settings once, as the [Row]s of a [Table] (name, default, bounds, help, docs
+// text, the field it sets), which default, read and list them; this package holds no setting
+// of its own.
 package settings
 
 import (
@@ -25,11 +26,13 @@ import (
 var ErrSettings = errors.New("settings: bad deploy settings")
 
 // Var is one row of a side's table of settings: an environment variable, what it means when
-// unset (as the README's table writes it), and what it sets.
+// unset (as the docs' tables write it), and what it sets.
 type Var struct {
 	Name    string
 	Default string
-	Meaning string
+	Meaning string // the -h line
+	Doc     string // the docs table's text; empty: Meaning
+	Literal bool   // Default is a value (written in backticks in the docs), not a phrase
 }
 
 // badSettings lists every problem a Reader found, one per line. It names no side: its caller

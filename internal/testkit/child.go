@@ -11,7 +11,7 @@ import (
 )
 
 // EnvRole names the role the test binary plays when a test starts it as a child process (an
-// action, a sidecar, a bridge): the test binary plays the child (STYLE 17).
+// action, a sidecar, a bridge): the test binary plays the child, so a test needs no other program.
 const EnvRole = "MILLRACE_TEST_ROLE"
 
 // RoleEnv is the environment entry that makes the test binary play role.
@@ -32,6 +32,9 @@ func Main(m *testing.M, play func(role string) int, after func(), opts ...goleak
 		Play(play)
 	}
 	code := m.Run()
+	if s := skippedSummary(); s != "" {
+		fmt.Fprint(os.Stderr, s)
+	}
 	if after != nil {
 		after()
 	}

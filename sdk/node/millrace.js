@@ -3,13 +3,16 @@
  * millrace: write a Millstream action in Node.js (standard library only, one file, CommonJS).
  *
  * An action reads items on stdin and answers on stdout, one JSON line each (docs/protocol.md).
- * This module speaks that protocol for you, so an action is one call:
+ * This module speaks that protocol for you, so an action is one call. Most actions wait on a
+ * call per record (an HTTP API, a database, a model): an async handler runs up to a window of
+ * deliveries (128) at once, each answered as it settles:
  *
  *   const millrace = require('millrace');
- *   millrace.map((payload, item) => {
+ *   millrace.map(async (payload, item) => {
  *     if (!payload.surface) throw new millrace.Abstain('no surface area');
- *     item.metric('rooms', payload.rooms, { city: payload.city || '?' });
- *     return { id: payload.id, score: 3 * payload.rooms };
+ *     const res = await fetch(URL, { method: 'POST', body: JSON.stringify(payload), signal: item.signal });
+ *     if (!res.ok) throw new millrace.Retryable(`scoring answered ${res.status}`);
+ *     return { id: payload.id, score: (await res.json()).score };
  *   });
  *
  * - map(fn): fn(payload, item) returns (or resolves to) one output, which keeps the item's key.
@@ -34,19 +37,33 @@
  *   StateError and fails the item with the engine's words, even if caught. "state": true is
  *   declared in ready when hello names an inlet that keeps state.
  *
- * Handlers may be async; items are still answered one after another, in order. The SDK
- * declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks and
- * writes the answers of a run of items in one write, as one {"type":"batch",...} line.
- * console.log and anything else written to process.stdout go to stderr, as JSON log lines
- * tagged with the item whose handler wrote them: stdout carries protocol lines only. shutdown
- * or the end of stdin exits with status 0.
+ * - Concurrency: a handler declared async (an AsyncFunction) runs concurrently: up to
+ *   opts.window deliveries (CONCURRENT_WINDOW, 128) at once, each answered as it settles, and
+ *   ready declares "concurrent" and "cancel". When the engine cancels a delivery (its --timeout
+ *   passed), item.signal (an AbortSignal) is aborted and the item answered with a retryable
+ *   error at once; what its handler does later is dropped. The SDK must say so in ready,
+ *   before the first item, so it goes by the handler's form: a plain function returning a
+ *   promise runs concurrently with { concurrent: true }, an async one one at a time with
+ *   { concurrent: false }. Any other handler runs one item at a time, in order, as before.
+ *
+ * The SDK declares a window (64 deliveries; 128 concurrent) and batch envelopes in ready, reads
+ * stdin in chunks and writes the answers of a run of items in one write, as one
+ * {"type":"batch",...} line. console.log and anything else written to process.stdout go to
+ * stderr, as JSON log lines tagged with the item whose handler wrote them (a concurrent one's
+ * too: the item is kept per async context by an AsyncLocalStorage), as are millrace.log's lines
+ * written inside a handler: stdout carries protocol lines only. shutdown or the end of stdin
+ * exits with status 0 (a concurrent handler's items in flight answered first).
  */
 
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
 
-const WINDOW = 64;
+const WINDOW = 64; // deliveries written ahead to a handler run one at a time
+// Deliveries a concurrent handler has in flight at most: more than a sidecar batch (100
+// records), so the calls of one batch run in one wave rather than two.
+const CONCURRENT_WINDOW = 128;
+const CANCELLED = 'cancelled: the engine cancelled this delivery (its --timeout passed); the attempt is retried';
 const FLUSH_AFTER_MS = 50; // answers of a slow run still go out this often
 const MAX_LINE = 8 << 20; // bytes in one protocol line, newline excluded (stdio.MaxLineBytes)
 const ENV_HEAD = '{"type":"batch","messages":[';
@@ -119,9 +136,14 @@ class Log {
     return new Log({ ...this.fields, ...fields });
   }
   write(level, msg, fields) {
+    let tags;
+    if (this.fields.delivery === undefined && !(fields && fields.delivery !== undefined)) {
+      const it = currentItem(); // a line of the unbound logger inside a handler: its delivery
+      if (it) tags = itemTags(it);
+    }
     let line;
     try {
-      line = JSON.stringify({ level, msg: String(msg), ...this.fields, ...fields });
+      line = JSON.stringify({ level, msg: String(msg), ...tags, ...this.fields, ...fields });
     } catch (e) {
       line = JSON.stringify({ level, msg: String(msg), fields: String(e) });
     }
@@ -134,6 +156,11 @@ class Log {
 }
 
 const log = new Log();
+
+const itemTags = (it) => ({ delivery: it.delivery, item: it.id, attempt: it.attempt });
+// The item whose handler runs here: the session's current one, or (concurrent handlers) the
+// one of this async context, kept by an AsyncLocalStorage.
+let currentItem = () => null;
 
 let tmpWorkdir = null;
 
@@ -189,6 +216,19 @@ class Item {
     this._log = null;
     this._st = undefined; // the staged state's JSON ('null' deletes)
     this._stErr = null; // a state the engine would refuse: the item's error
+    this._ac = null; // the AbortController behind signal, made when first asked for
+    // a concurrent session's: the item's messages until its answer, whether it came in an
+    // envelope, a line written in pieces, whether the engine cancelled it
+    this._out = null;
+    this._env = false;
+    this._pbuf = '';
+    this._cancelled = false;
+  }
+  /** Aborted when the engine cancels the delivery (its --timeout passed): pass it to fetch and
+   * other calls that take one, so they stop. Never aborted for a handler run one at a time. */
+  get signal() {
+    if (!this._ac) this._ac = new AbortController();
+    return this._ac.signal;
   }
   /** string, Buffer when it is not UTF-8, null when absent */
   get key() { return bytesOrText(this.raw.key, this.raw.keyBase64); }
@@ -209,7 +249,7 @@ class Item {
   get vars() { return this._s.vars; }
   get workdir() { return workdir(); }
   get log() {
-    if (!this._log) this._log = log.bind({ delivery: this.delivery, item: this.id, attempt: this.attempt });
+    if (!this._log) this._log = log.bind(itemTags(this));
     return this._log;
   }
   /** The key's state: the JSON value the action last staged for it, undefined when none. */
@@ -255,7 +295,7 @@ class Item {
       m.labels = {};
       for (const [k, x] of Object.entries(labels)) m.labels[k] = String(x);
     }
-    this._s.out.push(JSON.stringify(m));
+    (this._out || this._s.out).push(JSON.stringify(m));
   }
 }
 
@@ -304,6 +344,8 @@ function where(err) {
   const line = String((err && err.stack) || '').split('\n').find((l) => /^\s+at /.test(l));
   return line ? ` (${line.trim().replace(/^at /, '')})` : '';
 }
+
+const isAsyncFunction = (fn) => Object.prototype.toString.call(fn) === '[object AsyncFunction]';
 
 const isThenable = (v) => v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function';
 
@@ -356,7 +398,8 @@ class Session {
     this.size = opts.size || 0;
     this.linger = opts.linger === undefined ? 5 : opts.linger;
     this.keyed = kind === 'mapKeyed' || !!opts.keyed;
-    this.window = Math.max(opts.window || WINDOW, this.size);
+    this.concurrent = opts.concurrent === undefined ? isAsyncFunction(fn) : !!opts.concurrent;
+    this.window = Math.max(opts.window || (this.concurrent ? CONCURRENT_WINDOW : WINDOW), this.size);
     this.write = write;
     this.config = null;
     this.vars = {};
@@ -366,6 +409,8 @@ class Session {
     this.held = []; // [envelope, messages] to write before out, in another framing
     this.lastFlush = Date.now();
     this.current = null; // the item whose handler runs, for console.log's lines
+    this.als = null; // a concurrent session's AsyncLocalStorage: the item of each async context
+    this.printed = null; // writes a line printed by a handler, tagged
     this.queue = []; // decoded messages not yet handled
     this.qhead = 0;
     this.pending = []; // batch mode: items waiting for a full batch or the linger
@@ -376,6 +421,16 @@ class Session {
     this.rest = []; // pieces of a line longer than one chunk
     this.ended = false;
     this.eofSeen = false;
+    // a concurrent session's
+    this.taken = 0; // items taken from the queue and not answered (pending or running)
+    this.holding = new Map(); // delivery -> each of those items
+    this.queued = new Map(); // delivery -> whether it came in an envelope, of items not taken
+    this.dropped = new Set(); // deliveries cancelled before they were taken
+    this.inEnvelope = false; // whether the messages being pumped came in an envelope
+    this.full = false; // the pump waits for a slot in the window
+    this.pumping = false;
+    this.flushing = false; // a flush is scheduled
+    this.ending = false; // shutdown or the end of stdin: exit once every item is answered
   }
 
   flush(done) {
@@ -510,6 +565,7 @@ class Session {
   }
 
   runBatch() {
+    if (this.concurrent) return this.startBatch();
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;
@@ -567,7 +623,8 @@ class Session {
     const stateful = Object.keys(this.stateInlets).length > 0; // declared only when the line keeps state, as the Go SDK
     this.flush();
     this.frameAs(false); // ready is a line of its own, never in an envelope
-    this.out.push(`{"type":"ready","window":${this.window},"batch":true${stateful ? ',"state":true' : ''}}`);
+    const extra = this.concurrent ? ',"concurrent":true,"cancel":true' : '';
+    this.out.push(`{"type":"ready","window":${this.window},"batch":true${extra}${stateful ? ',"state":true' : ''}}`);
     this.flush();
   }
 
@@ -605,7 +662,7 @@ class Session {
     }
     if (msg === null || typeof msg !== 'object') return;
     if (msg.type !== 'batch') {
-      this.queue.push(msg);
+      this.enqueue(msg, false);
       return;
     }
     const msgs = msg.messages;
@@ -616,9 +673,21 @@ class Session {
     this.queue.push(ENVELOPE_START);
     for (let i = 0; i < msgs.length; i++) {
       const m = msgs[i];
-      if (m !== null && typeof m === 'object') this.queue.push(m);
+      if (m !== null && typeof m === 'object') this.enqueue(m, true);
     }
     this.queue.push(ENVELOPE_END);
+  }
+
+  enqueue(msg, envelope) {
+    if (this.concurrent) {
+      // a cancel is handled as it is read: the window may be full of the calls it cancels
+      if (msg.type === 'cancel') {
+        this.onCancel(msg);
+        return;
+      }
+      if (msg.type === 'item' && typeof msg.delivery === 'string') this.queued.set(msg.delivery, envelope);
+    }
+    this.queue.push(msg);
   }
 
   /** Runs the pending batch before the message just taken, which is taken again once it is answered. */
@@ -639,14 +708,31 @@ class Session {
 
   /** Handles queued messages until the queue is empty or a handler goes async. */
   pump() {
-    while (!this.busy && !this.ended && this.qhead < this.queue.length) {
+    this.pumping = true;
+    try {
+      this.pumpQueue();
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  pumpQueue() {
+    while (!this.busy && !this.ended && !this.ending && this.qhead < this.queue.length) {
       const msg = this.queue[this.qhead++];
       let wait = null;
       switch (msg.type) {
         case 'item':
           if (!this.hello) {
             log.error('an item before hello; answering error', { delivery: msg.delivery });
+            if (this.concurrent) this.frameAs(this.inEnvelope);
             this.error(msg.delivery || '', 'an item before hello', false);
+          } else if (this.concurrent) {
+            if (this.taken >= this.window) { // the window is full: on when an answer frees a slot
+              this.qhead--;
+              this.full = true;
+              return;
+            }
+            this.take(msg);
           } else if (this.size) {
             this.pending.push(msg);
             if (this.pending.length >= this.size) wait = this.runBatch();
@@ -659,11 +745,13 @@ class Session {
           break;
         case '':
           if (msg === ENVELOPE_START) {
-            this.frameAs(true);
+            if (this.concurrent) this.inEnvelope = true; // each answer takes its item's framing
+            else this.frameAs(true);
           } else if (msg === ENVELOPE_END) {
             // the items of an envelope are what the engine had room to write at once: a batch
             // handler gets them without waiting for the linger, answered in the envelope
             if (this.pending.length) wait = this.runBefore();
+            else if (this.concurrent) this.inEnvelope = false;
             else this.frameAs(false);
           }
           break;
@@ -686,7 +774,7 @@ class Session {
       this.queue = [];
       this.qhead = 0;
     }
-    if (this.eofSeen && !this.busy && !this.ended) {
+    if (this.eofSeen && !this.busy && !this.ended && !this.ending) {
       // nothing more will come: run what is pending now, then end
       if (this.pending.length) {
         const wait = this.runBatch();
@@ -710,8 +798,161 @@ class Session {
     this.flush();
   }
 
+  // -- a concurrent handler: up to the window of items at once, each answered as it settles
+
+  /** Starts one item (or adds it to the pending batch). */
+  take(raw) {
+    const d = raw.delivery;
+    this.queued.delete(d);
+    if (this.dropped.delete(d)) return; // cancelled before it was taken: answered then
+    const item = new Item(this, raw);
+    item._out = [];
+    item._env = this.inEnvelope;
+    if (this.configError !== null) {
+      this.frameAs(item._env);
+      this.error(item.delivery, this.configError, false);
+      this.soon();
+      return;
+    }
+    this.taken++;
+    this.holding.set(item.delivery, item);
+    if (this.size) {
+      this.pending.push(item);
+      if (this.pending.length >= this.size) this.startBatch();
+      return;
+    }
+    let result;
+    try {
+      result = this.als.run(item, this.fn, item.payload, item);
+    } catch (err) {
+      this.settle(item, false, err);
+      return;
+    }
+    if (isThenable(result)) {
+      Promise.resolve(result).then((r) => this.als.run(null, () => this.settle(item, true, r)),
+        (err) => this.als.run(null, () => this.settle(item, false, err)));
+    } else {
+      this.settle(item, true, result);
+    }
+  }
+
+  /** Starts the pending items as one batch. */
+  startBatch() {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const items = this.pending;
+    this.pending = [];
+    if (!items.length) return null;
+    const settle = (ok, v) => {
+      if (ok && (!Array.isArray(v) || v.length !== items.length)) {
+        ok = false;
+        v = new TypeError(`the batch handler returned ${Array.isArray(v) ? v.length + ' results' : typeof v} for ${items.length} items: return an array with one result per item, in order`);
+      }
+      if (!ok) {
+        if (!(v instanceof Abstain)) log.error('the batch handler threw: every item of the batch fails', { items: items.length, error: String(v), stack: String((v && v.stack) || v) });
+        for (const it of items) if (this.finish(it)) this.fail(it, v, false);
+      } else {
+        items.forEach((it, i) => {
+          if (!this.finish(it)) return;
+          const r = v[i];
+          if (r instanceof Error) this.fail(it, r, !(r instanceof Abstain || r instanceof Retryable));
+          else this.succeed(it, r, this.keyed);
+        });
+      }
+      this.resume();
+    };
+    let results;
+    try {
+      results = this.als.run(null, this.fn, items);
+    } catch (err) {
+      settle(false, err);
+      return null;
+    }
+    if (isThenable(results)) {
+      Promise.resolve(results).then((r) => this.als.run(null, settle, true, r), (err) => this.als.run(null, settle, false, err));
+    } else {
+      settle(true, results);
+    }
+    return null;
+  }
+
+  settle(item, ok, v) {
+    if (this.finish(item)) {
+      if (ok) this.succeed(item, v, this.keyed);
+      else this.fail(item, v, !(v instanceof Abstain));
+    }
+    this.resume();
+  }
+
+  /** Readies the answer of item: its window slot freed, its framing taken, its messages so far
+   * written. False when it was cancelled: it was answered then, and is no more. */
+  finish(item) {
+    if (item._cancelled) return false;
+    this.holding.delete(item.delivery);
+    this.taken--;
+    this.frameAs(item._env);
+    for (const m of item._out) this.out.push(m);
+    item._out = [];
+    if (item._pbuf) { // a line written without its end
+      this.printed(item._pbuf, item);
+      item._pbuf = '';
+    }
+    this.soon();
+    return true;
+  }
+
+  /** Takes more items once an answer freed a slot. */
+  resume() {
+    if (this.full && !this.pumping) {
+      this.full = false;
+      this.pump();
+    }
+  }
+
+  /** A cancel from the engine: the item's signal aborted and its answer (a retryable error)
+   * written at once; whatever its handler does later is dropped. */
+  onCancel(msg) {
+    const d = msg.delivery;
+    if (typeof d !== 'string') return;
+    const item = this.holding.get(d);
+    if (item) {
+      item._out = []; // its metrics so far: the engine would drop them
+      this.finish(item);
+      item._cancelled = true;
+      const i = this.pending.indexOf(item);
+      if (i >= 0) this.pending.splice(i, 1);
+      this.error(d, CANCELLED, true);
+      this.full = false; // the pump that follows the read takes the next item
+      if (item._ac) item._ac.abort();
+    } else if (this.queued.has(d)) { // read, not yet taken: never run
+      this.frameAs(this.queued.get(d));
+      this.queued.delete(d);
+      this.dropped.add(d);
+      this.error(d, CANCELLED, true);
+      this.soon();
+    } // else answered already (the cancel crossed the answer) or never held: ignored
+  }
+
+  /** Flushes once the answers settled in this turn are in: one write for them. */
+  soon() {
+    if (this.flushing) return;
+    this.flushing = true;
+    setImmediate(() => {
+      this.flushing = false;
+      if (this.ending && this.taken === 0) this.end();
+      else this.flush();
+    });
+  }
+
   end() {
     if (this.ended) return;
+    if (this.taken > 0) { // a concurrent handler's items in flight: the last answer ends it
+      this.ending = true;
+      this.soon();
+      return;
+    }
     this.ended = true;
     this.flush(() => process.exit(0));
   }
@@ -725,6 +966,8 @@ class Session {
 
 function serve(kind, fn, opts = {}) {
   if (typeof fn !== 'function') throw new TypeError(`millrace.${kind} takes a function, not ${typeof fn}`);
+  if (opts.window !== undefined && !(Number.isInteger(opts.window) && opts.window >= 1)) throw new RangeError(`millrace.${kind}: window must be a whole number of at least 1, not ${opts.window}`);
+  if (opts.concurrent !== undefined && typeof opts.concurrent !== 'boolean') throw new TypeError(`millrace.${kind}: concurrent must be true or false, not ${JSON.stringify(opts.concurrent)}`);
   // stdout is the protocol's: console.log and other writes to process.stdout become JSON log
   // lines on stderr, tagged with the item whose handler wrote them (with a window the engine
   // cannot tell which delivery a raw stderr line belongs to; the SDK can)
@@ -733,21 +976,34 @@ function serve(kind, fn, opts = {}) {
   const s = new Session(kind, fn, opts, (data, done) => {
     protoWrite(data, done);
   });
+  if (s.concurrent) {
+    const { AsyncLocalStorage } = require('async_hooks');
+    s.als = new AsyncLocalStorage(); // the item of each handler's async context
+  }
+  currentItem = () => (s.als && s.als.getStore()) || s.current;
   let printed = ''; // a line written in pieces
-  const logPrinted = (line) => {
-    const it = s.current;
-    log.write('INFO', line, it ? { stream: 'stdout', delivery: it.delivery, item: it.id, attempt: it.attempt } : { stream: 'stdout' });
+  const logPrinted = (line, it) => {
+    log.write('INFO', line, it ? { stream: 'stdout', ...itemTags(it) } : { stream: 'stdout' });
   };
+  s.printed = logPrinted;
   stdout.write = (chunk, encoding, cb) => {
     if (typeof encoding === 'function') cb = encoding;
-    const lines = (printed + (typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'))).split('\n');
-    printed = lines.pop();
-    for (const line of lines) logPrinted(line);
+    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+    const it = currentItem();
+    let lines;
+    if (it && it._out !== null) { // a concurrent handler's: gathered on its item, so pieces never mix
+      lines = (it._pbuf + text).split('\n');
+      it._pbuf = lines.pop();
+    } else {
+      lines = (printed + text).split('\n');
+      printed = lines.pop();
+    }
+    for (const line of lines) logPrinted(line, it);
     if (typeof cb === 'function') process.nextTick(cb);
     return true;
   };
   process.on('exit', () => {
-    if (printed) logPrinted(printed);
+    if (printed) logPrinted(printed, null);
   });
   stdout.on('error', (err) => {
     if (err.code === 'EPIPE') process.exit(0); // the engine is gone
@@ -762,7 +1018,8 @@ function serve(kind, fn, opts = {}) {
   return s;
 }
 
-/** Serves fn(payload, item) -> value: one output per item, with the item's key. */
+/** Serves fn(payload, item) -> value: one output per item, with the item's key. An async fn
+ * (or opts.concurrent) runs up to opts.window items at once. */
 function map(fn, opts) {
   serve('map', fn, opts);
 }
@@ -781,7 +1038,7 @@ function batch(fn, opts = {}) {
   serve('batch', fn, { ...opts, size });
 }
 
-module.exports = { map, mapKeyed, batch, output, Output, Item, Abstain, Retryable, ConfigError, StateError, log, workdir, WINDOW, checkConfig };
+module.exports = { map, mapKeyed, batch, output, Output, Item, Abstain, Retryable, ConfigError, StateError, log, workdir, WINDOW, CONCURRENT_WINDOW, checkConfig };
 // for the SDK's own tests and measurements, not an API
 module.exports._Session = Session;
 module.exports._frame = frame;

@@ -95,6 +95,23 @@ class Child:
                 return got, m
             got.append(m)
 
+    def answers(self, n):
+        """The messages of n deliveries answered in any order: {delivery: (messages, answer)},
+        each delivery answered exactly once, its messages before its answer."""
+        got, order = {}, []
+        msgs = {}
+        while len(order) < n:
+            m = self.read()
+            d = m["delivery"]
+            if d in got:
+                raise AssertionError("a message for %s after its answer: %r" % (d, m))
+            if m["type"] in ("done", "error", "abstain"):
+                got[d] = (msgs.pop(d, []), m)
+                order.append(d)
+            else:
+                msgs.setdefault(d, []).append(m)
+        return got, order
+
     def ask(self, payload, **kw):
         it = self.item(payload, **kw)
         self.send(it)
@@ -617,6 +634,279 @@ class SDKTest(unittest.TestCase):
                          [("emit", "dl-1"), ("state", "dl-1"), ("done", "dl-1"), ("error", "dl-2"),
                           ("emit", "dl-3"), ("state", "dl-3"), ("done", "dl-3")])
         self.assertEqual((msgs[1]["state"], msgs[5]["state"]), ({"n": 2}, {"n": 1}))
+
+    # -- concurrent handlers
+
+    def test_ready_declares_concurrency_only_for_a_concurrent_handler(self):
+        c = self.child("async")
+        self.assertEqual(c.hello(), {"type": "ready", "window": 128, "batch": True, "concurrent": True, "cancel": True})
+        c = self.child("async", "8")
+        self.assertEqual(c.hello()["window"], 8)
+        c = self.child("threads", "3")  # a window of twice the threads
+        self.assertEqual(c.hello(state=self.STATEFUL),
+                         {"type": "ready", "window": 6, "batch": True, "concurrent": True, "cancel": True, "state": True})
+        c = self.child("async-batch", "4", "0.01")
+        self.assertEqual(c.hello()["concurrent"], True)
+
+    def test_async_answers_as_each_completes_each_exactly_once(self):
+        c = self.child("async")
+        c.hello()
+        # each item ends only after the next one: the answers come reversed, and only if they run at once
+        items = [c.item({"do": "after", "tag": i, "after": i + 1 if i < 39 else None}, key="k%d" % i) for i in range(40)]
+        c.send_batch(*items)
+        got, order = c.answers(len(items))
+        self.assertEqual(sorted(order), sorted(it["delivery"] for it in items))
+        self.assertEqual(order, [it["delivery"] for it in reversed(items)])
+        for it in items:
+            msgs, ans = got[it["delivery"]]
+            self.assertEqual((ans["type"], [m["type"] for m in msgs]), ("done", ["emit"]))
+            self.assertEqual((msgs[0]["payload"], msgs[0]["key"]), (it["payload"], it["key"]))
+        self.assertTrue(all(f[0] == "batch" for f in c.frames[1:]), c.frames)  # an envelope's answers: envelopes
+        c.send(c.item({"x": 1}))  # an item on a line: answered on lines
+        got, order = c.answers(1)
+        self.assertEqual(c.frames[-2:], [("line", 1), ("line", 1)])
+        self.assertEqual(c.shutdown()[0], 0)
+
+    def test_async_a_later_item_is_answered_while_an_earlier_one_waits(self):
+        c = self.child("async")
+        c.hello()
+        with tempfile.TemporaryDirectory() as d:
+            gates = [os.path.join(d, "g%d" % i) for i in range(3)]
+            items = [c.item({"do": "gate", "path": g}) for g in gates]
+            c.send(*items)
+            for i in (2, 0, 1):  # each answer waits for its own gate, whatever the arrival order
+                open(gates[i], "w").close()
+                got, order = c.answers(1)
+                self.assertEqual(order, [items[i]["delivery"]])
+
+    def test_async_in_flight_never_exceeds_the_window(self):
+        c = self.child("async", "5")
+        c.hello()
+        items = [c.item({"do": "fill"}) for _ in range(23)]  # each waits until 5 are in flight
+        c.send_batch(*items)
+        got, order = c.answers(len(items))
+        self.assertEqual({a["type"] for _, a in got.values()}, {"done"})
+        got, ans = c.ask({"do": "status"})
+        self.assertEqual(got[0]["payload"]["peak"], 5)
+
+    def test_async_cancel_answers_only_the_hung_item(self):
+        c = self.child("async", "64")
+        c.hello()
+        # 1 hung call among 1,000 at 64 in flight (the SDK holds back what is over its window)
+        items = [c.item({"i": i}, key="k%d" % (i % 97)) for i in range(999)]
+        hung = c.item({"do": "hang"})
+        items.insert(7, hung)
+        for n in range(0, len(items), 100):
+            c.send_batch(*items[n:n + 100])
+        got, order = c.answers(len(items) - 1)
+        self.assertEqual({a["type"] for _, a in got.values()}, {"done"})
+        self.assertNotIn(hung["delivery"], got)
+        c.send({"type": "cancel", "delivery": hung["delivery"]})
+        got, order = c.answers(1)
+        msgs, ans = got[hung["delivery"]]
+        self.assertEqual((msgs, ans["type"], ans["retryable"]), ([], "error", True))
+        self.assertTrue(ans["message"].startswith("cancelled: "), ans)
+        # a cancel for a delivery answered already, or never held, is ignored
+        c.send({"type": "cancel", "delivery": hung["delivery"]}, {"type": "cancel", "delivery": "dl-none"})
+        got, ans = c.ask({"do": "status"})
+        self.assertEqual(got[0]["payload"]["cancelled"], [hung["delivery"]])  # the task saw it
+        self.assertEqual(c.shutdown(), (0, []))
+
+    def test_async_cancel_inside_an_envelope_and_of_a_waiting_item(self):
+        c = self.child("async", "2")
+        c.hello()
+        a, b, w = c.item({"do": "hang"}), c.item({"do": "hang"}), c.item({"x": "waits"})
+        c.send_batch(a, b, w)  # the window (2) is full: w waits for a slot
+        c.send_batch({"type": "cancel", "delivery": a["delivery"]})
+        got, order = c.answers(2)  # a cancelled, then w runs in its slot
+        self.assertEqual(order, [a["delivery"], w["delivery"]])
+        self.assertEqual(got[w["delivery"]][1]["type"], "done")
+        c.send({"type": "cancel", "delivery": b["delivery"]})
+        got, order = c.answers(1)
+        self.assertEqual((order, got[b["delivery"]][1]["retryable"]), ([b["delivery"]], True))
+
+    def test_async_prints_and_logs_are_tagged_with_their_own_delivery(self):
+        c = self.child("async")
+        c.hello()
+        with tempfile.TemporaryDirectory() as d:
+            ga, gb = os.path.join(d, "a"), os.path.join(d, "b")
+            a, b = c.item({"do": "talk", "path": ga}), c.item({"do": "talk", "path": gb}, attempt=2)
+            c.send(a, b)
+            open(gb, "w").close()  # b ends before a
+            c.answers(1)
+            open(ga, "w").close()
+            c.answers(1)
+        self.assertEqual(c.shutdown()[0], 0)
+        recs = [json.loads(line) for line in c.stderr_text().splitlines()]
+        self.assertEqual(len(recs), 8, recs)
+        for r in recs:
+            self.assertTrue(r["msg"].endswith(r["item"]) or r["msg"].startswith("part of " + r["item"]), r)
+            self.assertEqual(r["attempt"], 2 if r["item"] == b["id"] else 1, r)
+        self.assertIn({"level": "WARN", "msg": "logging of " + b["id"], "logger": "root", "delivery": b["delivery"],
+                       "item": b["id"], "attempt": 2}, recs)
+        self.assertIn("part of %s ends" % a["id"], [r["msg"] for r in recs])
+
+    def test_async_state_retry_abstain_metrics(self):
+        c = self.child("async")
+        c.hello(state=self.STATEFUL)
+        items = [c.item({"do": "count"}, key="k%d" % i, inlet="events", state={"n": i}) for i in range(10)]
+        items += [c.item({"do": "retry"}), c.item({"do": "abstain"}), c.item({"do": "raise"})]
+        c.send_batch(*items)
+        got, order = c.answers(len(items))
+        for i, it in enumerate(items[:10]):
+            msgs, ans = got[it["delivery"]]
+            self.assertEqual([m["type"] for m in msgs], ["metric", "emit", "state"])
+            self.assertEqual((msgs[1]["payload"], msgs[2]["state"], ans["type"]), ({"n": i + 1}, {"n": i + 1}, "done"))
+        self.assertEqual(got[items[10]["delivery"]][1]["retryable"], True)
+        self.assertEqual(got[items[11]["delivery"]][1], {"type": "abstain", "delivery": items[11]["delivery"], "reason": "unsure"})
+        self.assertIn("ValueError: boom", got[items[12]["delivery"]][1]["message"])
+        self.assertEqual(got[items[12]["delivery"]][1]["retryable"], False)
+
+    def test_async_map_keyed(self):
+        c = self.child("async-keyed")
+        c.hello()
+        got, ans = c.ask({"x": 1}, key="k")
+        self.assertEqual(([m["key"] for m in got], ans["type"]), (["a", "k"], "done"))
+
+    def test_async_batches_run_at_once_each_item_answered(self):
+        c = self.child("async-batch", "4", "30")
+        self.assertEqual(c.hello(state={"events": {"maxBytes": 100}})["window"], 128)
+        with tempfile.TemporaryDirectory() as d:
+            gate = os.path.join(d, "g")
+            items = [c.item({"do": "gate", "path": gate})] + [c.item({"i": i}) for i in range(7)]
+            items[5] = c.item({"do": "count"}, key="x", inlet="events", state={"n": 4})
+            items[6] = c.item({"do": "raise"})
+            items[7] = c.item({"do": "abstain"})
+            c.send_batch(*items)
+            got, order = c.answers(4)  # the second batch (4 of 8) is answered, the first waits
+            self.assertEqual(order, [it["delivery"] for it in items[4:]])
+            msgs, ans = got[items[5]["delivery"]]
+            self.assertEqual(([m["type"] for m in msgs], msgs[1]["state"]), (["emit", "state"], {"n": 5}))
+            self.assertIn("ValueError: bad item", got[items[6]["delivery"]][1]["message"])
+            self.assertEqual(got[items[7]["delivery"]][1]["type"], "abstain")
+            self.assertEqual([m["type"] for m in got[items[4]["delivery"]][0]], ["metric", "emit"])
+            open(gate, "w").close()
+            got, order = c.answers(4)
+            self.assertEqual(order, [it["delivery"] for it in items[:4]])
+        self.assertEqual(c.frames[1:], [("batch", 8), ("batch", 12)])
+        c.send(c.item({"i": 9}), c.item({"i": 10}))  # lines: the linger is 30 s, so the shutdown runs them
+        c.send({"type": "shutdown"})
+        got, order = c.answers(2)
+        self.assertEqual(c.p.wait(timeout=WAIT), 0)
+
+    def test_async_batch_cancel_of_one_item_of_a_batch(self):
+        c = self.child("async-batch", "2", "5")
+        c.hello()
+        a, b = c.item({"do": "hang"}), c.item({"i": 1})
+        c.send_batch(a, b)
+        c.send({"type": "cancel", "delivery": b["delivery"]})  # b's batch hangs on a
+        got, order = c.answers(1)
+        self.assertEqual((order, got[b["delivery"]][1]["retryable"]), ([b["delivery"]], True))
+        c.send({"type": "cancel", "delivery": a["delivery"]})  # now the whole batch: its task ends
+        got, order = c.answers(1)
+        self.assertEqual(order, [a["delivery"]])
+        got, ans = c.ask({"i": 2})
+        self.assertEqual(ans["type"], "done")
+
+    def test_shutdown_and_end_of_stdin_answer_what_is_in_flight(self):
+        for end in ("shutdown", "eof"):
+            c = self.child("async")
+            c.hello()
+            items = [c.item({"do": "sleep", "ms": 30}) for _ in range(5)]
+            c.send(*items)
+            if end == "shutdown":
+                c.send({"type": "shutdown"})
+            else:
+                c.p.stdin.close()
+            got, order = c.answers(5)
+            self.assertEqual(c.p.wait(timeout=WAIT), 0)
+
+    def test_a_plain_handler_stays_sequential(self):
+        c = self.child("map")
+        self.assertNotIn("concurrent", c.hello())
+        with tempfile.TemporaryDirectory() as d:
+            gate = os.path.join(d, "gate")
+            a, b = c.item({"do": "gate", "path": gate}), c.item({"fast": 1})
+            c.send(a, b)
+            open(gate, "w").close()
+            got, order = c.answers(2)
+            self.assertEqual(order, [a["delivery"], b["delivery"]])
+
+    def test_a_plain_handler_returning_a_coroutine_says_how_to_fix_it(self):
+        c = self.child("returns-coroutine")
+        c.hello()
+        got, ans = c.ask({"x": 1})
+        self.assertEqual((ans["type"], ans["retryable"]), ("error", False))
+        self.assertIn("declare it `async def`", ans["message"])
+        self.assertEqual(c.shutdown()[0], 0)
+        self.assertNotIn("never awaited", c.stderr_text())
+
+    def test_threads_run_blocking_handlers_at_once(self):
+        c = self.child("threads", "4")
+        c.hello(state=self.STATEFUL)
+        items = [c.item({"do": "barrier"}) for _ in range(8)]  # passes only 4 at a time
+        items += [c.item({"do": "print"}), c.item({"do": "count"}, inlet="events", state={"n": 1})]
+        c.send_batch(*items)
+        got, order = c.answers(len(items))
+        self.assertEqual({a["type"] for _, a in got.values()}, {"done"})
+        msgs, ans = got[items[-1]["delivery"]]
+        self.assertEqual(msgs[1], {"type": "state", "delivery": items[-1]["delivery"], "state": {"n": 2}})
+        got, ans = c.ask({"do": "status"})
+        self.assertEqual(got[0]["payload"]["peak"], 4)
+        self.assertEqual(c.shutdown()[0], 0)
+        recs = [json.loads(line) for line in c.stderr_text().splitlines()]
+        self.assertEqual([(r["msg"], r["delivery"]) for r in recs],
+                         [("thread print " + items[8]["id"], items[8]["delivery"])])
+
+    def test_threads_cancel_abandons_a_hung_call(self):
+        c = self.child("threads", "2")
+        c.hello()
+        hung = c.item({"do": "hang"})
+        c.send(hung)
+        c.send({"type": "cancel", "delivery": hung["delivery"]})
+        got, order = c.answers(1)
+        self.assertEqual((order, got[hung["delivery"]][1]["retryable"]), ([hung["delivery"]], True))
+        got, ans = c.ask({"x": 1})  # the other thread serves on
+        self.assertEqual(ans["type"], "done")
+        self.assertEqual(c.shutdown()[0], 0)
+
+    def test_threads_batch(self):
+        c = self.child("threads-batch")
+        c.hello()
+        items = [c.item({"i": i}) for i in range(6)]
+        c.send_batch(*items)
+        got, order = c.answers(6)
+        self.assertEqual(sorted(order), sorted(it["delivery"] for it in items))
+
+    def test_bad_threads_and_window_are_refused_with_the_way_out(self):
+        sys.path.insert(0, HERE)
+        import millrace
+
+        async def h(payload, item):
+            return payload
+
+        with self.assertRaisesRegex(ValueError, "drop threads="):
+            millrace.map(h, threads=4)
+        with self.assertRaisesRegex(ValueError, "threads must be a whole number"):
+            millrace.map(lambda p, i: p, threads=0)
+        with self.assertRaisesRegex(ValueError, "window must be"):
+            millrace.map(h, window=0)
+        self.assertTrue(millrace._is_async(h))
+        import functools
+
+        self.assertTrue(millrace._is_async(functools.partial(h, 1)))
+
+        class C:
+            async def __call__(self, payload, item):
+                return payload
+
+            async def m(self, payload, item):
+                return payload
+
+        self.assertTrue(millrace._is_async(C()))
+        self.assertTrue(millrace._is_async(C().m))
+        self.assertFalse(millrace._is_async(len))
+        self.assertFalse(millrace._is_async(lambda p, i: p))
 
 
 if __name__ == "__main__":

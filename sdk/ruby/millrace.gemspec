@@ -9,7 +9,7 @@ Gem::Specification.new do |s|
   s.authors = ['millrace']
   s.license = 'Apache-2.0'
   s.homepage = 'https://github.com/ankka-flow/millrace'
-  s.files = ['lib/millrace.rb', 'README.md', 'examples/echo.rb']
+  s.files = ['lib/millrace.rb', 'README.md', 'examples/echo.rb', 'examples/wait.rb']
   s.require_paths = ['lib']
   s.required_ruby_version = '>= 3.0'
 end

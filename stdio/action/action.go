@@ -19,7 +19,23 @@
 // the engine writes items ahead and the action never waits on a pipe round trip, and batch
 // envelopes, so the items written together come on one line and their answers go back on
 // one (answers to an item that came on a line of its own go on lines, as do single
-// answers); it still handles one item at a time, in order. On shutdown, or when stdin ends, the program exits 0.
+// answers). By default it handles one item at a time, in order. On shutdown, or when stdin
+// ends, the program exits 0.
+//
+// A function that waits on a call (HTTP, a database, a model server) runs many deliveries at
+// once with the Concurrency option:
+//
+//	action.Map(func(ctx action.Context[Config], in Request) ([]Reply, error) {
+//		req, _ := http.NewRequestWithContext(ctx, "GET", url(in), nil) // ctx is a context.Context
+//		...
+//	}, action.Concurrency(action.ConcurrentWindow))
+//
+// Each call runs on its own goroutine, up to n at once, and is answered as it returns, in any
+// order; the SDK then declares "concurrent" and "cancel" in ready (docs/protocol.md). When the
+// engine cancels a delivery (its --timeout passed), the Context of that call is cancelled and
+// the SDK answers a retryable error at once; whatever the call returns later is dropped. The
+// engine keeps per-key order by never having two deliveries of one key in flight, so the
+// calls at once are of different keys (or keyless).
 //
 // State per key: when the action line keeps state (--state PORT, which hello names), the SDK
 // declares "state": true and a function reads its key's state with Context.State and stages a
@@ -30,14 +46,13 @@
 package action
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -46,8 +61,30 @@ import (
 )
 
 // Window is the number of deliveries the SDK accepts written ahead, declared in its ready
-// line.
+// line, when it handles one at a time.
 const Window = 64
+
+// ConcurrentWindow is the concurrency to give a function that waits on a call: 128 covers a
+// sidecar batch (100 records) in one wave, where 64 would take two waves of calls per batch
+// (about 2,200 records/s at 20 ms a call instead of 4,000 and more, docs/protocol.md).
+const ConcurrentWindow = 128
+
+// Option tunes Map, MapKeyed, Serve and ServeKeyed.
+type Option func(*options)
+
+type options struct {
+	concurrency int
+}
+
+// Concurrency runs up to n calls of the function at once, each on its own goroutine, and
+// declares a window of n: for a function that waits on a call, ConcurrentWindow. n of 1 (the
+// default) is one call at a time, in order; n below 1 panics.
+func Concurrency(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("action.Concurrency(%d): want at least 1 (1 is one at a time)", n))
+	}
+	return func(o *options) { o.concurrency = n }
+}
 
 // NoConfig is a config type for actions that take none: any config decodes into it.
 type NoConfig = struct{}
@@ -61,10 +98,27 @@ type Keyed[T any] struct {
 }
 
 // Context is what a function knows about the item it handles. It is valid only during the
-// call and not safe for use from other goroutines.
+// call. It is a context.Context: with Concurrency it is cancelled when the engine cancels the
+// delivery (its --timeout passed) or stops reading; one at a time, it is never cancelled.
+// Its Done, Err, Deadline and Value are safe from other goroutines; the rest is not.
 type Context[C any] struct {
 	s *session[C]
+	d *delivery
 }
+
+var _ context.Context = Context[NoConfig]{}
+
+// Deadline implements context.Context: there is none.
+func (c Context[C]) Deadline() (time.Time, bool) { return c.d.ctx().Deadline() }
+
+// Done implements context.Context: closed when the delivery is cancelled.
+func (c Context[C]) Done() <-chan struct{} { return c.d.ctx().Done() }
+
+// Err implements context.Context.
+func (c Context[C]) Err() error { return c.d.ctx().Err() }
+
+// Value implements context.Context.
+func (c Context[C]) Value(key any) any { return c.d.ctx().Value(key) }
 
 // Config returns the action's config, decoded from hello into C once at start.
 func (c Context[C]) Config() C { return c.s.config }
@@ -75,69 +129,69 @@ func (c Context[C]) Vars() map[string]any { return c.s.vars }
 // Key returns the item's key; ok is false when it has none (or one that is not UTF-8, see
 // KeyBase64).
 func (c Context[C]) Key() (key string, ok bool) {
-	if c.s.item.Key == nil {
+	if c.d.item.Key == nil {
 		return "", false
 	}
-	return *c.s.item.Key, true
+	return *c.d.item.Key, true
 }
 
 // KeyBase64 returns, base64-encoded, an item key that is not UTF-8 ("" otherwise).
-func (c Context[C]) KeyBase64() string { return c.s.item.KeyBase64 }
+func (c Context[C]) KeyBase64() string { return c.d.item.KeyBase64 }
 
 // ID returns the item's stable id (the same on every attempt).
-func (c Context[C]) ID() string { return c.s.item.ID }
+func (c Context[C]) ID() string { return c.d.item.ID }
 
 // Delivery returns this attempt's delivery id.
-func (c Context[C]) Delivery() string { return c.s.item.Delivery }
+func (c Context[C]) Delivery() string { return c.d.item.Delivery }
 
 // Attempt returns the attempt number, from 1.
-func (c Context[C]) Attempt() int { return c.s.item.Attempt }
+func (c Context[C]) Attempt() int { return c.d.item.Attempt }
 
 // IdempotencyKey returns the key that is the same on every attempt of this item: pass it to
 // any outside system the action changes, so a retried request is applied once.
-func (c Context[C]) IdempotencyKey() string { return c.s.item.IdempotencyKey }
+func (c Context[C]) IdempotencyKey() string { return c.d.item.IdempotencyKey }
 
 // Run returns the id of the run the item belongs to ("" when the engine sent none).
-func (c Context[C]) Run() string { return c.s.item.Run }
+func (c Context[C]) Run() string { return c.d.item.Run }
 
 // Headers returns the record's headers, in order; read only.
-func (c Context[C]) Headers() []stdio.Header { return c.s.item.Headers }
+func (c Context[C]) Headers() []stdio.Header { return c.d.item.Headers }
 
 // Inlet returns the name of the inlet the item came from ("" when the action has one).
-func (c Context[C]) Inlet() string { return c.s.item.Inlet }
+func (c Context[C]) Inlet() string { return c.d.item.Inlet }
 
 // Topic returns the Kafka topic of the record.
-func (c Context[C]) Topic() string { return c.s.item.Topic }
+func (c Context[C]) Topic() string { return c.d.item.Topic }
 
 // Partition returns the Kafka partition of the record.
-func (c Context[C]) Partition() int32 { return c.s.item.Partition }
+func (c Context[C]) Partition() int32 { return c.d.item.Partition }
 
 // Offset returns the Kafka offset of the record.
-func (c Context[C]) Offset() int64 { return c.s.item.Offset }
+func (c Context[C]) Offset() int64 { return c.d.item.Offset }
 
 // Timestamp returns the record's timestamp (milliseconds on the wire).
-func (c Context[C]) Timestamp() time.Time { return time.UnixMilli(c.s.item.Timestamp) }
+func (c Context[C]) Timestamp() time.Time { return time.UnixMilli(c.d.item.Timestamp) }
 
 // Traceparent returns the W3C traceparent of this attempt ("" when the engine sent none): its
 // parent-id is the attempt's span, so spans the action makes are its children. The engine
 // already gives every output a traceparent with that span as parent; an output's own
 // "traceparent" header wins.
-func (c Context[C]) Traceparent() string { return c.s.item.Traceparent }
+func (c Context[C]) Traceparent() string { return c.d.item.Traceparent }
 
 // Tracestate returns the W3C tracestate that came with the item's traceparent ("" when none).
-func (c Context[C]) Tracestate() string { return c.s.item.Tracestate }
+func (c Context[C]) Tracestate() string { return c.d.item.Tracestate }
 
 // StateRaw returns the state of the item's key as the engine sent it, the JSON the action last
 // staged; nil when the key has none.
-func (c Context[C]) StateRaw() json.RawMessage { return c.s.item.State }
+func (c Context[C]) StateRaw() json.RawMessage { return c.d.item.State }
 
 // State decodes the key's state into v; ok is false, v untouched, when the key has none.
 func (c Context[C]) State(v any) (ok bool, err error) {
-	if len(c.s.item.State) == 0 {
+	if len(c.d.item.State) == 0 {
 		return false, nil
 	}
-	if err := gojson.Unmarshal(c.s.item.State, v); err != nil {
-		return false, fmt.Errorf("the state of item %s does not decode into %T: %w", c.s.item.ID, v, err)
+	if err := gojson.Unmarshal(c.d.item.State, v); err != nil {
+		return false, fmt.Errorf("the state of item %s does not decode into %T: %w", c.d.item.ID, v, err)
 	}
 	return true, nil
 }
@@ -157,11 +211,11 @@ func (c Context[C]) SetState(v any) error {
 		}
 		raw = b
 	}
-	return c.s.stage(raw)
+	return c.d.stage(c.s.inlets, raw)
 }
 
 // ClearState stages the deletion of the key's state: its next item has none.
-func (c Context[C]) ClearState() { _ = c.s.stage(nil) }
+func (c Context[C]) ClearState() { _ = c.d.stage(c.s.inlets, nil) }
 
 // Abstain returns an error that answers the delivery with "abstain": the engine hands the
 // item to the step's fallback. Return it from the function.
@@ -169,13 +223,13 @@ func (c Context[C]) Abstain(reason string) error { return &abstainError{reason: 
 
 // Metric records a custom measurement with this attempt.
 func (c Context[C]) Metric(name string, value float64, labels map[string]string) {
-	c.s.send(&stdio.Message{Type: stdio.TypeMetric, Delivery: c.s.item.Delivery, Name: name, Value: value, Labels: labels})
+	c.d.send(&stdio.Message{Type: stdio.TypeMetric, Delivery: c.d.item.Delivery, Name: name, Value: value, Labels: labels})
 }
 
 // Log returns a logger writing JSON lines to stderr, tagged with the delivery, item and
 // attempt; the engine re-emits each line with its own fields.
 func (c Context[C]) Log() *slog.Logger {
-	return c.s.log.With("delivery", c.s.item.Delivery, "item", c.s.item.ID, "attempt", c.s.item.Attempt)
+	return c.s.log.With("delivery", c.d.item.Delivery, "item", c.d.item.ID, "attempt", c.d.item.Attempt)
 }
 
 type abstainError struct{ reason string }
@@ -204,13 +258,14 @@ func IsRetryable(err error) bool {
 
 // Map runs fn for every item until shutdown, then exits the program with status 0 (1 when
 // the engine's lines cannot be read). Each returned value is one output with the item's key.
-func Map[C, In, Out any](fn func(Context[C], In) ([]Out, error)) {
-	exit(Serve(os.Stdin, os.Stdout, os.Stderr, fn))
+// One call at a time, unless an option says otherwise (Concurrency).
+func Map[C, In, Out any](fn func(Context[C], In) ([]Out, error), opts ...Option) {
+	exit(Serve(os.Stdin, os.Stdout, os.Stderr, fn, opts...))
 }
 
 // MapKeyed is Map for functions that choose each output's key or outlet.
-func MapKeyed[C, In, Out any](fn func(Context[C], In) ([]Keyed[Out], error)) {
-	exit(ServeKeyed(os.Stdin, os.Stdout, os.Stderr, fn))
+func MapKeyed[C, In, Out any](fn func(Context[C], In) ([]Keyed[Out], error), opts ...Option) {
+	exit(ServeKeyed(os.Stdin, os.Stdout, os.Stderr, fn, opts...))
 }
 
 func exit(err error) {
@@ -223,15 +278,15 @@ func exit(err error) {
 
 // Serve is Map over the given streams, returning instead of exiting: nil on shutdown or
 // the end of in, else the error that stopped it (a line from the engine that breaks the
-// protocol, or a write error).
-func Serve[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C], In) ([]Out, error)) error {
-	return serve(in, out, logs, func(s *session[C], v In) error {
-		outs, err := fn(Context[C]{s: s}, v)
+// protocol, or a write error). With Concurrency it returns once every call has returned.
+func Serve[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C], In) ([]Out, error), opts ...Option) error {
+	return serve(in, out, logs, opts, func(c Context[C], v In) error {
+		outs, err := fn(c, v)
 		if err != nil {
 			return err
 		}
 		for i := range outs {
-			if err := s.emit(outs[i], nil, ""); err != nil {
+			if err := c.d.emit(outs[i], nil, ""); err != nil {
 				return err
 			}
 		}
@@ -240,9 +295,9 @@ func Serve[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C]
 }
 
 // ServeKeyed is MapKeyed over the given streams, returning instead of exiting.
-func ServeKeyed[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C], In) ([]Keyed[Out], error)) error {
-	return serve(in, out, logs, func(s *session[C], v In) error {
-		outs, err := fn(Context[C]{s: s}, v)
+func ServeKeyed[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Context[C], In) ([]Keyed[Out], error), opts ...Option) error {
+	return serve(in, out, logs, opts, func(c Context[C], v In) error {
+		outs, err := fn(c, v)
 		if err != nil {
 			return err
 		}
@@ -251,218 +306,10 @@ func ServeKeyed[C, In, Out any](in io.Reader, out, logs io.Writer, fn func(Conte
 			if outs[i].Key != "" {
 				key = &outs[i].Key
 			}
-			if err := s.emit(outs[i].Value, key, outs[i].Outlet); err != nil {
+			if err := c.d.emit(outs[i].Value, key, outs[i].Outlet); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-}
-
-// answersHeld bounds the answer bytes the SDK packs before it writes them even though more
-// input is waiting.
-const answersHeld = 1 << 20
-
-// session is one conversation with the engine.
-type session[C any] struct {
-	w         *bufio.Writer
-	out       stdio.Packer // the answers not yet written, packed into envelopes
-	log       *slog.Logger
-	config    C
-	configErr error
-	vars      map[string]any
-	item      stdio.Message
-	emitted   int
-	inlets    map[string]stdio.StateInlet // from hello: the inlets that keep state
-	staged    bool                        // the function staged a state (state: nil deletes)
-	state     json.RawMessage
-	stateErr  error // a state the engine would refuse: the item's error
-}
-
-// stage stages raw (nil: delete) as the item's new state, refusing what the engine refuses.
-func (s *session[C]) stage(raw json.RawMessage) error {
-	it := &s.item
-	lim, ok := s.inlets[it.Inlet]
-	var err error
-	switch {
-	case it.Key == nil && it.KeyBase64 == "":
-		err = fmt.Errorf("item %s has no key, so it has no state: a state message is only for keyed records (route keyless ones elsewhere, or stage no state for them)", it.ID)
-	case !ok:
-		err = fmt.Errorf("inlet %s keeps no state: add --state %s to the action line, or stage no state for its items", it.Inlet, it.Inlet)
-	case string(raw) == "null":
-		raw = nil
-	case lim.MaxBytes > 0 && len(raw) > lim.MaxBytes:
-		err = fmt.Errorf("the state staged for item %s is %d bytes, over max-bytes %d (--state %s,max-bytes=…): keep less per key, or raise max-bytes", it.ID, len(raw), lim.MaxBytes, it.Inlet)
-	}
-	if err != nil {
-		s.stateErr = err
-		return err
-	}
-	s.staged, s.state = true, raw
-	return nil
-}
-
-func (s *session[C]) send(m *stdio.Message) { s.out.AppendMessage(m) }
-
-// flush writes the answers packed so far, then everything buffered.
-func (s *session[C]) flush() error {
-	s.w.Write(s.out.Bytes())
-	s.out.Reset()
-	return s.w.Flush()
-}
-
-// emit stages one output, keeping the item's key unless key is set.
-func (s *session[C]) emit(v any, key *string, outlet string) error {
-	var payload []byte
-	switch p := v.(type) {
-	case json.RawMessage:
-		payload = p
-	default:
-		b, err := gojson.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encoding output %d as JSON: %w", s.emitted+1, err)
-		}
-		payload = b
-	}
-	m := stdio.Message{Type: stdio.TypeEmit, Delivery: s.item.Delivery, Outlet: outlet, Key: key, Payload: payload}
-	if key == nil {
-		m.Key, m.KeyBase64 = s.item.Key, s.item.KeyBase64
-	}
-	s.emitted++
-	s.send(&m)
-	return nil
-}
-
-func serve[C, In any](in io.Reader, out, logs io.Writer, handle func(*session[C], In) error) error {
-	s := &session[C]{w: bufio.NewWriterSize(out, 64<<10), log: slog.New(slog.NewJSONHandler(logs, nil))}
-	lr := stdio.NewLineReader(in, stdio.MaxLineBytes)
-	var m stdio.Message
-	helloSeen, stop := false, false
-	// one is what a message means, on its own line or in an envelope.
-	one := func(m *stdio.Message) error {
-		switch m.Type {
-		case stdio.TypeHello:
-			helloSeen = true
-			s.vars = m.Vars
-			if cfg := m.Config; len(cfg) > 0 && string(cfg) != "null" {
-				if err := gojson.Unmarshal(cfg, &s.config); err != nil {
-					var zero C
-					s.configErr = fmt.Errorf("the action's config does not decode into %T: %w (fix the config; every item fails until then)", zero, err)
-					s.log.Error("bad config", "err", s.configErr.Error())
-				}
-			}
-			inlets, err := m.HelloState()
-			if err != nil {
-				s.log.Error("bad hello", "err", err.Error())
-			}
-			s.inlets = inlets
-			ready := stdio.Message{Type: stdio.TypeReady, Window: Window, Batch: true}
-			if len(inlets) > 0 { // declared only when the action line keeps state
-				ready.State = json.RawMessage(`true`)
-			}
-			// ready is a line of its own: the engine reads nothing else first.
-			s.w.Write(s.out.Bytes())
-			s.out.Reset()
-			s.w.Write(stdio.AppendMessage(nil, &ready))
-		case stdio.TypeShutdown:
-			stop = true
-		case stdio.TypeItem:
-			if !helloSeen {
-				return errors.New("an item before hello")
-			}
-			s.item = *m
-			answer(s, handle)
-			if s.out.Len() >= answersHeld {
-				s.w.Write(s.out.Bytes())
-				s.out.Reset()
-			}
-		}
-		return nil
-	}
-	inBatch := func(msg []byte) error {
-		if stop {
-			return nil // what follows a shutdown is not read
-		}
-		if err := stdio.DecodeInBatch(msg, &m); err != nil {
-			return err
-		}
-		return one(&m)
-	}
-	for !stop {
-		if lr.Buffered() == 0 {
-			// Nothing more is waiting: answers go out now, not when the buffer fills.
-			if err := s.flush(); err != nil {
-				return fmt.Errorf("writing to stdout: %w", err)
-			}
-		}
-		line, err := lr.ReadLine()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err == nil {
-			// Answers take the framing of what they answer: those to the items of an
-			// envelope go in one, those to a line on lines (an engine that wrote lines, or
-			// a tool that knows no envelopes, reads lines back).
-			s.out.Bytes()
-			s.out.Single = false
-			var isBatch bool
-			if isBatch, err = stdio.SplitBatch(line, inBatch); !isBatch {
-				s.out.Single = true
-				if err = stdio.DecodeMessage(line, &m); err == nil {
-					err = one(&m)
-				}
-			}
-		}
-		if err != nil {
-			s.flush()
-			return fmt.Errorf("reading the engine's line: %w", err)
-		}
-	}
-	return s.flush()
-}
-
-// answer runs the function for the current item and writes its answer line.
-func answer[C, In any](s *session[C], handle func(*session[C], In) error) {
-	s.emitted = 0
-	s.staged, s.state, s.stateErr = false, nil, nil
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				s.log.Error("panic", "delivery", s.item.Delivery, "item", s.item.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = fmt.Errorf("panic: %v", r)
-			}
-		}()
-		if s.configErr != nil {
-			return s.configErr
-		}
-		var v In
-		if raw, ok := any(&v).(*json.RawMessage); ok {
-			*raw = s.item.Payload
-		} else if len(s.item.Payload) > 0 {
-			if err := gojson.Unmarshal(s.item.Payload, &v); err != nil {
-				return fmt.Errorf("the payload of item %s does not decode into %T: %w", s.item.ID, v, err)
-			}
-		}
-		if err := handle(s, v); err != nil {
-			return err
-		}
-		return s.stateErr
-	}()
-	d := s.item.Delivery
-	var ab *abstainError
-	switch {
-	case err == nil:
-		if s.staged {
-			state := s.state
-			if state == nil {
-				state = json.RawMessage(`null`)
-			}
-			s.send(&stdio.Message{Type: stdio.TypeState, Delivery: d, State: state})
-		}
-		s.send(&stdio.Message{Type: stdio.TypeDone, Delivery: d})
-	case errors.As(err, &ab):
-		s.send(&stdio.Message{Type: stdio.TypeAbstain, Delivery: d, Reason: ab.reason})
-	default:
-		s.send(&stdio.Message{Type: stdio.TypeError, Delivery: d, Message: err.Error(), Retryable: IsRetryable(err)})
-	}
 }

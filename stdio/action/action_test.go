@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 		if role == "score" {
 			action.Map(score)
 		}
+		if role == "score-concurrent" {
+			action.Map(score, action.Concurrency(action.ConcurrentWindow))
+		}
 		if role == "count" {
 			action.Map(count)
 		}
@@ -108,6 +111,8 @@ func TestServeFraming(t *testing.T) {
 			lines(ready, `{"type":"emit","delivery":"d1","payload":1}`, `{"type":"done","delivery":"d1"}`, `{"type":"emit","delivery":"d2","payload":2}`, `{"type":"done","delivery":"d2"}`)},
 		{"an envelope, then a line", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", "1")+`]}`, item("d2", "2")),
 			lines(ready, `{"type":"batch","messages":[{"type":"emit","delivery":"d1","payload":1},{"type":"done","delivery":"d1"}]}`, `{"type":"emit","delivery":"d2","payload":2}`, `{"type":"done","delivery":"d2"}`)},
+		{"a message type the SDK does not know is ignored", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"cancel","delivery":"d0"}`, `{"type":"future"}`, item("d1", `"none"`)),
+			lines(ready, `{"type":"done","delivery":"d1"}`)},
 		{"an empty envelope means nothing", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[]}`, item("d1", `"none"`)),
 			lines(ready, `{"type":"done","delivery":"d1"}`)},
 		{"shutdown in an envelope", lines(`{"type":"hello","protocol":1,"action":"e"}`, `{"type":"batch","messages":[`+item("d1", `"none"`)+`,{"type":"shutdown"},`+item("d2", "2")+`]}`),

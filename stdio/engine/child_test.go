@@ -104,6 +104,9 @@ func runChild(mode string) int {
 	if strings.HasPrefix(mode, "state") {
 		return runStateChild(c, mode)
 	}
+	if strings.HasPrefix(mode, "cancel") {
+		return runCancelChild(c, mode)
+	}
 	if mode == "stderrtags" {
 		return runStderrTagsChild(c)
 	}
@@ -134,6 +137,8 @@ func runChild(mode string) int {
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 4})
 	case "slowwindow":
 		c.send(stdio.Message{Type: stdio.TypeReady, Window: 8})
+	case "holdall", "seqstuck": // sequential actions with a window
+		c.send(stdio.Message{Type: stdio.TypeReady, Window: 64})
 	case "readyconfig":
 		c.raw(`{"type":"ready","future":true}` + "\n")
 	default:
@@ -332,6 +337,13 @@ func runChild(mode string) int {
 			c.send(stdio.Message{Type: stdio.TypeDone, Delivery: m.Delivery})
 		case "slowwindow":
 			time.Sleep(150 * time.Millisecond)
+			c.echo(m)
+		case "holdall":
+			continue
+		case "seqstuck": // one item at a time, in order: a stuck one holds every one after it
+			if payload == `"stuck"` {
+				time.Sleep(time.Hour)
+			}
 			c.echo(m)
 		case "pid":
 			c.send(stdio.Message{Type: stdio.TypeEmit, Delivery: m.Delivery, Payload: []byte(strconv.Itoa(os.Getpid()))})

@@ -117,6 +117,17 @@ type Hooks struct {
 	// the engine can tell (as its log line is tagged), else none. It runs on the process's
 	// stderr reader: it must not block.
 	Stderr func(StderrLine)
+	// Cancelled is called when a delivery's item timeout passed in a process that declared
+	// "cancel": true, as the delivery fails and before its cancel is written; it is a copy.
+	Cancelled func(pid int, it *stdio.Item)
+	// CancelIgnored is called when a process is killed for giving no final answer to the
+	// cancelled delivery within CancelGrace.
+	CancelIgnored func(pid int, delivery string)
+	// DeliveryAnswered is called when the action gives a delivery its final answer (done,
+	// error or abstain; a cancelled delivery's late one included), freeing its slot of the
+	// window, with the process's slot in the pool (0 … Concurrency-1) and the time from the
+	// delivery's write to that answer.
+	DeliveryAnswered func(slot int, wait time.Duration)
 	// Health is called when the pool's health changes (ErrCrashLoop, then nil): err nil when healthy again.
 	Health func(err error)
 }

@@ -83,6 +83,7 @@ func (pr *process) readStdout(stdout io.Reader) {
 	}
 	pr.window = settleWindow(pr.pool.cfg.Window, m.Window, pr.pool.cfg.PerItem)
 	pr.batch = m.Batch // an action that says nothing gets no envelope and may send none
+	pr.concurrent, pr.cancel = m.Concurrent, m.Cancel
 	pr.ready <- nil
 	inBatch := func(msg []byte) error { return pr.handleInBatch(msg, &m) }
 	fast := stdio.FastFunc(pr.handleFast)
@@ -196,6 +197,9 @@ func (pr *process) handle(m *stdio.Message, line []byte) error {
 	pr.mu.Lock()
 	t := pr.inflight[m.Delivery]
 	if t == nil {
+		if pr.cancelledAnswerLocked(m.Type, m.Delivery) {
+			return nil
+		}
 		pr.mu.Unlock()
 		return notInFlight(m.Type, m.Delivery, line)
 	}
@@ -242,6 +246,9 @@ func (pr *process) handleFast(typ string, delivery, key, payload []byte, hasKey 
 	pr.mu.Lock()
 	t := pr.inflight[string(delivery)]
 	if t == nil {
+		if len(pr.cancelled) > 0 && pr.cancelledAnswerLocked(typ, string(delivery)) {
+			return nil
+		}
 		pr.mu.Unlock()
 		return notInFlight(typ, string(delivery), line)
 	}
@@ -289,12 +296,30 @@ func (pr *process) stageLocked(t *task, line []byte, e stdio.Emit) error {
 // answeredLocked takes t, just answered, out of flight, unlocks pr.mu and passes its slot on.
 func (pr *process) answeredLocked(t *task) {
 	delete(pr.inflight, t.item.Delivery)
+	if h := pr.pool.cfg.Hooks.DeliveryAnswered; h != nil {
+		h(pr.slot, pr.pool.clock.Now().Sub(t.written))
+	}
+	pr.releasedLocked()
+}
+
+// releasedLocked follows a final answer that freed a slot of the window: it unlocks pr.mu
+// and passes the slot on.
+func (pr *process) releasedLocked() {
 	if pr.pool.cfg.ItemTimeout > 0 {
 		pr.answered = pr.pool.clock.Now()
 	}
+	pr.heldLocked()
 	pr.mu.Unlock()
+	pr.pool.turnChanged()
 	pr.next()
 }
+
+// usedLocked returns the slots of the window in use: deliveries in flight and cancelled ones
+// not yet answered. pr.mu is held.
+func (pr *process) usedLocked() int { return len(pr.inflight) + len(pr.cancelled) }
+
+// heldLocked publishes usedLocked in held, after the maps changed. pr.mu is held.
+func (pr *process) heldLocked() { pr.held.Store(int32(pr.usedLocked())) }
 
 // next follows a delivery just answered. With one delivery at a time (window 1) it writes the
 // next ready item at once from the reader's goroutine: the child has answered everything, so
@@ -320,8 +345,9 @@ func (pr *process) next() {
 // roomLocked wakes a worker waiting for room once the window is at most half full (empty for
 // a window of 1). pr.mu is held.
 func (pr *process) roomLocked() {
-	if pr.wantRoom && len(pr.inflight) <= pr.window/2 {
+	if pr.wantRoom && pr.usedLocked() <= pr.window/2 {
 		pr.wantRoom = false
+		pr.roomWait.Store(false)
 		select {
 		case pr.room <- struct{}{}:
 		default:
@@ -340,7 +366,7 @@ func (pr *process) isEnded() bool {
 func (pr *process) hasRoom() bool {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	return len(pr.inflight) < pr.window
+	return pr.usedLocked() < pr.window
 }
 
 // awaitRoom waits until another delivery fits in the window (after the reader's wake-up, at
@@ -348,11 +374,12 @@ func (pr *process) hasRoom() bool {
 func (pr *process) awaitRoom(quit <-chan struct{}) (alive, quitting bool) {
 	for {
 		pr.mu.Lock()
-		if len(pr.inflight) < pr.window && !pr.wantRoom || len(pr.inflight) == 0 {
+		if used := pr.usedLocked(); used < pr.window && !pr.wantRoom || used == 0 {
 			pr.mu.Unlock()
 			return true, false
 		}
 		pr.wantRoom = true
+		pr.roomWait.Store(true)
 		pr.mu.Unlock()
 		select {
 		case <-pr.room:
@@ -370,6 +397,7 @@ func (pr *process) deliver(t *task) bool {
 	if !pr.register(t, pr.pool.clock.Now()) {
 		return false
 	}
+	pr.pool.turnChanged()
 	pr.wmu.Lock()
 	pr.wbuf = stdio.AppendItem(pr.wbuf[:0], t.item)
 	pr.writeLocked(pr.wbuf)
@@ -389,7 +417,7 @@ func (pr *process) register(t *task, now time.Time) bool {
 	t.readState() // outside pr.mu: the caller's hook; harmless when the attempt is not written
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	if pr.ended || p.abandoning.Load() || len(pr.inflight) >= pr.window {
+	if pr.ended || p.abandoning.Load() || pr.usedLocked() >= pr.window {
 		return false
 	}
 	t.attempts++
@@ -418,6 +446,7 @@ func (pr *process) register(t *task, now time.Time) bool {
 		}
 	}
 	pr.inflight[t.item.Delivery] = t
+	pr.heldLocked()
 	pr.last = lastDelivery{t.item.Delivery, t.item.ID, t.attempts}
 	p.cfg.Budget.begin()
 	return true
@@ -436,43 +465,6 @@ func (pr *process) writeLocked(lines []byte) {
 	}
 }
 
-// watch runs when the watchdog fires: it ends the process if its oldest delivery outlived its
-// deadline, else re-arms for that deadline. A delivery's clock starts at the later of its write
-// and the process's previous answer: with a window, deliveries written ahead wait their turn
-// in a sequential action, and only the oldest one can be late.
-func (pr *process) watch() {
-	defer pr.pending.Done()
-	now := pr.pool.clock.Now()
-	pr.mu.Lock()
-	var oldest *task
-	for _, t := range pr.inflight {
-		if oldest == nil || t.seq < oldest.seq {
-			oldest = t
-		}
-	}
-	pr.armed = false
-	if oldest == nil || pr.ended {
-		pr.mu.Unlock()
-		return
-	}
-	start := oldest.written
-	if pr.answered.After(start) {
-		start = pr.answered
-	}
-	if deadline := start.Add(pr.pool.cfg.ItemTimeout); deadline.After(now) {
-		pr.armed = true
-		pr.pending.Add(1)
-		pr.watchdog.Reset(deadline.Sub(now))
-		pr.mu.Unlock()
-		return
-	}
-	if pr.timedOut == nil {
-		pr.timedOut = oldest
-	}
-	pr.mu.Unlock()
-	pr.fail(fmt.Errorf("%w: delivery %s (item %s) got no answer within %v", ErrTimeout, oldest.item.Delivery, oldest.item.ID, pr.pool.cfg.ItemTimeout))
-}
-
 // deliveryError says why the process's end failed t.
 func (pr *process) deliveryError(t *task, cause, exitErr error) error {
 	name := pr.pool.cfg.Name
@@ -482,6 +474,8 @@ func (pr *process) deliveryError(t *task, cause, exitErr error) error {
 	timedOut := pr.timedOut
 	pr.mu.Unlock()
 	switch {
+	case errors.Is(cause, errCancelIgnored):
+		return fmt.Errorf("%w: action %q (pid %d) was killed during %s: %v (%s); %s", ErrCrashed, name, pr.pid, where, cause, exit, tail)
 	case errors.Is(cause, ErrTimeout) && timedOut == t:
 		return fmt.Errorf("%w: action %q (pid %d) gave no answer to %s within %v; the process was killed (%s); %s",
 			ErrTimeout, name, pr.pid, where, pr.pool.cfg.ItemTimeout, exit, tail)

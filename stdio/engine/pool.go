@@ -37,6 +37,13 @@ type Pool struct {
 
 	abandoning atomic.Bool
 
+	// slots holds each slot's serving process (nil while it is replaced), for the sharing
+	// rule (turn.go) and Stats; turn wakes the workers waiting for their turn.
+	slots []atomic.Pointer[process]
+	turn  turnSignal
+
+	cancels, cancelKills, droppedAfterCancel atomic.Int64 // for Stats
+
 	mu          sync.Mutex
 	keys        map[string]*keyQueue // active keys; nil value: no item waiting behind the active one
 	retrying    map[*task]struct{}
@@ -100,7 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	errs := make([]error, cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i := range procs {
-		wg.Go(func() { procs[i], errs[i] = p.spawn(ctx) })
+		wg.Go(func() { procs[i], errs[i] = p.spawn(ctx, i) })
 	}
 	wg.Wait()
 	if err := cmp.Or(errs...); err != nil {
@@ -123,10 +130,12 @@ func Start(ctx context.Context, cfg Config) (*Pool, error) {
 	// finished item, so back-pressure costs one wake-up per batch of items.
 	p.lowWater = qs / 2
 	p.ready = make(chan *task, qs)
-	for _, pr := range procs {
+	p.slots = make([]atomic.Pointer[process], cfg.Concurrency)
+	for i, pr := range procs {
 		p.procs[pr] = struct{}{}
+		p.slots[i].Store(pr)
 		p.wg.Add(1)
-		go p.worker(pr)
+		go p.worker(i, pr)
 	}
 	p.log.Info("action pool started", "action", cfg.Name, "processes", cfg.Concurrency, "per_item", cfg.PerItem, "window", p.window, "queue", qs)
 	return p, nil

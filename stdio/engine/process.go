@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -35,9 +36,20 @@ type process struct {
 	wmu     sync.Mutex // one line at a time on stdin
 	wbuf    []byte
 	window  int
-	batch   bool          // the action declared "batch": true: items go in envelopes, answers may
-	state   bool          // the action declared "state": true: it may send state messages
-	room    chan struct{} // the reader tells a worker waiting in awaitRoom that the window has room
+	batch   bool // the action declared "batch": true: items go in envelopes, answers may
+	state   bool // the action declared "state": true: it may send state messages
+	// concurrent: the action declared "concurrent": true: it runs its deliveries at once, so
+	// each one's item timeout runs from its own write. cancel: it declared "cancel": true: a
+	// timeout cancels the delivery instead of killing the process.
+	concurrent bool
+	cancel     bool
+	slot       int           // the pool's slot this process fills (0 … Concurrency-1), for metrics
+	room       chan struct{} // the reader tells a worker waiting in awaitRoom that the window has room
+	// held mirrors len(inflight)+len(cancelled), the slots of the window in use, for other
+	// workers deciding whose turn it is (turn.go) without taking pr.mu.
+	held     atomic.Int32
+	roomWait atomic.Bool // mirrors wantRoom, for the same readers
+	gone     atomic.Bool // mirrors ended: the process takes no more deliveries
 
 	ready   chan error     // the ready phase's outcome (capacity 1)
 	begin   chan struct{}  // closed once pid and log are set: the readers may start
@@ -47,24 +59,27 @@ type process struct {
 
 	mu       sync.Mutex
 	inflight map[string]*task
-	last     lastDelivery // the last delivery written, for stderr lines
-	ended    bool         // no new deliveries
-	cause    error        // why the conversation ended first
-	timedOut *task        // the delivery whose timeout killed the process
-	wantRoom bool         // a worker waits in awaitRoom
-	stopping bool         // shutdown sent: EOF is expected
-	watchdog timer        // item timeouts: fires at the oldest delivery's deadline (or later)
-	answered time.Time    // when the last delivery was answered, for item timeouts
-	armed    bool
-	exitErr  error // cmd.Wait's
-	crashed  bool  // ended other than by a clean shutdown; set by reap before dead is closed
+	// cancelled holds the deliveries cancelled and not yet answered: each keeps its slot of
+	// the window until the action's final answer for it, or its cancel grace kills the process.
+	cancelled map[string]*cancelEntry
+	last      lastDelivery // the last delivery written, for stderr lines
+	ended     bool         // no new deliveries
+	cause     error        // why the conversation ended first
+	timedOut  *task        // the delivery whose timeout killed the process
+	wantRoom  bool         // a worker waits in awaitRoom
+	stopping  bool         // shutdown sent: EOF is expected
+	watchdog  timer        // item timeouts: fires at the oldest delivery's deadline (or later)
+	answered  time.Time    // when the last delivery was answered, for item timeouts
+	armed     bool
+	exitErr   error // cmd.Wait's
+	crashed   bool  // ended other than by a clean shutdown; set by reap before dead is closed
 
 	tailMu sync.Mutex
 	tail   []string
 }
 
 // spawn starts one process, says hello and waits for ready (ReadyTimeout, or ctx).
-func (p *Pool) spawn(ctx context.Context) (*process, error) {
+func (p *Pool) spawn(ctx context.Context, slot int) (*process, error) {
 	cfg := &p.cfg
 	if tornDown() {
 		return nil, fmt.Errorf("%w: action %q: the program is quitting (Teardown)", ErrStart, cfg.Name)
@@ -75,7 +90,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 	}
 	untrack := TrackDir(workdir)
 	pr := &process{
-		pool: p, workdir: workdir,
+		pool: p, workdir: workdir, slot: slot,
 		ready: make(chan error, 1), begin: make(chan struct{}),
 		exited: make(chan struct{}), dead: make(chan struct{}), inflight: make(map[string]*task), room: make(chan struct{}, 1),
 	}
@@ -119,7 +134,7 @@ func (p *Pool) spawn(ctx context.Context) (*process, error) {
 		<-pr.dead
 		return nil, fmt.Errorf("%w: action %q (%s, pid %d) %w (%s); %s", ErrStart, cfg.Name, p.cmdline, pr.pid, err, exitText(pr.exitError()), pr.tailText())
 	}
-	pr.log.Debug("action ready", "window", pr.window, "batch", pr.batch)
+	pr.log.Debug("action ready", "window", pr.window, "batch", pr.batch, "concurrent", pr.concurrent, "cancel", pr.cancel)
 	if h := p.cfg.Hooks.ProcessStarted; h != nil {
 		h(pr.pid)
 	}
@@ -134,8 +149,10 @@ func (pr *process) fail(cause error) {
 		pr.cause = cause
 	}
 	pr.ended = true
+	pr.gone.Store(true)
 	stopping := pr.stopping
 	pr.mu.Unlock()
+	pr.pool.turnChanged()
 	if stopping && errors.Is(cause, errStdoutClosed) {
 		return
 	}
@@ -160,9 +177,11 @@ func (pr *process) reap() {
 	pr.mu.Lock()
 	pr.exitErr = err
 	pr.ended = true
+	pr.gone.Store(true)
 	if pr.watchdog != nil && pr.watchdog.Stop() {
 		pr.pending.Done()
 	}
+	pr.dropCancelledLocked()
 	cause, stopping := pr.cause, pr.stopping
 	if cause == nil {
 		cause = errStdoutClosed
@@ -172,7 +191,9 @@ func (pr *process) reap() {
 		inflight = append(inflight, t)
 	}
 	pr.inflight = nil
+	pr.heldLocked()
 	pr.mu.Unlock()
+	pr.pool.turnChanged()
 	pr.pending.Wait()
 	slices.SortFunc(inflight, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
 
@@ -213,6 +234,7 @@ func (pr *process) shutdown(ctx context.Context) {
 	pr.mu.Lock()
 	pr.stopping = true
 	pr.ended = true
+	pr.gone.Store(true)
 	pr.mu.Unlock()
 	_, _ = pr.stdin.Write(shutdownLine)
 	pr.stdin.Close()
@@ -245,11 +267,13 @@ func (pr *process) shutdown(ctx context.Context) {
 func (pr *process) abandon() {
 	pr.mu.Lock()
 	inflight := pr.inflight
+	busy := len(inflight) > 0 || len(pr.cancelled) > 0
 	if inflight != nil {
 		pr.inflight = make(map[string]*task)
+		pr.dropCancelledLocked()
+		pr.heldLocked()
 		pr.roomLocked()
 	}
-	busy := len(inflight) > 0
 	if busy {
 		pr.pending.Add(1) // under pr.mu, before reap waits: reap waits for the grace below
 	}

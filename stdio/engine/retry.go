@@ -17,20 +17,22 @@ func (p *Pool) restartBackOff() *backoff.ExponentialBackOff {
 	)
 }
 
-// respawn starts a replacement process, backing off between failed starts and reporting a
+// respawn starts a replacement process for slot, backing off between failed starts and reporting a
 // crash loop; it returns nil when the pool quits first.
-func (p *Pool) respawn(bo *backoff.ExponentialBackOff) *process {
+func (p *Pool) respawn(bo *backoff.ExponentialBackOff, slot int) *process {
 	for {
 		select {
 		case <-p.lifeCtx.Done():
 			return nil
 		default:
 		}
-		pr, err := p.spawn(p.lifeCtx)
+		pr, err := p.spawn(p.lifeCtx, slot)
 		if err == nil {
 			p.mu.Lock()
 			p.procs[pr] = struct{}{}
 			p.mu.Unlock()
+			p.slots[slot].Store(pr)
+			p.turnChanged()
 			bo.Reset()
 			p.setHealth(nil)
 			return pr

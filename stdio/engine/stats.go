@@ -8,6 +8,29 @@ type Stats struct {
 	InFlight  int // deliveries written to a process and not yet answered
 	Queued    int // items accepted and not in flight: waiting for a process, behind their key, or in a retry's backoff
 	Window    int // deliveries one process accepts written ahead (Pool.Window)
+
+	// Counts since Start: cancels written, processes killed for ignoring one past CancelGrace,
+	// and messages dropped because they named a cancelled delivery.
+	Cancels, CancelKills, DroppedAfterCancel int64
+}
+
+// Loads returns, for each slot of the pool (0 … Concurrency-1) whose process is serving, the
+// slots of its window in use: deliveries in flight and cancelled ones not yet answered. It
+// takes no lock and costs nothing per item; it is safe for concurrent use, also after Close.
+func (p *Pool) Loads() []SlotLoad {
+	var loads []SlotLoad
+	for i := range p.slots {
+		if pr := p.slots[i].Load(); pr != nil {
+			loads = append(loads, SlotLoad{Slot: i, Held: int(pr.held.Load())})
+		}
+	}
+	return loads
+}
+
+// SlotLoad is one serving process's load.
+type SlotLoad struct {
+	Slot int // its slot in the pool, 0 … Concurrency-1 (stable across restarts, unlike its pid)
+	Held int // slots of its window in use
 }
 
 // Occupancy is the share of the window in use: InFlight over Processes × Window (0 with no
@@ -44,6 +67,7 @@ func (p *Pool) Stats() Stats {
 			st.Busy++
 		}
 	}
+	st.Cancels, st.CancelKills, st.DroppedAfterCancel = p.cancels.Load(), p.cancelKills.Load(), p.droppedAfterCancel.Load()
 	st.Queued = max(outstanding-st.InFlight, 0)
 	return st
 }

@@ -8,13 +8,13 @@ import (
 
 // worker owns one process slot: it keeps a process running (replacing one that dies, with the
 // crash-loop breaker's backoff) and feeds it items until the pool quits.
-func (p *Pool) worker(pr *process) {
+func (p *Pool) worker(slot int, pr *process) {
 	defer p.wg.Done()
 	bo := p.restartBackOff()
 	replacing := false // the process before ended other than by a clean shutdown
 	for {
 		if pr == nil {
-			if pr = p.respawn(bo); pr == nil {
+			if pr = p.respawn(bo, slot); pr == nil {
 				return
 			}
 			if h := p.cfg.Hooks.ProcessRestarted; h != nil && replacing {
@@ -40,6 +40,9 @@ func (p *Pool) forget(pr *process) {
 	p.mu.Lock()
 	delete(p.procs, pr)
 	p.mu.Unlock()
+	if p.slots[pr.slot].CompareAndSwap(pr, nil) {
+		p.turnChanged()
+	}
 }
 
 // serve feeds pr items until it dies (true), has served its one item in per-item mode (true),
@@ -60,6 +63,9 @@ func (p *Pool) serve(pr *process) bool {
 		if alive, quit := p.awaitBudget(pr); !alive || quit {
 			return !quit
 		}
+		if alive, quit := p.awaitTurn(pr); !alive || quit {
+			return !quit
+		}
 		var t *task
 		select {
 		case t = <-p.ready:
@@ -67,6 +73,12 @@ func (p *Pool) serve(pr *process) bool {
 			return true
 		case <-p.lifeCtx.Done():
 			return false
+		}
+		if !p.myTurn(pr) {
+			// Another process took its turn or freed a slot while this worker waited: the
+			// item is that one's (a process with the least in flight takes it).
+			p.requeue(t)
+			continue
 		}
 		now := p.clock.Now() // the run's write time
 		if !pr.register(t, now) {
@@ -82,8 +94,9 @@ func (p *Pool) serve(pr *process) bool {
 			}
 		}
 		out.AppendItem(t.item)
+		share := p.share()
 	fill:
-		for out.Len() < limit && pr.hasRoom() && !p.cfg.Budget.isFull() {
+		for out.Len() < limit && pr.hasRoom() && int(pr.held.Load()) < share && !p.cfg.Budget.isFull() {
 			select {
 			case t = <-p.ready:
 			default:
@@ -95,6 +108,7 @@ func (p *Pool) serve(pr *process) bool {
 			}
 			out.AppendItem(t.item)
 		}
+		p.turnChanged() // pr's load grew: a worker waiting behind it may now take its turn
 		pr.write(out.Bytes())
 		out.Reset()
 		if p.cfg.PerItem { // its one item: wait for the answer, then retire the process

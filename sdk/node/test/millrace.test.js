@@ -82,6 +82,27 @@ class Child {
       got.push(m);
     }
   }
+  /** The messages of n deliveries answered in any order: each exactly once, its messages
+   * before its answer. Returns [Map delivery -> [messages, answer], the order answered]. */
+  async answers(n) {
+    const got = new Map();
+    const order = [];
+    const msgs = new Map();
+    while (order.length < n) {
+      const m = await this.read();
+      const d = m.delivery;
+      if (got.has(d)) throw new Error(`a message for ${d} after its answer: ${JSON.stringify(m)}`);
+      if (['done', 'error', 'abstain'].includes(m.type)) {
+        got.set(d, [msgs.get(d) || [], m]);
+        msgs.delete(d);
+        order.push(d);
+      } else {
+        if (!msgs.has(d)) msgs.set(d, []);
+        msgs.get(d).push(m);
+      }
+    }
+    return [got, order];
+  }
   async ask(payload, fields) {
     const it = this.item(payload, fields);
     this.send(it);
@@ -630,4 +651,234 @@ test('a batch handler stages each item\'s state, in the envelope', async (t) => 
   assert.deepEqual(c.frames, ['line', ['batch', 7]]);
   assert.deepEqual(msgs.map((m) => [m.type, m.delivery]), [['emit', 'dl-1'], ['state', 'dl-1'], ['done', 'dl-1'], ['error', 'dl-2'], ['emit', 'dl-3'], ['state', 'dl-3'], ['done', 'dl-3']]);
   assert.deepEqual([msgs[1].state, msgs[5].state], [{ n: 2 }, { n: 1 }]);
+});
+
+// -- concurrent handlers
+
+const touch = (file) => fs.writeFileSync(file, '');
+
+test('ready declares concurrency only for a concurrent handler', async (t) => {
+  assert.deepEqual(await child(t, 'async').hello(), { type: 'ready', window: 128, batch: true, concurrent: true, cancel: true });
+  assert.equal((await child(t, 'async', '8').hello()).window, 8);
+  assert.deepEqual(await child(t, 'promise-concurrent').hello({}, { state: { events: {} } }),
+    { type: 'ready', window: 128, batch: true, concurrent: true, cancel: true, state: true });
+  assert.deepEqual(await child(t, 'async-sequential').hello(), { type: 'ready', window: 64, batch: true });
+  assert.deepEqual(await child(t, 'map').hello(), { type: 'ready', window: 64, batch: true });
+  assert.equal((await child(t, 'async-batch', '4', '10').hello()).concurrent, true);
+});
+
+test('an async handler: answered as each settles, each exactly once', async (t) => {
+  const c = child(t, 'async');
+  await c.hello();
+  // each item ends only after the next one: the answers come reversed, and only if they run at once
+  const items = [];
+  for (let i = 0; i < 40; i++) items.push(c.item({ do: 'after', tag: i, ...(i < 39 ? { after: i + 1 } : {}) }, { key: `k${i}` }));
+  c.sendBatch(...items);
+  const [got, order] = await c.answers(items.length);
+  assert.deepEqual(order, items.map((it) => it.delivery).reverse());
+  for (const it of items) {
+    const [msgs, ans] = got.get(it.delivery);
+    assert.deepEqual([ans.type, msgs.map((m) => m.type)], ['done', ['emit']]);
+    assert.deepEqual([msgs[0].payload, msgs[0].key], [it.payload, it.key]);
+  }
+  assert.ok(c.frames.slice(1).every((f) => f[0] === 'batch'), JSON.stringify(c.frames)); // an envelope's answers: envelopes
+  c.send(c.item({ x: 1 }));
+  await c.answers(1);
+  assert.deepEqual(c.frames.slice(-2), ['line', 'line']);
+  assert.equal((await c.shutdown())[0], 0);
+});
+
+test('an async handler: a later item is answered while an earlier one waits', async (t) => {
+  const c = child(t, 'async');
+  await c.hello();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'millrace-test-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const gates = [0, 1, 2].map((i) => path.join(dir, `g${i}`));
+  const items = gates.map((g) => c.item({ do: 'gate', path: g }));
+  c.send(...items);
+  for (const i of [2, 0, 1]) {
+    touch(gates[i]);
+    const [, order] = await c.answers(1);
+    assert.deepEqual(order, [items[i].delivery]);
+  }
+});
+
+test('in flight never exceeds the window', async (t) => {
+  const c = child(t, 'async', '5');
+  await c.hello();
+  const items = [];
+  for (let i = 0; i < 23; i++) items.push(c.item({ do: 'fill' })); // each waits until 5 are in flight
+  c.sendBatch(...items);
+  const [got] = await c.answers(items.length);
+  assert.deepEqual(new Set([...got.values()].map(([, a]) => a.type)), new Set(['done']));
+  const [msgs] = await c.ask({ do: 'status' });
+  assert.equal(msgs[0].payload.peak, 5);
+});
+
+test('a cancel answers only the hung item, its signal aborted', async (t) => {
+  const c = child(t, 'async', '64');
+  await c.hello();
+  // 1 hung call among 1,000 at 64 in flight (the SDK holds back what is over its window)
+  const items = [];
+  for (let i = 0; i < 999; i++) items.push(c.item({ i }, { key: `k${i % 97}` }));
+  const hung = c.item({ do: 'hang' });
+  items.splice(7, 0, hung);
+  for (let n = 0; n < items.length; n += 100) c.sendBatch(...items.slice(n, n + 100));
+  const [got] = await c.answers(items.length - 1);
+  assert.ok(!got.has(hung.delivery));
+  assert.deepEqual(new Set([...got.values()].map(([, a]) => a.type)), new Set(['done']));
+  c.send({ type: 'cancel', delivery: hung.delivery });
+  const [got2] = await c.answers(1);
+  const [msgs, ans] = got2.get(hung.delivery);
+  assert.deepEqual([msgs, ans.type, ans.retryable], [[], 'error', true]);
+  assert.match(ans.message, /^cancelled: /);
+  // a cancel for a delivery answered already, or never held, is ignored
+  c.send({ type: 'cancel', delivery: hung.delivery }, { type: 'cancel', delivery: 'dl-none' });
+  const [st] = await c.ask({ do: 'status' });
+  assert.deepEqual(st[0].payload.cancelled, [hung.delivery]);
+  assert.deepEqual(await c.shutdown(), [0, []]);
+});
+
+test('a cancel inside an envelope, and of an item waiting for the window', async (t) => {
+  const c = child(t, 'async', '2');
+  await c.hello();
+  const [a, b, w] = [c.item({ do: 'hang' }), c.item({ do: 'hang' }), c.item({ x: 'waits' })];
+  c.sendBatch(a, b, w); // the window (2) is full: w waits for a slot
+  c.sendBatch({ type: 'cancel', delivery: a.delivery });
+  let [got, order] = await c.answers(2); // a cancelled, then w runs in its slot
+  assert.deepEqual(order, [a.delivery, w.delivery]);
+  assert.equal(got.get(w.delivery)[1].type, 'done');
+  const x = c.item({ do: 'hang' });
+  const y = c.item({ y: 1 });
+  c.send(x, y); // the window is full again (b, x): y waits, then is cancelled before it runs
+  c.send({ type: 'cancel', delivery: y.delivery });
+  [got, order] = await c.answers(1);
+  assert.deepEqual([order, got.get(y.delivery)[1].retryable], [[y.delivery], true]);
+  c.send({ type: 'cancel', delivery: b.delivery }, { type: 'cancel', delivery: x.delivery });
+  [got, order] = await c.answers(2);
+  assert.deepEqual(order, [b.delivery, x.delivery]);
+  const [st] = await c.ask({ do: 'status' });
+  // a may have been cancelled before it ran (a cancel read with its envelope); y never ran
+  assert.deepEqual(st[0].payload.cancelled.filter((d) => d !== a.delivery), [b.delivery, x.delivery]);
+});
+
+test('console.log and the log inside concurrent handlers are tagged with their own delivery', async (t) => {
+  const c = child(t, 'async');
+  await c.hello();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'millrace-test-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const [ga, gb] = [path.join(dir, 'a'), path.join(dir, 'b')];
+  const a = c.item({ do: 'talk', path: ga });
+  const b = c.item({ do: 'talk', path: gb }, { attempt: 2 });
+  c.send(a, b);
+  touch(gb); // b ends before a
+  await c.answers(1);
+  touch(ga);
+  await c.answers(1);
+  assert.equal((await c.shutdown())[0], 0);
+  const recs = c.stderr.trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(recs.length, 6, c.stderr);
+  for (const r of recs) {
+    assert.ok(r.msg.endsWith(r.item) || r.msg.startsWith('part of ' + r.item), JSON.stringify(r));
+    assert.equal(r.attempt, r.item === b.id ? 2 : 1);
+    assert.equal(r.delivery, r.item === b.id ? b.delivery : a.delivery);
+  }
+  assert.ok(recs.some((r) => r.msg === `part of ${a.id} ends`));
+});
+
+test('state, retry, abstain and metrics with concurrency', async (t) => {
+  const c = child(t, 'async');
+  await c.hello({}, { state: { events: { maxBytes: 64 } } });
+  const items = [];
+  for (let i = 0; i < 10; i++) items.push(c.item({ do: 'count' }, { key: `k${i}`, inlet: 'events', state: { n: i } }));
+  items.push(c.item({ do: 'retry' }), c.item({ do: 'abstain' }), c.item({ do: 'raise' }));
+  c.sendBatch(...items);
+  const [got] = await c.answers(items.length);
+  items.slice(0, 10).forEach((it, i) => {
+    const [msgs, ans] = got.get(it.delivery);
+    assert.deepEqual(msgs.map((m) => m.type), ['metric', 'emit', 'state']);
+    assert.deepEqual([msgs[1].payload, msgs[2].state, ans.type], [{ n: i + 1 }, { n: i + 1 }, 'done']);
+  });
+  assert.equal(got.get(items[10].delivery)[1].retryable, true);
+  assert.deepEqual(got.get(items[11].delivery)[1], { type: 'abstain', delivery: items[11].delivery, reason: 'unsure' });
+  assert.match(got.get(items[12].delivery)[1].message, /RangeError: boom/);
+});
+
+test('mapKeyed with an async handler', async (t) => {
+  const c = child(t, 'async-keyed');
+  await c.hello();
+  const [got, ans] = await c.ask({ x: 1 }, { key: 'k' });
+  assert.deepEqual([got.map((m) => m.key), ans.type], [['a', 'k'], 'done']);
+});
+
+test('async batches run at once, each item answered', async (t) => {
+  const c = child(t, 'async-batch', '4', '30000');
+  await c.hello({}, { state: { events: { maxBytes: 100 } } });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'millrace-test-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const gate = path.join(dir, 'g');
+  const items = [c.item({ do: 'gate', path: gate }), c.item({ i: 1 }), c.item({ i: 2 }), c.item({ i: 3 }), c.item({ i: 4 }),
+    c.item({ do: 'count' }, { key: 'x', inlet: 'events', state: { n: 4 } }), c.item({ do: 'raise' }), c.item({ do: 'abstain' })];
+  c.sendBatch(...items);
+  let [got, order] = await c.answers(4); // the second batch (4 of 8) is answered, the first waits
+  assert.deepEqual(order, items.slice(4).map((it) => it.delivery));
+  const [msgs] = got.get(items[5].delivery);
+  assert.deepEqual([msgs.map((m) => m.type), msgs[1].state], [['emit', 'state'], { n: 5 }]);
+  assert.match(got.get(items[6].delivery)[1].message, /RangeError: bad item/);
+  assert.equal(got.get(items[7].delivery)[1].type, 'abstain');
+  touch(gate);
+  [got, order] = await c.answers(4);
+  assert.deepEqual(order, items.slice(0, 4).map((it) => it.delivery));
+  assert.deepEqual(c.frames.slice(1), [['batch', 8], ['batch', 12]]);
+  c.send(c.item({ i: 9 }), c.item({ i: 10 }), { type: 'shutdown' }); // the linger is 30 s: shutdown runs them
+  await c.answers(2);
+  assert.equal(await c.exited, 0);
+});
+
+test('a cancel of one item of an async batch', async (t) => {
+  const c = child(t, 'async-batch', '2', '5');
+  await c.hello();
+  const [a, b] = [c.item({ do: 'hang' }), c.item({ i: 1 })];
+  c.sendBatch(a, b);
+  c.send({ type: 'cancel', delivery: b.delivery }); // b's batch hangs on a
+  let [got, order] = await c.answers(1);
+  assert.deepEqual([order, got.get(b.delivery)[1].retryable], [[b.delivery], true]);
+  c.send({ type: 'cancel', delivery: a.delivery }); // a's signal: the batch goes on, its answers dropped
+  [got, order] = await c.answers(1);
+  assert.deepEqual(order, [a.delivery]);
+  const [, ans] = await c.ask({ i: 2 });
+  assert.equal(ans.type, 'done');
+});
+
+test('shutdown and the end of stdin answer what is in flight', async (t) => {
+  for (const end of ['shutdown', 'eof']) {
+    const c = child(t, 'async');
+    await c.hello();
+    const items = [0, 1, 2, 3, 4].map(() => c.item({ do: 'sleep', ms: 30 }));
+    c.send(...items);
+    if (end === 'shutdown') c.send({ type: 'shutdown' });
+    else c.p.stdin.end();
+    await c.answers(5);
+    assert.equal(await c.exited, 0);
+  }
+});
+
+test('a plain function returning promises runs at once with concurrent: true', async (t) => {
+  const c = child(t, 'promise-concurrent');
+  await c.hello();
+  const items = [0, 1, 2, 3].map((i) => c.item({ do: 'after', tag: i, after: i < 3 ? i + 1 : undefined }));
+  c.send(...items);
+  const [, order] = await c.answers(items.length);
+  assert.deepEqual(order, items.map((it) => it.delivery).reverse());
+});
+
+test('an async handler with concurrent: false stays sequential', async (t) => {
+  const c = child(t, 'async-sequential');
+  await c.hello();
+  const items = [c.item({ do: 'sleep', ms: 60 }), c.item({ x: 1 })];
+  c.send(...items);
+  const [, order] = await c.answers(2);
+  assert.deepEqual(order, items.map((it) => it.delivery));
+  const [st] = await c.ask({ do: 'status' });
+  assert.equal(st[0].payload.peak, 1);
 });

@@ -34,6 +34,23 @@
 #   fails the item with the engine's words, even if rescued. "state": true is declared in ready
 #   when hello names an inlet that keeps state.
 #
+# A handler that waits on a call (HTTP, a database, a model server) runs many deliveries at once
+# with concurrency: N, each on a thread of its own, answered as it returns:
+#
+#   Millrace.map(concurrency: 128) do |payload, item|
+#     Net::HTTP.get_response(URI("https://api.example/#{payload['id']}")).body
+#   end
+#
+# - concurrency: N (map, map_keyed, batch): up to N handler calls at once (batch: up to N
+#   batches), declared with a window of N (batch: at least size) and "concurrent" and "cancel"
+#   in ready. 128 covers a sidecar batch of 100 records in one wave of calls. The engine never
+#   has two deliveries of one key in flight, so the calls at once are of different keys. When
+#   the engine cancels a delivery (its --timeout passed), the SDK answers a retryable error at
+#   once and raises Millrace::Cancelled in the handler's thread (a batch's other items go on:
+#   only that item's result is dropped); whatever the handler returns after is dropped.
+#   Millrace::Cancelled is not a StandardError, so `rescue => e` does not swallow it. puts and
+#   item.log are tagged with each call's own delivery.
+#
 # The SDK declares a window of 64 deliveries and batch envelopes in ready, reads stdin in chunks
 # and writes the answers of a run of items in one write: those to the items of an envelope as
 # one {"type":"batch",...} line. puts and anything else written to $stdout go to stderr, as JSON
@@ -68,6 +85,14 @@ module Millrace
 
   # Raise to fail this attempt with a retryable error: the engine retries with backoff.
   class Retryable < StandardError; end
+
+  # Raised in a handler's thread when the engine cancels its delivery (with concurrency:). An
+  # Exception, not a StandardError, as Timeout's, so a handler's `rescue => e` lets it pass.
+  class Cancelled < Exception; end # rubocop:disable Lint/InheritException
+
+  # The concurrency a handler that waits on a call is best given: it covers a sidecar batch
+  # (100 records) in one wave of calls, where 64 would take two (docs/protocol.md).
+  CONCURRENT_WINDOW = 128
 
   # The config of hello does not fit the declared schema; every item fails with it.
   class ConfigError < StandardError; end
@@ -146,22 +171,24 @@ module Millrace
       @workdir
     end
 
-    # Serves the block: one output per item, with the item's key. Never returns.
-    def map(config: nil, window: WINDOW, &fn)
-      serve(:map, fn, config: config, window: window)
+    # Serves the block: one output per item, with the item's key. Never returns. concurrency:
+    # N runs up to N calls at once, on threads.
+    def map(config: nil, window: nil, concurrency: 1, &fn)
+      serve(:map, fn, config: config, window: window, concurrency: concurrency)
     end
 
     # Serves the block: an array of outputs per item.
-    def map_keyed(config: nil, window: WINDOW, &fn)
-      serve(:map_keyed, fn, config: config, window: window, keyed: true)
+    def map_keyed(config: nil, window: nil, concurrency: 1, &fn)
+      serve(:map_keyed, fn, config: config, window: window, keyed: true, concurrency: concurrency)
     end
 
     # Serves the block over batches: up to size items, or those that arrived within linger
     # seconds of the first; it returns one result per item. If it raises, every item fails.
-    def batch(size: WINDOW, linger: 0.005, keyed: false, config: nil, window: WINDOW, &fn)
+    # concurrency: N runs up to N batches at once, on threads.
+    def batch(size: WINDOW, linger: 0.005, keyed: false, config: nil, window: nil, concurrency: 1, &fn)
       raise ArgumentError, 'batch size must be at least 1' unless size >= 1
 
-      serve(:batch, fn, config: config, window: window, size: size, linger: linger, keyed: keyed)
+      serve(:batch, fn, config: config, window: window, size: size, linger: linger, keyed: keyed, concurrency: concurrency)
     end
 
     # Checks the raw config of hello against spec (nil, a callable or a schema Hash).
@@ -236,6 +263,9 @@ module Millrace
     attr_reader :raw, :payload, :delivery
     # The staged state's JSON ('null' deletes), and a state the engine would refuse.
     attr_reader :staged_state, :state_error # :nodoc:
+    # With concurrency: the messages its handler sent so far (metrics), whether it is
+    # answered (or cancelled), whether it came in an envelope, and the thread that runs it.
+    attr_accessor :msgs, :answered, :envelope, :thread # :nodoc:
 
     def initialize(session, raw)
       @s = session
@@ -244,6 +274,7 @@ module Millrace
       @delivery = raw['delivery'] || ''
       @staged_state = nil
       @state_error = nil
+      @msgs = nil
     end
 
     # The key's state: the JSON value the action last staged for it, nil when none.
@@ -326,7 +357,7 @@ module Millrace
 
       m = { 'type' => 'metric', 'delivery' => @delivery, 'name' => name.to_s, 'value' => v }
       m['labels'] = labels.to_h { |k, x| [k.to_s, x.to_s] } if labels && !labels.empty?
-      @s.out << JSON.generate(m)
+      (@msgs || @s.out) << JSON.generate(m)
     end
   end
 
@@ -337,19 +368,22 @@ module Millrace
   class Printed
     def initialize(session)
       @session = session
-      @buf = +''
     end
+
+    # Each thread's partial line is its own: concurrent handlers' prints never mix.
+    def buf = (Thread.current[:millrace_printed] ||= +'')
 
     def write(*args)
       n = 0
+      buf = self.buf
       args.each do |a|
         t = a.to_s
         n += t.bytesize
-        @buf << t
+        buf << t
       end
-      while (i = @buf.index("\n"))
-        line = @buf[0, i]
-        @buf = @buf[(i + 1)..]
+      while (i = buf.index("\n"))
+        line = buf[0, i]
+        buf.replace(buf[(i + 1)..])
         it = @session.current
         fields = { stream: 'stdout' }
         fields.update(delivery: it.delivery, item: it.id, attempt: it.attempt) if it
@@ -373,7 +407,7 @@ module Millrace
     end
 
     def flush
-      write("\n") unless @buf.empty?
+      write("\n") unless buf.empty?
       self
     end
 
@@ -395,11 +429,14 @@ module Millrace
 
   # One conversation with the engine.
   class Session
-    attr_reader :config, :vars, :out, :current, :state_inlets
+    attr_reader :config, :vars, :out, :state_inlets
 
-    def initialize(kind, fn, config: nil, window: WINDOW, size: 0, linger: 0.0, keyed: false)
-      raise ArgumentError, 'window must be at least 1' unless window >= 1
+    def initialize(kind, fn, config: nil, window: nil, size: 0, linger: 0.0, keyed: false, concurrency: 1)
+      raise ArgumentError, "concurrency must be an Integer of at least 1 (1: one at a time), not #{concurrency.inspect}" unless concurrency.is_a?(Integer) && concurrency >= 1
+      raise ArgumentError, 'window must be at least 1' unless window.nil? || window >= 1
 
+      @concurrency = concurrency
+      window ||= concurrency > 1 ? concurrency : WINDOW
       @kind = kind
       @fn = fn
       @spec = config
@@ -419,10 +456,25 @@ module Millrace
       @hello = false
       @state_inlets = {} # from hello: the inlets that keep state, with their limits
       @last_flush = now
+      return unless concurrent?
+
+      @mu = Mutex.new
+      @wrote = ConditionVariable.new # answers are waiting for the writer
+      @inflight = {} # delivery => Item, held until answered or cancelled
+      @calls = {} # the threads of handler calls still running
+      @in_envelope = false # the message being read came in an envelope
+      @closing = false
     end
+
+    def concurrent? = @concurrency > 1
+
+    # The item whose handler runs on this thread (or, one at a time, the one running), for
+    # $stdout's lines.
+    def current = Thread.current[:millrace_item] || @current
 
     def serve(input, output)
       @io = output
+      @writer = Thread.new { write_answers } if concurrent?
       rest = +''
       rest.force_encoding(Encoding::BINARY)
       loop do
@@ -441,6 +493,7 @@ module Millrace
         end
         if chunk.nil?
           run_batch if @pending.any?
+          finish_calls
           flush
           return 0
         end
@@ -454,6 +507,7 @@ module Millrace
           next if line.strip.empty?
           next if on_line(line.force_encoding(Encoding::UTF_8))
 
+          finish_calls
           flush
           return 0
         end
@@ -471,16 +525,22 @@ module Millrace
 
     def flush
       @last_flush = now
+      return @mu.synchronize { @wrote.signal } if concurrent? && !@closing
       return if @out.empty? && @held.empty?
 
+      @io.write(take)
+      @io.flush
+    end
+
+    # The text of the answers not yet written, which are then no longer held.
+    def take
       data = @out.empty? ? +'' : Session.frame(@out, @out_envelope)
       unless @held.empty?
         data = @held.map { |e, m| Session.frame(m, e) }.join << data
         @held = []
       end
-      @io.write(data)
-      @io.flush
       @out = []
+      data
     end
 
     # Answers take the framing of what they answer: the answers to an envelope's items go in an
@@ -628,6 +688,8 @@ module Millrace
     end
 
     def one(raw)
+      return start_one(raw) if concurrent?
+
       item = Item.new(self, raw)
       return error(item.delivery, @config_error, false) if @config_error
 
@@ -646,29 +708,188 @@ module Millrace
     def run_batch
       items = @pending.map { |r| Item.new(self, r) }
       @pending = []
+      return start_batch(items) if concurrent?
       return items.each { |it| error(it.delivery, @config_error, false) } if @config_error
 
       begin
-        results = @fn.call(items)
-        results = results.nil? ? [] : results.to_a
-        if results.length != items.length
-          raise ArgumentError, "the batch handler returned #{results.length} results for #{items.length} items: return one per item, in order"
-        end
+        results = call_batch(items)
       rescue StandardError, ScriptError => e
-        unless e.is_a?(Abstain)
-          Millrace.log.error('the batch handler raised: every item of the batch fails', items: items.length,
-                                                                                         error: "#{e.class}: #{e.message}".scrub, backtrace: (e.backtrace || []).join("\n").scrub)
-        end
-        items.each { |it| fail_item(it, e, false) }
-        return
+        return batch_failed(items, e)
       end
+      batch_answers(items, results)
+    end
+
+    def call_batch(items)
+      results = @fn.call(items)
+      results = results.nil? ? [] : results.to_a
+      if results.length != items.length
+        raise ArgumentError, "the batch handler returned #{results.length} results for #{items.length} items: return one per item, in order"
+      end
+
+      results
+    end
+
+    def batch_failed(items, exc, logged = items)
+      unless exc.is_a?(Abstain)
+        Millrace.log.error('the batch handler raised: every item of the batch fails', items: logged.length,
+                                                                                       error: "#{exc.class}: #{exc.message}".scrub, backtrace: (exc.backtrace || []).join("\n").scrub)
+      end
+      items.each { |it| fail_item(it, exc, false) }
+    end
+
+    # Answers each item of a batch with its result; with concurrency, an item cancelled
+    # meanwhile is skipped (answered already).
+    def batch_answers(items, results)
       items.zip(results).each do |it, res|
+        next if it.answered == :cancelled
+
+        it.msgs&.each { |m| @out << m }
         if res.is_a?(Exception)
           fail_item(it, res, !(res.is_a?(Abstain) || res.is_a?(Retryable)))
         else
           succeed(it, res, @keyed)
         end
       end
+    end
+
+    # With concurrency: one handler call on a thread of its own.
+
+    def start_one(raw)
+      item = Item.new(self, raw)
+      start_call([item]) do
+        if @config_error
+          -> { error(item.delivery, @config_error, false) }
+        else
+          begin
+            result = Thread.handle_interrupt(Cancelled => :immediate) { @fn.call(item.payload, item) }
+            lambda {
+              item.msgs.each { |m| @out << m }
+              succeed(item, result, @keyed)
+            }
+          rescue StandardError, ScriptError => e
+            lambda {
+              item.msgs.each { |m| @out << m }
+              fail_item(item, e, !e.is_a?(Abstain))
+            }
+          end
+        end
+      end
+    end
+
+    def start_batch(items)
+      start_call(items) do
+        if @config_error
+          -> { items.each { |it| error(it.delivery, @config_error, false) unless it.answered == :cancelled } }
+        else
+          begin
+            results = call_batch(items)
+            -> { batch_answers(items, results) }
+          rescue StandardError, ScriptError => e
+            -> { batch_failed(items.reject { |it| it.answered == :cancelled }, e, items) }
+          end
+        end
+      end
+    end
+
+    # Runs the block (the handler's call) on a new thread; the lambda it returns packs the
+    # answers, under the lock, unless every item was cancelled meanwhile. Cancelled, raised in
+    # the thread by a cancel, is let in only while the handler runs.
+    def start_call(items)
+      items.each do |it|
+        it.msgs = []
+        it.envelope = @in_envelope
+      end
+      # the new thread inherits the mask: a cancel that comes before it runs waits too
+      @mu.synchronize do
+        t = Thread.handle_interrupt(Cancelled => :never) { Thread.new { run_call(items) { yield } } }
+        @calls[t] = true
+        items.each do |it|
+          it.thread = t
+          @inflight[it.delivery] = it
+        end
+      end
+    end
+
+    def run_call(items)
+      Thread.current.report_on_exception = false
+      Thread.current[:millrace_item] = items[0] if items.length == 1
+      Thread.handle_interrupt(Cancelled => :never) do
+        pack = begin
+          yield
+        rescue Cancelled
+          nil
+        end
+        $stdout.flush if $stdout.is_a?(Printed)
+        @mu.synchronize do
+          @calls.delete(Thread.current)
+          live = items.reject { |it| it.answered == :cancelled }
+          items.each { |it| @inflight.delete(it.delivery) }
+          if pack && live.any?
+            live.each { |it| it.answered = true }
+            frame_as(items[0].envelope)
+            pack.call
+            @wrote.signal
+          end
+        end
+      end
+    end
+
+    # The engine cancelled delivery d (its timeout passed): answered at once with a retryable
+    # error; the handler's thread gets Cancelled (a batch's: only that item's result dropped).
+    def cancel(d)
+      t = nil
+      @mu.synchronize do
+        it = @inflight.delete(d)
+        return if it.nil? || it.answered # not held, or answered already: a race the protocol allows
+
+        it.answered = :cancelled
+        frame_as(it.envelope)
+        error(d, "cancelled: the engine cancelled delivery #{d} (its timeout passed); what its handler returns is dropped", true)
+        @wrote.signal
+        t = it.thread if @size.zero?
+      end
+      t&.raise(Cancelled, "delivery #{d} cancelled by the engine")
+    end
+
+    # The writer thread: writes what the calls answered since it last woke, in one write.
+    def write_answers
+      loop do
+        data = @mu.synchronize do
+          @wrote.wait(@mu) while @out.empty? && @held.empty? && !@closing
+          take
+        end
+        if data.empty?
+          break if @closing
+
+          next
+        end
+        @io.write(data)
+        @io.flush
+      end
+    rescue Errno::EPIPE, IOError
+      nil # the engine is gone
+    end
+
+    # Waits for every handler call, then for the writer to write their answers.
+    def finish_calls
+      return unless concurrent?
+
+      loop do
+        t = @mu.synchronize { @calls.keys.first }
+        break if t.nil?
+
+        begin
+          t.join
+        rescue Cancelled
+          nil # cancelled after its handler returned: nothing was left to drop
+        end
+        @mu.synchronize { @calls.delete(t) }
+      end
+      @mu.synchronize do
+        @closing = true
+        @wrote.signal
+      end
+      @writer.join
     end
 
     def on_hello(msg)
@@ -688,10 +909,25 @@ module Millrace
         inlets = nil
       end
       @state_inlets = inlets || {}
+      # state is declared only when the action line keeps state, as the Go SDK does; concurrent
+      # and cancel only with concurrency
+      ready = "{\"type\":\"ready\",\"window\":#{@window},\"batch\":true#{concurrent? ? ',"concurrent":true,"cancel":true' : ''}" \
+              "#{@state_inlets.empty? ? '' : ',"state":true'}}"
+      return @mu.synchronize { ready_line(ready) } if concurrent?
+
+      ready_line(ready)
+    end
+
+    def ready_line(ready)
+      if concurrent?
+        frame_as(false) # ready is a line of its own, never in an envelope
+        @out << ready
+        @wrote.signal
+        return
+      end
       flush
-      frame_as(false) # ready is a line of its own, never in an envelope
-      # state is declared only when the action line keeps state, as the Go SDK does
-      @out << "{\"type\":\"ready\",\"window\":#{@window},\"batch\":true#{@state_inlets.empty? ? '' : ',"state":true'}}"
+      frame_as(false)
+      @out << ready
       flush
     end
 
@@ -711,15 +947,23 @@ module Millrace
           Millrace.log.error('a batch envelope from the engine without a messages array; ignored', line: line[0, 100].scrub)
           return true
         end
-        frame_as(true)
+        envelope(true)
         msgs.each { |m| return false unless on_message(m) }
         # the items of an envelope are what the engine had room to write at once: a batch
         # handler gets them without waiting for the linger
         run_batch if @pending.any?
         return true
       end
-      frame_as(false)
+      envelope(false)
       on_message(msg)
+    end
+
+    # Answers take the framing of what they answer: one at a time, set as each line is read;
+    # with concurrency, kept with each item, to frame its answers when they are packed.
+    def envelope(yes)
+      return @in_envelope = yes if concurrent?
+
+      frame_as(yes)
     end
 
     # Handles one message, on its own line or in an envelope; false on shutdown.
@@ -730,7 +974,11 @@ module Millrace
       when 'item'
         if !@hello
           Millrace.log.error('an item before hello; answering error', delivery: msg['delivery'])
-          error(msg['delivery'] || '', 'an item before hello', false)
+          if concurrent?
+            @mu.synchronize { error(msg['delivery'] || '', 'an item before hello', false) }
+          else
+            error(msg['delivery'] || '', 'an item before hello', false)
+          end
         elsif @size.positive?
           @pending_since = now if @pending.empty?
           @pending << msg
@@ -741,6 +989,8 @@ module Millrace
         flush if now - @last_flush > FLUSH_AFTER
       when 'hello'
         on_hello(msg)
+      when 'cancel'
+        cancel(msg['delivery']) if concurrent? # declared only then
       when 'shutdown'
         run_batch if @pending.any?
         return false

@@ -27,6 +27,18 @@ def handle(payload, item)
              'id' => item.id, 'attempt' => item.attempt, 'idempotencyKey' => item.idempotency_key }
   when 'slow' then sleep 0.06
   when 'gate' then sleep 0.01 until File.exist?(payload['path']) # a handler still at work
+  when 'touch' then File.write(payload['path'], '') # opens another call's gate
+  when 'hang' # until cancelled; a late result, were it sent, would be 'too late'
+    begin
+      File.write(payload['path'], '') if payload['path'] # it is at work
+      sleep
+    ensure
+      puts "cleaning up #{item.delivery}"
+    end
+  when 'gate-print' # prints before and after its gate, tagged with its own delivery
+    puts "before #{item.delivery}"
+    sleep 0.01 until File.exist?(payload['path'])
+    puts "after #{item.delivery}"
   when 'nan' then return Float::NAN
   when 'count', 'count-raise' # a running count per key in the state
     was = item.state
@@ -78,6 +90,17 @@ when 'batch'
         it.metric('batch_size', items.length)
         { 'n' => items.length, 'i' => n }
       end
+    end
+  end
+when 'map-concurrent'
+  Millrace.map(concurrency: Integer(ARGV[1] || 8)) { |p, i| handle(p, i) }
+when 'batch-concurrent'
+  Millrace.batch(size: 2, linger: 5, concurrency: 4) do |items|
+    items.map do |it|
+      p = it.payload
+      sleep 0.01 until File.exist?(p['path']) if p['do'] == 'gate'
+      File.write(p['path'], '') if p['do'] == 'touch'
+      p
     end
   end
 when 'batch-short'

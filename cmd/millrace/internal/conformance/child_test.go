@@ -33,6 +33,7 @@ var behaviours = []struct {
 	{"strict-keys", "unknown-keys", "decodes hello and items strictly and crashes on a key it does not know", nil},
 	{"pretty", "framing", "writes every message pretty-printed over several lines", nil},
 	{"skip-answer", "answers", "forgets to answer an item it drops (payload skip: true)", nil},
+	{"never-answers", "answers", "answers ready but never an item: named once, by answers, the other checks skipped after a short wait", []string{"unknown-keys", "config", "non-ascii", "large-payload", "burst"}},
 	{"double-done", "answers", "answers every item twice", nil},
 	{"heartbeat", "silence", "writes a heartbeat metric after every answer", nil},
 	{"config-crash", "config", "exits at hello when a config value has the wrong type", nil},
@@ -53,6 +54,10 @@ var behaviours = []struct {
 	{"batch-malformed", "framing", `declares batch and answers in envelopes with "msgs" for "messages"`, []string{"batch"}},
 	{"batch-undeclared", "framing", "answers in envelopes without declaring batch", []string{"answers"}},
 	{"truncated", "framing", `answers {"type":"done","delivery":"…" without its closing brace, then waits`, []string{"answers"}},
+	{"concurrent-good", "", "declares concurrent and cancel; answers what waits on stdin last first, every emit before any done, and a cancel at once with a retryable error", nil},
+	{"concurrent-batch", "", "concurrent-good that also declares batch, reading envelopes (a cancel may come in one) and answering on lines", nil},
+	{"concurrent-swap", "concurrent", "declares concurrent; answers what waits on stdin with each emit carrying the payload of another item read with it", nil},
+	{"cancel-unanswered", "cancel", "declares cancel; drops a cancelled item without a final answer", nil},
 	{"bad-utf8", "non-ascii", "writes its outputs' non-ASCII text as Latin-1 bytes, which is not UTF-8 (a Perl action without an encoding layer)", nil},
 }
 
@@ -60,6 +65,9 @@ var behaviours = []struct {
 func child(b string) int {
 	if strings.HasPrefix(b, "state-") {
 		return stateChild(b)
+	}
+	if strings.HasPrefix(b, "concurrent-") || strings.HasPrefix(b, "cancel-") {
+		return concurrentChild(b)
 	}
 	out := bufio.NewWriter(os.Stdout)
 	var collect *[]any // answers gathered for one envelope
@@ -144,7 +152,7 @@ func child(b string) int {
 			return
 		}
 		payload, _ := m["payload"].(map[string]any)
-		if b == "skip-answer" && payload["skip"] == true {
+		if b == "skip-answer" && payload["skip"] == true || b == "never-answers" {
 			return
 		}
 		key, _ := m["key"].(string)
@@ -318,4 +326,80 @@ func strict(line []byte, typ any) error {
 		return dec.Decode(&it)
 	}
 	return nil
+}
+
+// concurrentChild plays an action that runs deliveries at once: it declares "concurrent" and
+// "cancel" and answers the items it has read whenever its input runs dry, last read first,
+// every emit before any done (out of order, its deliveries' messages interleaved).
+func concurrentChild(b string) int {
+	in := bufio.NewReaderSize(os.Stdin, 1<<16)
+	out := bufio.NewWriter(os.Stdout)
+	send := func(v any) {
+		data, _ := json.Marshal(v)
+		out.Write(append(data, '\n'))
+	}
+	var held []map[string]any
+	flush := func() {
+		n := len(held)
+		for i := n - 1; i >= 0; i-- {
+			payload := held[i]["payload"]
+			if b == "concurrent-swap" && n > 1 {
+				payload = held[(i+1)%n]["payload"]
+			}
+			e := map[string]any{"type": "emit", "delivery": held[i]["delivery"], "payload": payload}
+			if k, ok := held[i]["key"]; ok {
+				e["key"] = k
+			}
+			send(e)
+		}
+		for i := n - 1; i >= 0; i-- {
+			send(map[string]any{"type": "done", "delivery": held[i]["delivery"]})
+		}
+		held = held[:0]
+		out.Flush()
+	}
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			return 0
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			fmt.Fprintln(os.Stderr, "not JSON:", err)
+			continue
+		}
+		msgs := []map[string]any{m}
+		if m["type"] == "batch" {
+			var env struct{ Messages []map[string]any }
+			if err := json.Unmarshal(line, &env); err != nil {
+				fmt.Fprintln(os.Stderr, "not an envelope:", err)
+				return 1
+			}
+			msgs = env.Messages
+		}
+		for _, m := range msgs {
+			switch m["type"] {
+			case "hello":
+				send(map[string]any{"type": "ready", "window": 64, "concurrent": true, "cancel": true, "batch": b == "concurrent-batch"})
+			case "item":
+				held = append(held, m)
+			case "cancel":
+				for i, h := range held {
+					if h["delivery"] != m["delivery"] {
+						continue
+					}
+					held = slices.Delete(held, i, i+1)
+					if b != "cancel-unanswered" {
+						send(map[string]any{"type": "error", "delivery": m["delivery"], "retryable": true, "message": "cancelled"})
+					}
+					break
+				}
+			case "shutdown":
+				return 0
+			}
+		}
+		if in.Buffered() == 0 {
+			flush()
+		}
+	}
 }

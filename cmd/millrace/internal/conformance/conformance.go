@@ -205,6 +205,8 @@ const (
 	checkLarge       = "large-payload"
 	checkBurst       = "burst"
 	checkBatch       = "batch"
+	checkConcurrent  = "concurrent"
+	checkCancel      = "cancel"
 	checkState       = "state"
 	checkStderr      = "stderr"
 	checkShutdown    = "shutdown"
@@ -222,8 +224,10 @@ var checkList = []struct{ Name, Rule string }{
 	{checkConfig, "a malformed config is answered item by item (error), not by a crash"},
 	{checkNonASCII, "non-ASCII text in keys, headers and payloads round-trips unchanged"},
 	{checkLarge, "a 1 MiB payload is read and answered"},
-	{checkBurst, "items written at once are all answered, in order"},
+	{checkBurst, "items written at once are all answered, in order (in any order, declaring \"concurrent\": true in ready)"},
 	{checkBatch, "declaring \"batch\": true in ready, items in envelopes, on lines of their own and in an envelope at the 8 MiB line limit are all answered"},
+	{checkConcurrent, "declaring \"concurrent\": true in ready, items of distinct keys written at once are each answered once, in any order, each delivery's messages its own item's"},
+	{checkCancel, "declaring \"cancel\": true in ready, a cancelled item gets a final answer within the 5 s cancel grace, a cancel for a delivery never given is ignored, and later items are still answered"},
 	{checkState, "declaring \"state\": true in ready, items with a state of every JSON type and with none are answered; each state message names a delivery in flight, carries \"state\" and comes before its answer; a key fed its own state three times is answered; no state for a keyless item nor over the limit hello names"},
 	{checkStderr, "stderr is read as it comes, so logging never blocks; log lines end with a newline"},
 	{checkShutdown, "exits with status 0 on shutdown, within the grace period"},

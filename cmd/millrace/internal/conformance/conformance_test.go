@@ -64,6 +64,8 @@ func TestBehaviours(t *testing.T) {
 				a.Timeout = 5 * time.Second // once, in the main conversation; long enough for 1 MiB under load
 			case "long-stderr":
 				opts.StderrLineMax = 64 << 10
+			case "never-answers":
+				opts.AnswerWait = time.Second
 			case "mute":
 				a.ReadyTimeout, opts.AnswerWait = 300*time.Millisecond, time.Second
 			case "ignore-shutdown":
@@ -72,7 +74,7 @@ func TestBehaviours(t *testing.T) {
 				opts.AnswerWait = 30 * time.Second // the verdict must come from the line, not the wait
 			case "batch-unread":
 				opts.AnswerWait = 2 * time.Second
-			case "batch-good", "batch-small-buffer":
+			case "batch-good", "batch-small-buffer", "concurrent-batch":
 				// an envelope of 8 MiB through a race-built child on a loaded machine takes seconds
 				opts.AnswerWait = 30 * time.Second
 			}

@@ -13,6 +13,8 @@ const (
 	CheckNonASCII    = checkNonASCII
 	CheckLarge       = checkLarge
 	CheckBurst       = checkBurst
+	CheckConcurrent  = checkConcurrent
+	CheckCancel      = checkCancel
 	CheckBatch       = checkBatch
 	CheckState       = checkState
 	CheckStderr      = checkStderr

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -209,9 +208,7 @@ func TestFixturesUpdateKeepsMessages(t *testing.T) {
 // pythonAction is a raw Python action in a folder of its own (testkit.PythonAnswerer).
 func pythonAction(t *testing.T, answer string) conformance.Action {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatalf("the test needs python3 on PATH (scripts/setup installs it): %v", err)
-	}
+	testkit.NeedTools(t, "python3")
 	a := testAction(t, "python")
 	a.Name, a.Command, a.Env = "py", []string{"python3", "main.py"}, nil
 	writeFile(t, filepath.Join(a.Dir, "main.py"), testkit.PythonAnswerer(answer))

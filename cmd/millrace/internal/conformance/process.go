@@ -58,8 +58,7 @@ func startProc(a *Action, workdir string, stderrMax int) (*proc, error) {
 		return nil, fmt.Errorf("%w: action %q: cannot start %q in %s: %w (check the command after -- in the config line)", errAction, a.Name, strings.Join(a.Command, " "), dirName(a.Dir), err)
 	}
 	p.stdin, p.started = p.child.Stdin(), time.Now()
-	p.wg.Add(1)
-	go p.writer()
+	p.wg.Go(p.writer)
 	go func() {
 		p.exitErr = p.child.Wait() // the pipes read to their end (or closed after the grace) first
 		close(p.done)
@@ -92,7 +91,6 @@ func (p *proc) closeStdin() {
 }
 
 func (p *proc) writer() {
-	defer p.wg.Done()
 	failed := false
 	for line := range p.writes {
 		if failed {

@@ -82,7 +82,7 @@ func (r *runner) noteOnce(kind, format string, args ...any) {
 
 // conversationChecks are the checks with a conversation of their own, in the order their
 // lines are written as they complete.
-var conversationChecks = []string{checkAnswers, checkUnknownKeys, checkConfig, checkNonASCII, checkLarge, checkBurst, checkBatch, checkState}
+var conversationChecks = []string{checkAnswers, checkUnknownKeys, checkConfig, checkNonASCII, checkLarge, checkBurst, checkBatch, checkConcurrent, checkCancel, checkState}
 
 // finished marks the named checks complete and writes the line of each complete check not
 // written yet, as it stands now: the conversations' checks in their order (a check that ends

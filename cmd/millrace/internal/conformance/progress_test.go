@@ -42,7 +42,7 @@ func TestProgressStreams(t *testing.T) {
 	}
 	want := []string{
 		conformance.CheckAnswers, conformance.CheckUnknownKeys, conformance.CheckConfig, conformance.CheckNonASCII,
-		conformance.CheckLarge, conformance.CheckBurst, conformance.CheckBatch, conformance.CheckState, conformance.CheckReady, conformance.CheckFraming,
+		conformance.CheckLarge, conformance.CheckBurst, conformance.CheckBatch, conformance.CheckConcurrent, conformance.CheckCancel, conformance.CheckState, conformance.CheckReady, conformance.CheckFraming,
 		conformance.CheckStdout, conformance.CheckOutputs, conformance.CheckSilence, conformance.CheckStderr, conformance.CheckShutdown,
 	}
 	if !slices.Equal(got, want) {

@@ -31,6 +31,10 @@ type runner struct {
 	// start and their shutdown overlap), so none competes with another for a slow action's CPU
 	turns    map[string]chan struct{}
 	previous map[string]string // the check whose turn comes before each one's
+	// missed: the main conversation's first item was never answered, so every other
+	// conversation sends that item's payload (exemplar) too; they then wait missedWait for an
+	// answer, and one that does not come is that fault again (SKIP …: answers failed).
+	missed bool
 	// blocked is the check whose fault ended the main conversation so that no other can be
 	// judged (ready: no ready to a plain hello; framing: a line the engine cannot read)
 	blocked string
@@ -111,6 +115,25 @@ func isCheck(name string) bool {
 		}
 	}
 	return false
+}
+
+// missedWait is how long a conversation waits for an answer once the main conversation went
+// without one (Options.AnswerWait, 10 s): an action that answers answers within milliseconds,
+// so the kit names a never-answered item in about AnswerWait plus a second a check.
+const missedWait = time.Second
+
+// setMissedAnswer records, from the main conversation, that its item went unanswered; it
+// counts only when no item was answered before it (r.main, written by that conversation).
+func (r *runner) setMissedAnswer() {
+	r.mu.Lock()
+	r.missed = len(r.main) == 0
+	r.mu.Unlock()
+}
+
+func (r *runner) missedAnswer() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.missed
 }
 
 // skipFor records that check could not be judged because cause failed, unless it has a
@@ -236,7 +259,7 @@ func (r *runner) run() error {
 	steps := []struct {
 		check string
 		run   func()
-	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}, {checkState, r.stateCheck}}
+	}{{checkUnknownKeys, r.unknownKeys}, {checkConfig, r.badConfig}, {checkNonASCII, r.nonASCII}, {checkLarge, r.large}, {checkBurst, r.burst}, {checkBatch, r.batchCheck}, {checkConcurrent, r.concurrentCheck}, {checkCancel, r.cancelCheck}, {checkState, r.stateCheck}}
 	prev := checkAnswers
 	for _, step := range steps {
 		r.turns[step.check], r.previous[step.check] = make(chan struct{}), prev
@@ -244,15 +267,13 @@ func (r *runner) run() error {
 	}
 	var wg sync.WaitGroup
 	for _, step := range steps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			t0 := time.Now()
 			step.run()
 			r.endTurn(step.check) // on every way out
 			r.took(step.check, time.Since(t0))
 			r.finished(step.check)
-		}()
+		})
 	}
 	t0 := time.Now()
 	r.mainConversation()

@@ -49,7 +49,16 @@ type session struct {
 	broken     bool        // the process ended or was given up on: nothing more is sent
 	cause      string      // the check charged when it broke
 	batch      bool        // the process declared "batch": true in ready
-	seq        int
+	concurrent bool        // the process declared "concurrent": true in ready
+	cancel     bool        // the process declared "cancel": true in ready
+	// cancelled is the delivery the cancel check cancelled, awaited within the cancel grace
+	cancelled *delivery
+	// interleaving: the delivery whose messages are under way, those whose messages another's
+	// came between, and how many
+	open        string
+	mixed       []string
+	interleaved int
+	seq         int
 
 	hState json.RawMessage // hello's "state": the inlets that keep state (nil: none)
 	state  bool            // the process declared "state": true in ready
@@ -106,6 +115,7 @@ func (s *session) start() {
 			if ev.kind == evMessage && ev.msg.Type == stdio.TypeReady {
 				s.observe(ev)
 				s.batch = ev.msg.Batch
+				s.concurrent, s.cancel = ev.msg.Concurrent, ev.msg.Cancel
 				s.state = ev.msg.DeclaresState()
 				s.readyIn = ev.at.Sub(t0)
 				r.mu.Lock()
@@ -229,6 +239,13 @@ func (s *session) track(idx int, it stdio.Item, owner string, line []byte) *deli
 // delivery.
 func (s *session) await() {
 	wait, bounded := s.r.answerWait()
+	missed := s.owner != checkAnswers && s.r.missedAnswer()
+	if missed && (wait == 0 || wait > missedWait) {
+		wait = missedWait
+	}
+	if s.cancelled != nil {
+		wait, bounded = s.r.cancelWait(), false
+	}
 	timer := newItemTimer(wait)
 	defer timer.Stop()
 	notice := s.r.noticeTimer(wait)
@@ -261,6 +278,15 @@ func (s *session) await() {
 			}
 		case <-timer.C():
 			d := s.oldest()
+			if missed {
+				// The main conversation went without an answer already: most likely the same
+				// fault, charged once (SKIP …: answers failed), not waited out check by check.
+				s.stop(checkAnswers)
+				return
+			}
+			if d.owner == checkAnswers {
+				s.r.setMissedAnswer()
+			}
 			limit := "the item timeout"
 			if bounded {
 				limit = fmt.Sprintf("the conformance wait; the item timeout is %s: give a slow action more with --timeout", s.r.a.Timeout)
@@ -268,6 +294,10 @@ func (s *session) await() {
 			hint := streamHint
 			if d.owner == checkBatch {
 				hint = batchHint
+			}
+			if d == s.cancelled {
+				s.endAs(d.owner, fmt.Sprintf("no final answer to %s within %s of its cancel (the engine's cancel grace is %s; then it kills the process and fails its other deliveries): on a cancel, stop the delivery's work and answer it at once, e.g. {\"type\":\"error\",\"delivery\":…,\"retryable\":true,\"message\":\"cancelled\"}", describe(d), wait, engine.CancelGrace))
+				return
 			}
 			s.endAs(d.owner, fmt.Sprintf("no answer to %s within %s (%s): answer every item, end each line with \\n, %s", describe(d), wait, limit, hint))
 			return
@@ -492,7 +522,7 @@ func (s *session) handle(ev event) {
 	case stdio.TypeReady:
 		r.fail(checkSilence, "a second ready, after the first: say ready once, after hello")
 		return
-	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown:
+	case stdio.TypeHello, stdio.TypeItem, stdio.TypeShutdown, stdio.TypeCancel:
 		r.fail(checkFraming, fmt.Sprintf("a %q message, which only the engine sends: an action sends ready, emit, metric, state, done, error or abstain", m.Type))
 		return
 	}
@@ -509,6 +539,7 @@ func (s *session) handle(ev event) {
 		return
 	}
 	if d, ok := s.inflight[m.Delivery]; ok {
+		s.noteInterleave(m.Delivery, terminal)
 		if !terminal {
 			switch m.Type {
 			case stdio.TypeEmit:

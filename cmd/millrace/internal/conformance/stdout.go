@@ -206,7 +206,7 @@ func (p *proc) envelope(line []byte, at time.Time) {
 			return err
 		}
 		switch m.Type {
-		case stdio.TypeHello, stdio.TypeReady, stdio.TypeItem, stdio.TypeShutdown:
+		case stdio.TypeHello, stdio.TypeReady, stdio.TypeItem, stdio.TypeShutdown, stdio.TypeCancel:
 			return fmt.Errorf("%w: %w: a %q message inside an envelope (an action's envelope holds emit, metric, state, done, error and abstain): %s", stdio.ErrProtocol, stdio.ErrMalformedBatch, m.Type, quote(msg))
 		}
 		msgs = append(msgs, event{kind: evMessage, at: at, msg: m, raw: bytes.Clone(msg)})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // echoKeySh is a bash and jq action that emits each item's key and payload as they came.
@@ -26,11 +26,7 @@ done
 // writeAction writes files (path → text) under a new directory and loads it as an action.
 func writeAction(t *testing.T, files map[string]string) *actiondir.Action {
 	t.Helper()
-	for _, prog := range []string{"bash", "jq"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Fatalf("this test's action needs %s on PATH (scripts/setup installs it): %v", prog, err)
-		}
-	}
+	testkit.NeedTools(t, "bash", "jq") // this test's action
 	dir := t.TempDir()
 	for name, text := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/ankka-flow/millrace/bridge/actionconf"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/conformance"
+	"github.com/ankka-flow/millrace/internal/testkit"
 	"github.com/ankka-flow/millrace/sdk"
 	"github.com/ankka-flow/millrace/stdio/engine"
 )
@@ -67,11 +67,7 @@ func checkAction(t *testing.T, dir string) {
 
 func needRuntimes(t *testing.T, lang string) {
 	t.Helper()
-	for _, prog := range runtimes[lang] {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Fatalf("%s actions need %s on PATH (scripts/setup installs it): %v", lang, prog, err)
-		}
-	}
+	testkit.NeedTools(t, runtimes[lang]...)
 }
 
 // TestInitPassesItsOwnTests: every language's new action passes conformance and its
@@ -158,7 +154,7 @@ func TestInitVendorsTheSDK(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Init(%s) vendored no %s: %v", lang, f.Name, err)
 		}
-		want, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(f.Path)))
+		want, err := os.ReadFile(filepath.Join("..", "..", "..", "..", filepath.FromSlash(f.Path)))
 		if err != nil {
 			t.Fatal(err)
 		}

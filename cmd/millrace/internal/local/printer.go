@@ -37,9 +37,7 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 		return fmt.Errorf("the output consumer: %w", err)
 	}
 	several := len(r.p.Streamlets) > 1
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		defer cl.Close()
 		w := bufio.NewWriter(r.opts.Out)
 		for {
@@ -67,7 +65,7 @@ func (r *runner) startPrinter(ctx context.Context, brokers []string, wg *sync.Wa
 			})
 			w.Flush()
 		}
-	}()
+	})
 	return nil
 }
 

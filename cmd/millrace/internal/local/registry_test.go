@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/conformance"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestRunEncoded: an action from an Avro topic to a Protobuf one (actions/price-band, in bash)
@@ -21,11 +21,7 @@ import (
 // schemas/listings.avsc, its outputs printed decoded, the dead letter (the input record, still
 // Avro) too.
 func TestRunEncoded(t *testing.T) {
-	for _, prog := range []string{"bash", "jq"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Fatalf("actions/price-band needs %s on PATH (scripts/setup installs it): %v", prog, err)
-		}
-	}
+	testkit.NeedTools(t, "bash", "jq") // actions/price-band
 	a, err := actiondir.Load("../../../../actions/price-band")
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +126,7 @@ func TestParseSchemaFlag(t *testing.T) {
 // does not fit its inlet's schema fails its file naming the line, and an emit that does not fit
 // its outlet's is the non-retryable error.
 func TestFixtureRoundTrip(t *testing.T) {
+	testkit.NeedTools(t, "bash", "jq") // actions/price-band
 	a, err := actiondir.Load("../../../../actions/price-band")
 	if err != nil {
 		t.Fatal(err)
@@ -217,11 +214,7 @@ func TestRunJSONSchema(t *testing.T) {
 }
 
 func runJSONSchema(t *testing.T, pin string) {
-	for _, prog := range []string{"bash", "jq"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Fatalf("this test's action needs %s on PATH (scripts/setup installs it): %v", prog, err)
-		}
-	}
+	testkit.NeedTools(t, "bash", "jq") // this test's action
 	dir := t.TempDir()
 	files := map[string]string{
 		"action.conf": "echo-js --in in=x.v1 --out out=x.v1 --out dlq=x.v1 --dead-letter dlq --decode in=jsonschema --encode out=jsonschema" + pin + " -- bash main.sh\n",

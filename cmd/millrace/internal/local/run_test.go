@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -233,11 +232,7 @@ func TestRunPipeline(t *testing.T) {
 // TestRunExamplePipeline runs actions/orders.pipeline: route-orders (Node) feeding its
 // per-customer totals to convert-currency (Go), an invalid order dead-lettered.
 func TestRunExamplePipeline(t *testing.T) {
-	for _, prog := range []string{"node", "go"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Fatalf("the example pipeline needs %s on PATH: %v", prog, err)
-		}
-	}
+	testkit.NeedTools(t, "node", "go") // the example pipeline
 	p, err := actiondir.LoadPipeline("../../../../actions/orders.pipeline")
 	if err != nil {
 		t.Fatal(err)

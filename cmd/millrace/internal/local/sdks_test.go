@@ -15,18 +15,20 @@ import (
 // TestSDKActions runs the conformance kit on each SDK's echo example and on its test action
 // (sdk/LANG/testdata) in map and batch mode, as TestExampleActions does for actions/: every SDK
 // keeps the protocol at its defaults (a window, chunked reads and writes). Its count example
-// runs on a line whose inlet keeps state (--state in), so the state check runs in full. A
-// missing runtime fails its test.
+// runs on a line whose inlet keeps state (--state in), so the state check runs in full. Its
+// wait example (an async handler awaiting a 20 ms timer, where the SDK has one) runs
+// deliveries at once and declares "concurrent" and "cancel" in ready. A missing runtime fails
+// its test.
 func TestSDKActions(t *testing.T) {
 	root, err := filepath.Abs("../../../../sdk")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const params = ` --param min-rooms:integer=2 --param greeting:string=hi --param ratio:double=0.5`
-	sdks := []struct{ lang, runtime, echo, action, count string }{
-		{"python", "python3", "examples/echo.py", "testdata/action.py", "examples/count.py"},
-		{"node", "node", "examples/echo.js", "testdata/action.js", "examples/count.js"},
-		{"ruby", "ruby", "examples/echo.rb", "testdata/action.rb", "examples/count.rb"},
+	sdks := []struct{ lang, runtime, echo, action, count, wait string }{
+		{"python", "python3", "examples/echo.py", "testdata/action.py", "examples/count.py", "examples/wait.py"},
+		{"node", "node", "examples/echo.js", "testdata/action.js", "examples/count.js", "examples/wait.js"},
+		{"ruby", "ruby", "examples/echo.rb", "testdata/action.rb", "examples/count.rb", ""},
 	}
 	for _, s := range sdks {
 		dir := filepath.Join(root, s.lang)
@@ -35,6 +37,9 @@ func TestSDKActions(t *testing.T) {
 			{"map", params + " -- " + s.runtime + " " + filepath.Join(dir, s.action) + " map"},
 			{"batch", " -- " + s.runtime + " " + filepath.Join(dir, s.action) + " batch 8 0.005"},
 			{"count", "--state in -- " + s.runtime + " " + filepath.Join(dir, s.count)},
+		}
+		if s.wait != "" {
+			cases = append(cases, struct{ name, line string }{"wait", "-- " + s.runtime + " " + filepath.Join(dir, s.wait)})
 		}
 		for _, c := range cases {
 			t.Run(s.lang+"/"+c.name, func(t *testing.T) {

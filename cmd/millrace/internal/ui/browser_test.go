@@ -101,7 +101,7 @@ func browser(t *testing.T) context.Context {
 		}
 	}
 	if path == "" {
-		t.Fatal("no Chromium found (chromium, chromium-browser or google-chrome on PATH): run scripts/setup, which installs Debian's chromium")
+		testkit.Lacks(t, "chromium (not on PATH)")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1400, 1000),
@@ -203,6 +203,7 @@ func loadAction(t *testing.T, dir string) *actiondir.Pipeline {
 // between its topics with its counts, the records view an abstained record with its reason and
 // its source record one click away, and the logs view the metric the action reported.
 func TestPageScoreListing(t *testing.T) {
+	testkit.NeedTools(t, "python3", "chromium")
 	r := startRun(t, loadAction(t, repo(t, "actions/score-listing")), repo(t, "actions/score-listing/sample.jsonl"), false)
 	r.wait(t)
 	ctx := browser(t)
@@ -235,6 +236,7 @@ func TestPageScoreListing(t *testing.T) {
 // dead letter of route-orders shows the bridge's reason and its source record one click away,
 // and a record sent from the form goes through both streamlets to the outlet.
 func TestPagePipeline(t *testing.T) {
+	testkit.NeedTools(t, "node", "chromium")
 	p, err := actiondir.LoadPipeline(repo(t, "actions/orders.pipeline"))
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +295,7 @@ func TestPagePipeline(t *testing.T) {
 // writes a stderr line per record, the state view shows a key's state and the logs view the
 // script's line for its record.
 func TestPageStateAndStderr(t *testing.T) {
+	testkit.NeedTools(t, "python3", "chromium")
 	pipeline := filepath.Join(t.TempDir(), "dedup.pipeline")
 	text := strings.Join([]string{
 		"input events",

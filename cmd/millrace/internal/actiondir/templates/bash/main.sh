@@ -2,6 +2,8 @@
 # {{.Name}}: a Millstream action in bash with jq. Reads one JSON line at a time on stdin and
 # answers on stdout; anything meant for a person goes to stderr.
 set -u
+# This script answers one item at a time. If it waits on a call (curl, a database), add
+# --concurrency 8 to the action line: 8 processes, each one item at a time.
 
 config='{}'
 

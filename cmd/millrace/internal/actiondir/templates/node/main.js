@@ -7,6 +7,9 @@ const millrace = require('./millrace.js');
 // hello's config, checked: a greeting that is not a string fails every item
 const config = { greeting: { type: 'string', default: 'Hello' } };
 
+// Waiting on a call (HTTP, a database, a model server)? Make the handler async and await the
+// call: millrace.map then runs many items at once, each answered as its promise settles:
+//   millrace.map(async (payload, item) => { const r = await fetch(url, { signal: item.signal }); … }, { config });
 millrace.map((payload, item) => {
   const name = payload && payload.name;
   if (typeof name !== 'string' || name === '') {

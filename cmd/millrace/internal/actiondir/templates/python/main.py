@@ -13,6 +13,10 @@ class Config:  # hello's config, checked: a greeting that is not a string fails 
     greeting: str = "Hello"
 
 
+# Waiting on a call (HTTP, a database, a model server)? Make the handler a coroutine and await
+# the call: millrace.map then runs many items at once, each answered as it completes:
+#   async def greet(payload, item):
+#       reply = await fetch(payload["name"])
 def greet(payload, item):
     name = payload.get("name") if isinstance(payload, dict) else None
     if not isinstance(name, str) or not name:

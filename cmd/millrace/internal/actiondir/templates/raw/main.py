@@ -15,6 +15,11 @@ One JSON object per line, UTF-8, in this order:
 
 Nothing but these lines goes to stdout; logs go to stderr. Keys and message types the program
 does not know are ignored, so the protocol can grow.
+
+This program answers one item at a time. One that waits on a call (HTTP, a database) can run
+many at once: add --concurrency 8 to the action line (8 processes), or declare "window": 128
+and "concurrent": true in ready and answer each delivery as its call returns, in any order
+(docs/protocol.md, the window).
 """
 import json
 import sys

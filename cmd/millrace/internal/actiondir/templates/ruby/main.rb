@@ -5,6 +5,9 @@
 # The protocol and the SDK: docs/protocol.md and sdk/ruby/README.md in the millrace repository.
 require_relative 'millrace'
 
+# Waiting on a call (HTTP, a database, a model server)? Run up to 128 calls at once, each on a
+# thread of its own, answered as it returns:
+#   Millrace.map(config: { greeting: [String, 'Hello'] }, concurrency: Millrace::CONCURRENT_WINDOW) do |payload, item|
 # hello's config, checked: a greeting that is not a String fails every item
 Millrace.map(config: { greeting: [String, 'Hello'] }) do |payload, item|
   name = payload.is_a?(Hash) ? payload['name'] : nil
