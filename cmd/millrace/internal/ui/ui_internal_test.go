@@ -2,10 +2,12 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ankka-flow/millrace/bridge"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
+	"github.com/ankka-flow/millrace/internal/testkit"
 )
 
 // TestCheckLoopback: the page listens on loopback only; anything else is refused naming the
@@ -120,5 +124,45 @@ func TestGuard(t *testing.T) {
 	// the page's own POST passes the guard; with no run started it says so
 	if c := try("POST", "/api/send", host, "http://"+host, "application/json"); c != http.StatusBadRequest {
 		t.Errorf("POST before the run = %d; want 400 (no run yet)", c)
+	}
+}
+
+// TestEncodedRecordsShownDecoded: the records of an Avro inlet and a Protobuf outlet (the
+// price-band example) are shown as JSON, decoded with the run's embedded registry.
+func TestEncodedRecordsShownDecoded(t *testing.T) {
+	testkit.NeedTools(t, "bash", "jq")
+	a, err := actiondir.Load("../../../../actions/price-band")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := actiondir.Single(a)
+	p.Name = a.Name
+	in, err := os.Open("../../../../actions/price-band/sample.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	s, err := New(DefaultAddr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.lis.Close()
+	if _, err := local.Run(context.Background(), p, local.Options{Input: in, Version: "test", Observer: s}); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"price-band.listings", "price-band.bands"} {
+		v := s.m.records(topic)
+		if len(v.Records) == 0 {
+			t.Errorf("topic %s: no records shown", topic)
+			continue
+		}
+		for _, r := range v.Records {
+			if r.Value == nil || r.Base64 != "" || !json.Valid(r.Value) {
+				t.Errorf("topic %s record %d: value %s (text %q, base64 %q); want it decoded to JSON", topic, r.Offset, r.Value, r.Text, r.Base64)
+			}
+		}
+	}
+	if v := s.m.records("price-band.listings"); len(v.Records) > 0 && !strings.Contains(string(v.Records[0].Value), `"l-1"`) {
+		t.Errorf("first listing = %s; want l-1's fields", v.Records[0].Value)
 	}
 }
