@@ -154,7 +154,8 @@ func (b *Broker) kadm() *kadm.Client {
 }
 
 // CreateTopic creates a topic and waits until every partition has a leader (metadata may lag
-// the creation on a real cluster). configs are name, value pairs.
+// the creation on a real cluster). configs are name, value pairs. Its replication factor is the
+// broker's default.replication.factor (3 on scripts/kafka-cluster, as in production).
 func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32, configs ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -162,7 +163,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32,
 	for i := 0; i+1 < len(configs); i += 2 {
 		cfg[configs[i]] = kadm.StringPtr(configs[i+1])
 	}
-	if _, err := b.kadm().CreateTopic(ctx, partitions, 1, cfg, name); err != nil {
+	if _, err := b.kadm().CreateTopic(ctx, partitions, -1, cfg, name); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	led := func() bool { return ctx.Err() != nil || len(b.Partitions(ctx, name)) == int(partitions) }
