@@ -323,17 +323,25 @@ func (b *Broker) ReadN(t testing.TB, topic string, n int, limit time.Duration) [
 // transactions this is every record up to the end).
 func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	return b.readAll(t, topic, true)
+	return b.readAll(t, topic, true, false)
 }
 
 // ReadAllUncommitted is ReadAll as a read_uncommitted reader: records of aborted and open
 // transactions are among them, up to the end offsets.
 func (b *Broker) ReadAllUncommitted(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	return b.readAll(t, topic, false)
+	return b.readAll(t, topic, false, false)
 }
 
-func (b *Broker) readAll(t testing.TB, topic string, committed bool) []*kgo.Record {
+// ReadLog is ReadAllUncommitted with the control records (the transactions' commit and abort
+// markers) kept among the others, in each partition's log order: what a verifier needs to
+// tell which records aborted transactions wrote.
+func (b *Broker) ReadLog(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	return b.readAll(t, topic, false, true)
+}
+
+func (b *Broker) readAll(t testing.TB, topic string, committed, control bool) []*kgo.Record {
 	t.Helper()
 	ends := b.EndOffsets
 	if committed {
@@ -364,7 +372,7 @@ func (b *Broker) readAll(t testing.TB, topic string, committed bool) []*kgo.Reco
 		fs.EachError(func(topic string, p int32, err error) { t.Logf("read %s/%d: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := want[r.Partition]; ok && r.Offset < end {
-				if !r.Attrs.IsControl() {
+				if control || !r.Attrs.IsControl() {
 					out = append(out, r)
 				}
 				if r.Offset >= end-1 {
