@@ -177,7 +177,7 @@ func (b *broker) startRuns(t *testing.T, state bool) []*faultRun {
 		pl := newPipeline(t, b, keyedEcho(), 4, deliveryEnv(d))
 		pl.name = t.Name() + "/" + d
 		fr := &faultRun{pl: pl, d: d, r: pl.start(0), total: n}
-		fr.wait = pl.produceSpread(0, n, 15*time.Second)
+		fr.wait = pl.produceSpread(0, n, 10*time.Second)
 		runs = append(runs, fr)
 	}
 	if state {
@@ -186,7 +186,7 @@ func (b *broker) startRuns(t *testing.T, state bool) []*faultRun {
 			sr := newStateRun(t, b, d)
 			sr.name = t.Name() + "/state/" + d
 			fr := &faultRun{pl: sr.pipeline, sr: sr, d: d, r: sr.start(0), total: ciN(4000)}
-			fr.wait = sr.spread(countRecords(s, fr.total, stateKeys), 15*time.Second)
+			fr.wait = sr.spread(countRecords(s, fr.total, stateKeys), 10*time.Second)
 			runs = append(runs, fr)
 		}
 	}

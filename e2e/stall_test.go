@@ -65,7 +65,9 @@ func (m *stallMeter) run() {
 		}
 		_, commits := m.pl.committedCount()
 		if commits == nil {
-			continue // the broker did not answer: nothing is known, nothing is counted
+			// The broker did not answer (its coordinator paused or down): no commit is
+			// seen to move, so the stall goes on.
+			commits = last
 		}
 		now := time.Now()
 		for p, end := range m.pl.ends() {

@@ -166,7 +166,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32,
 	if _, err := b.kadm().CreateTopic(ctx, partitions, -1, cfg, name); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
-	led := func() bool { return ctx.Err() != nil || len(b.Partitions(ctx, name)) == int(partitions) }
+	led := func() bool { return ctx.Err() != nil || b.everyBrokerLeads(ctx, name, partitions) }
 	if !Eventually(30*time.Second, led) || ctx.Err() != nil {
 		return fmt.Errorf("create topic %s: not every partition has a leader after 30 s: %w", name, ctx.Err())
 	}
@@ -183,6 +183,21 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	return nil
 }
 
+// everyBrokerLeads reports whether every broker of the cluster knows a leader for each of the
+// topic's partitions: a client that asks any of them (a sidecar started next) finds the topic.
+// On a cluster, the brokers learn a new topic from the controller one after another.
+func (b *Broker) everyBrokerLeads(ctx context.Context, topic string, partitions int32) bool {
+	if len(b.Partitions(ctx, topic)) != int(partitions) {
+		return false
+	}
+	for _, br := range b.Admin.DiscoveredBrokers() {
+		if len(partitionsLed(ctx, br, topic)) != int(partitions) {
+			return false
+		}
+	}
+	return true
+}
+
 // Partitions returns the partitions of topic that have a leader (none when the broker cannot
 // say).
 //
@@ -196,7 +211,26 @@ func (b *Broker) Partitions(ctx context.Context, topic string) []int32 {
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	md.Topics = append(md.Topics, mt)
-	resp, err := md.RequestWith(ctx, b.Admin)
+	return led(md.RequestWith(ctx, b.Admin))
+}
+
+// partitionsLed is Partitions as one broker answers.
+func partitionsLed(ctx context.Context, br *kgo.Broker, topic string) []int32 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	md.Topics = append(md.Topics, mt)
+	resp, err := br.Request(ctx, md)
+	if err != nil {
+		return nil
+	}
+	return led(resp.(*kmsg.MetadataResponse), nil)
+}
+
+// led returns the partitions of a one-topic Metadata response that have a leader.
+func led(resp *kmsg.MetadataResponse, err error) []int32 {
 	if err != nil || len(resp.Topics) == 0 || resp.Topics[0].ErrorCode != 0 {
 		return nil
 	}
