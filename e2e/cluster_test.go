@@ -172,22 +172,26 @@ type faultRun struct {
 func (b *broker) startRuns(t *testing.T, state bool) []*faultRun {
 	t.Helper()
 	var runs []*faultRun
-	n := ciN(3000)
 	for _, d := range deliveries() {
 		pl := newPipeline(t, b, keyedEcho(), 4, deliveryEnv(d))
 		pl.name = t.Name() + "/" + d
-		fr := &faultRun{pl: pl, d: d, r: pl.start(0), total: n}
-		fr.wait = pl.produceSpread(0, n, 10*time.Second)
-		runs = append(runs, fr)
+		runs = append(runs, &faultRun{pl: pl, d: d, r: pl.start(0), total: ciN(3000)})
 	}
 	if state {
-		s := seed(t)
 		for _, d := range deliveries() {
 			sr := newStateRun(t, b, d)
 			sr.name = t.Name() + "/state/" + d
-			fr := &faultRun{pl: sr.pipeline, sr: sr, d: d, r: sr.start(0), total: ciN(4000)}
-			fr.wait = sr.spread(countRecords(s, fr.total, stateKeys), 10*time.Second)
-			runs = append(runs, fr)
+			runs = append(runs, &faultRun{pl: sr.pipeline, sr: sr, d: d, r: sr.start(0), total: ciN(4000)})
+		}
+	}
+	// Every pipeline deployed first, then the records of all flow at once: the fault strikes
+	// each mid-run.
+	s := seed(t)
+	for _, fr := range runs {
+		if fr.sr != nil {
+			fr.wait = fr.sr.spread(countRecords(s, fr.total, stateKeys), faultSpread)
+		} else {
+			fr.wait = fr.pl.produceSpread(0, fr.total, faultSpread)
 		}
 	}
 	for _, fr := range runs {
@@ -196,6 +200,9 @@ func (b *broker) startRuns(t *testing.T, state bool) []*faultRun {
 	}
 	return runs
 }
+
+// faultSpread is how long the broker-fault cases' records take to produce.
+const faultSpread = 12 * time.Second
 
 // finishRuns waits for every run to commit all its records, then verifies each and reports
 // its row of the fault table.
