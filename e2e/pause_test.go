@@ -16,26 +16,28 @@ import (
 // be about the session timeout plus a few seconds where a member's session ends.
 
 // pauseSession is the sidecars' FLOW_SESSION_TIMEOUT in the pause cases, shorter than the 45 s
-// default so that a pause outlives it quickly; pausePast is how long a paused sidecar stays
-// frozen: well past its session, so the group moves its partitions and the sidecar comes back
-// to find itself fenced (UNKNOWN_MEMBER_ID), as issue 34's case does.
+// default so that a pause outlives it quickly (issue 34's case: 8 s); pausePast is how long a
+// paused sidecar or bridge stays frozen: well past its session, so the group moves the
+// sidecar's partitions and it comes back to find itself fenced (UNKNOWN_MEMBER_ID).
 const (
-	pauseSession = 6 * time.Second
-	pausePast    = pauseSession + 8*time.Second
+	pauseSession = 8 * time.Second
+	pausePast    = 20 * time.Second
 )
 
 // pauseIdle bounds how long a pause case may see no commit at all once the pauses are over:
 // a stranded partition (issue 34) shows as this long a wait, then a failure.
 const pauseIdle = 90 * time.Second
 
-// pauseRecords are the records of a pause case, spread over pauseSpread so they keep coming
-// through the pauses.
+// pauseSpread is how long a pause case's records take to produce, so they keep coming through
+// the pauses.
 var pauseSpread = 30 * time.Second
 
-// TestPauseSidecar SIGSTOPs one sidecar of a group of two and of three replicas past its
-// session timeout and SIGCONTs it; once it is back and the group at work again, the next
-// sidecar the same way (issue 34's frozen member). Every partition must move again: nothing
-// stranded, every record once (exactly once) or at least once.
+// TestPauseSidecar is issue 34's frozen member: in a group of two, and of three, replicas
+// (FLOW_SESSION_TIMEOUT=8s, 6 partitions, keyed records through an echo that spends half a
+// millisecond on each), sidecar 0 is SIGSTOPped once the group is at work and SIGCONTed 20 s
+// later (its session has expired: UNKNOWN_MEMBER_ID, its open transaction aborted); 8 s after
+// that sidecar 1 the same way. Every partition must move again: nothing stranded, every
+// record once (exactly once) or at least once.
 func TestPauseSidecar(t *testing.T) {
 	t.Parallel()
 	for _, replicas := range []int{2, 3} {
@@ -43,17 +45,20 @@ func TestPauseSidecar(t *testing.T) {
 			t.Parallel()
 			eachDelivery(t, func(t *testing.T, d string) {
 				b := newBroker(t)
-				pl := newPipeline(t, b, keyedEcho(), 6, deliveryEnv(d), "FLOW_SESSION_TIMEOUT="+pauseSession.String())
-				n := ciN(6000)
+				pl := newPipeline(t, b, keyed(childSlow), 6, deliveryEnv(d), "FLOW_SESSION_TIMEOUT="+pauseSession.String())
+				n := ciN(20000)
 				var rs []*replica
 				for i := range replicas {
 					rs = append(rs, pl.start(i))
 				}
-				wait := pl.produceSpread(0, n, pauseSpread)
+				wait := pl.produceSpread(0, n, 2*pauseSpread)
 				pl.waitOwners(t, rs)
 				m := pl.meterStalls()
 				var did []string
-				for _, r := range rs[:2] {
+				for i, r := range rs[:2] {
+					if i > 0 {
+						time.Sleep(pauseSession) // issue 34's gap between the two pauses
+					}
 					c, _ := pl.committedCount()
 					pl.waitProgress(t, c, n) // the group at work
 					at := m.since(time.Now())

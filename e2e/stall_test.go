@@ -16,8 +16,11 @@ import (
 // keyedEcho is this test binary echoing every record, the records keyed by one of 60 keys (so
 // the verifier checks each key's order) and named by the id in their value. flags are more
 // words of its config line.
-func keyedEcho(flags ...string) action {
-	a := child(childEcho, false, flags...)
+func keyedEcho(flags ...string) action { return keyed(childEcho, flags...) }
+
+// keyed is keyedEcho played in mode (childEcho or childSlow).
+func keyed(mode string, flags ...string) action {
+	a := child(mode, false, flags...)
 	a.keys = 60
 	idOfValue := func(r *kgo.Record) string {
 		var v struct{ ID string }
