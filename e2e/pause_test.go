@@ -162,6 +162,10 @@ func writeFaultRow(pl *pipeline, fault, delivery string, tl tally, st stall) {
 	if st.d > 0 {
 		s = fmt.Sprintf("%.1f s", st.d.Seconds())
 	}
-	pl.t.Logf("fault row: %s | %s | %s | %d in, %d out, lost %d, duplicated %d | %s", fault, delivery, pl.b.Name(), tl.in, tl.out, tl.lost, tl.dup, s)
-	writeReport("fault table", fmt.Sprintf("| %s | %s | %s | %d | %d | %d | %s |", fault, delivery, pl.b.Name(), tl.in, tl.lost, tl.dup, s))
+	broker := pl.b.Name()
+	if clusterHome() != "" {
+		broker += " (3 nodes)"
+	}
+	pl.t.Logf("fault row: %s | %s | %s | %d in, %d out, lost %d, duplicated %d | %s", fault, delivery, broker, tl.in, tl.out, tl.lost, tl.dup, s)
+	writeReport("fault table", fmt.Sprintf("| %s | %s | %s | %d | %d | %d | %s |", fault, delivery, broker, tl.in, tl.lost, tl.dup, s))
 }
