@@ -90,17 +90,26 @@ func soakOnce(b *testing.B, length time.Duration) {
 		b.Logf("soak fault at %s: %s", at, what)
 	}
 	n := produced()
-	pl.waitDone(idleFault)
+	stopped := ""
+	pl.mu.Lock()
+	total := len(pl.produced) // with the peak's backlog
+	pl.mu.Unlock()
+	if !pl.waitCommitted(total, idleFault) {
+		// Still verified and reported: the records left behind count as uncommitted.
+		c, commits := pl.committedCount()
+		stopped = fmt.Sprintf("STOPPED at %d of %d committed (commits %v, ends %v); ", c, total, commits, pl.ends())
+		b.Errorf("the pipeline stopped: %d of %d records committed and no progress for %s (commits %v, ends %v)\n%s", c, total, idleFault, commits, pl.ends(), pl.logTails(10))
+	}
 	st := m.stop()
 	stopRSS()
 	rss.sample()
 	tl := pl.tally()
 	tl.check(b)
-	b.Logf("soak: %d records in %s (%.0f/s), %d faults; %s; %s", n, length, float64(n)/length.Seconds(), len(did), tl, st)
+	b.Logf("soak: %s%d records in %s (%.0f/s), %d faults; %s; %s", stopped, n, length, float64(n)/length.Seconds(), len(did), tl, st)
 	b.Logf("soak faults: %s", strings.Join(did, "; "))
 	b.Logf("soak RSS (first sample → last, max), MiB: %s", rss)
 	b.Logf("load average at the end: %s", loadAverage())
-	writeReport("soak", fmt.Sprintf("| %s | %.0f | %d | %d | %d | %d | %s | %s |", length, rate, n, len(did), tl.lost, tl.dup, st, rss))
+	writeReport("soak", fmt.Sprintf("| %s | %.0f | %d | %d | %d | %d | %d | %s%s | %s |", length, rate, n, len(did), tl.lost, tl.dup, tl.uncommitted, stopped, st, rss))
 }
 
 // soakPeak measures the pipeline's peak rate: a backlog of 20,000 records written at once, and
