@@ -40,6 +40,7 @@ type stallMeter struct {
 	start time.Time
 	quit  chan struct{}
 	done  chan struct{}
+	once  sync.Once
 
 	mu        sync.Mutex
 	longest   time.Duration
@@ -47,10 +48,11 @@ type stallMeter struct {
 	began     time.Duration // since start
 }
 
-// meterStalls starts watching pl's commits (every 200 ms) until stop.
+// meterStalls starts watching pl's commits (every 200 ms) until stop, or the test's end.
 func (pl *pipeline) meterStalls() *stallMeter {
 	m := &stallMeter{pl: pl, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
 	go m.run()
+	pl.t.Cleanup(func() { m.stop() })
 	return m
 }
 
@@ -98,8 +100,9 @@ func (m *stallMeter) stall() time.Duration {
 func (m *stallMeter) since(t time.Time) time.Duration { return t.Sub(m.start) }
 
 // stop ends the watch and returns the longest stall as the reports write it.
+// It may be called twice.
 func (m *stallMeter) stop() stall {
-	close(m.quit)
+	m.once.Do(func() { close(m.quit) })
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
