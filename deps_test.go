@@ -33,7 +33,9 @@ const layers = `
 
 	# The contract: the service stubs apart from the messages (a user of the messages links
 	# no gRPC); package protocol only above the generated code.
-	protocol/ankka/flow/v1 < protocol/ankka/flow/v1/flowv1grpc, protocol, internal/codec;
+	protocol/ankka/flow/v1 < protocol/ankka/flow/v1/flowv1grpc, protocol;
+	# The gRPC codec decodes the State service's per-batch messages on its hot path too.
+	protocol/ankka/flow/v1, protocol/millrace/state/v1 < internal/codec;
 
 	# The action protocol's wire imports nothing of ours but its helper; the Go SDK links
 	# only the wire; the engine runs actions over it.
@@ -65,8 +67,11 @@ const layers = `
 	internal/schema
 	< cmd/millrace/internal/local;
 
+	# The page of millrace run --ui: fed by the local runner, no more.
+	cmd/millrace/internal/local < cmd/millrace/internal/ui;
+
 	# The one binary: it only wires.
-	cmd/millrace/internal/local, cmd/millrace/internal/replay
+	cmd/millrace/internal/local, cmd/millrace/internal/replay, cmd/millrace/internal/ui
 	< cmd/millrace;
 
 	# Example actions and benchmark actions: programs on the Go SDK alone.
@@ -91,6 +96,11 @@ var neverLinks = []struct {
 		pkgs:   []string{"stdio", "stdio/action", "stdio/engine"},
 		banned: []string{mod + "internal/schema", "github.com/twmb/franz-go/pkg/sr/...", "github.com/twmb/avro/...", "github.com/bufbuild/protocompile/...", "github.com/santhosh-tekuri/jsonschema/...", "google.golang.org/..."},
 		why:    "the action protocol links no registry codec and no protobuf or gRPC: those are the bridge's",
+	},
+	{
+		pkgs:   []string{"bridge", "sidecar", "stdio/engine"},
+		banned: []string{mod + "cmd/millrace/internal/ui/...", mod + "cmd/millrace/internal/local/...", "github.com/chromedp/..."},
+		why:    "the page of millrace run --ui is the command's: millrace sidecar and millrace bridge link nothing of it",
 	},
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -140,21 +141,39 @@ func parseAction(b testing.TB, line string) *actionconf.Action {
 	return a
 }
 
-// broker is an in-process Kafka broker (kfake, whatever MILLRACE_KAFKA_BROKERS says: the
-// figures are of this machine alone) with an admin client.
+// envBrokers names a real Kafka cluster (host:port,…; scripts/kafka start prints it) the
+// benchmarks run against instead of their in-process kfake: BENCH_BROKERS. Unset, the broker
+// is kfake whatever MILLRACE_KAFKA_BROKERS says, so that the figures are of this machine
+// alone (the state restore's benchmark, in sidecar/internal/state, follows
+// MILLRACE_KAFKA_BROKERS).
+const envBrokers = "BENCH_BROKERS"
+
+// broker is the benchmark's Kafka: an in-process kfake broker, or the real cluster
+// BENCH_BROKERS names, with an admin client.
 type broker struct {
 	*testkit.Broker
 	n atomic.Int64 // topic and group name counter
+	// run is, on a real cluster, this benchmark's part of every topic and group name: the
+	// cluster outlives the run, and the next run must not find its topics.
+	run string
 }
 
-// newBroker starts a one-broker kfake cluster, closed when the benchmark ends.
+// newBroker starts a one-broker kfake cluster, closed when the benchmark ends, or connects to
+// the cluster BENCH_BROKERS names.
 func newBroker(b testing.TB) *broker {
 	b.Helper()
+	if seeds := os.Getenv(envBrokers); seeds != "" {
+		return &broker{Broker: testkit.NewBroker(b, testkit.BrokerOptions{Brokers: strings.Split(seeds, ",")}),
+			run: fmt.Sprintf("bench%d-%d", time.Now().Unix(), rand.IntN(1e6))}
+	}
 	return &broker{Broker: testkit.NewBroker(b, testkit.BrokerOptions{KfakeOnly: true})}
 }
 
 // name returns a fresh name starting with prefix.
 func (br *broker) name(prefix string) string {
+	if br.run != "" {
+		return fmt.Sprintf("%s-%s-%d", prefix, br.run, br.n.Add(1))
+	}
 	return fmt.Sprintf("%s-%d", prefix, br.n.Add(1))
 }
 
@@ -162,10 +181,24 @@ func (br *broker) name(prefix string) string {
 func (br *broker) topic(b testing.TB, prefix string, parts int) string {
 	b.Helper()
 	name := br.name(prefix)
-	if err := br.CreateTopic(context.Background(), name, int32(parts)); err != nil {
+	br.create(b, name, parts)
+	return name
+}
+
+// create creates topic name of parts partitions with configs (key, value, …); on a real
+// cluster it is deleted when the benchmark ends.
+func (br *broker) create(b testing.TB, name string, parts int, configs ...string) {
+	b.Helper()
+	if err := br.CreateTopic(context.Background(), name, int32(parts), configs...); err != nil {
 		b.Fatal(err)
 	}
-	return name
+	if br.Real() {
+		b.Cleanup(func() {
+			if err := br.DeleteTopic(context.Background(), name); err != nil {
+				b.Logf("topic %s is left on the cluster: %v", name, err)
+			}
+		})
+	}
 }
 
 // producer returns a client producing to explicit partitions (Record.Partition), with no

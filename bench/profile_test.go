@@ -255,21 +255,7 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	}
 	br := newBroker(b)
 	statsDir := b.TempDir()
-	how := roleProcs(dir, statsDir, tag, side)
-	sidecarEnv := dep.sidecarEnv
-	changelog := ""
-	if dep.state {
-		changelog = br.name("state")
-		if err := br.CreateTopic(context.Background(), changelog, int32(parts), "cleanup.policy", "compact"); err != nil {
-			b.Fatal(err)
-		}
-		port := "FLOW_SIDECAR_PORT=" + strconv.Itoa(testkit.FreePort(b))
-		how.bridgeEnv = append(how.bridgeEnv, port)
-		sidecarEnv = append(slices.Clone(sidecarEnv), port, "FLOW_INLET_IN_STATE_TOPIC="+changelog, "FLOW_STATE_DIR="+b.TempDir())
-	}
-	pp := startProcs(b, br, how, line, parts, sidecarEnv...)
-	pp.changelog = changelog
-	pp.waitReady(b)
+	pp := deploy(b, br, roleProcs(dir, statsDir, tag, side), line, parts, dep)
 	sc, st := pp.sidecar.Pid(), pp.bridge.Pid()
 	seq := map[string]int{}
 	meters := []meter{}
@@ -304,6 +290,24 @@ func runDeployed(b *testing.B, tag, line string, parts int, dep deployment) (*pr
 	b.ReportMetric(mib(pp.sidecar.Status("VmHWM")), "sidecar-peak-MiB")
 	b.ReportMetric(mib(pp.bridge.Status("VmHWM")), side+"-peak-MiB")
 	return pp, records
+}
+
+// deploy starts the processes how runs for the config line on parts partitions of br, as dep
+// says, and waits until they are ready.
+func deploy(b *testing.B, br *broker, how procs, line string, parts int, dep deployment) *procPipeline {
+	sidecarEnv := dep.sidecarEnv
+	changelog := ""
+	if dep.state {
+		changelog = br.name("state")
+		br.create(b, changelog, parts, "cleanup.policy", "compact")
+		port := "FLOW_SIDECAR_PORT=" + strconv.Itoa(testkit.FreePort(b))
+		how.bridgeEnv = append(how.bridgeEnv, port)
+		sidecarEnv = append(slices.Clone(sidecarEnv), port, "FLOW_INLET_IN_STATE_TOPIC="+changelog, "FLOW_STATE_DIR="+b.TempDir())
+	}
+	pp := startProcs(b, br, how, line, parts, sidecarEnv...)
+	pp.changelog = changelog
+	pp.waitReady(b)
+	return pp
 }
 
 // micros is d in microseconds.

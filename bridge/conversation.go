@@ -342,8 +342,8 @@ func (r *batchRun) finished(i int, res engine.Result) {
 		n := len(r.pending)
 		var s settled
 		var pre *preEmits
-		if r.state != nil {
-			pre = r.state.pre[r.next]
+		if r.state != nil && r.state.pre[r.next].built {
+			pre = &r.state.pre[r.next]
 		}
 		s, r.pending = r.c.settle(r.b, r.topic, recs[r.next], res, &r.emits, r.pending, pre)
 		r.results[r.next] = engine.Result{} // its emits are now its messages: let them go

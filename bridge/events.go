@@ -51,6 +51,12 @@ const (
 	// sidecar redelivers it; no record is dead-lettered for it. Record is the record whose emit
 	// could not be encoded, "" when the batch could not be decoded.
 	EventRegistryFailed
+	// EventStderr: a process wrote a line to stderr (PID, Line); Record is the record of the
+	// delivery it belongs to and Attempts that delivery's attempt, as the action tagged the
+	// line (a JSON line with item and attempt, as the SDKs' item logs) or else when the engine
+	// can tell (as its log line is tagged), else "" and 0. Emitted with every line: an Events callback that
+	// keeps them bounds what it keeps.
+	EventStderr
 )
 
 // String names the kind.
@@ -76,6 +82,8 @@ func (k EventKind) String() string {
 		return "encode-failed"
 	case EventRegistryFailed:
 		return "registry-failed"
+	case EventStderr:
+		return "stderr"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -89,7 +97,8 @@ type Event struct {
 	Conversation string // the Start's conversation id ("" before one is known)
 	PID          int    // the process (0 when none is concerned)
 	Record       string // the record, topic/partition/offset ("" when none is concerned)
-	Attempts     int    // attempts made, for the record events
+	Attempts     int    // attempts made, for the record events; the attempt, for EventStderr
+	Line         string // EventStderr: the line, without its line end
 	Err          error  // the cause, as each kind says
 }
 
@@ -130,6 +139,9 @@ func (c *conversation) eventHooks(h engine.Hooks) engine.Hooks {
 			e.Record = it.ID // the record's id: topic/partition/offset
 		}
 		c.s.emit(e)
+	}
+	h.Stderr = func(l engine.StderrLine) {
+		c.s.emit(Event{Kind: EventStderr, Conversation: c.id, PID: l.PID, Record: l.Item, Attempts: l.Attempt, Line: l.Line})
 	}
 	return h
 }

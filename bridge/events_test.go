@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ankka-flow/millrace/bridge"
 	"github.com/ankka-flow/millrace/stdio"
@@ -143,4 +144,32 @@ func TestEventsDeadLetterAndStart(t *testing.T) {
 			t.Errorf("conversation-started events = %+v; want none", evs)
 		}
 	})
+}
+
+// TestEventsStderr: each stderr line of a process is told as EventStderr, with the record and
+// the attempt of the delivery it was written during.
+func TestEventsStderr(t *testing.T) {
+	var got events
+	r := startBridge(t, oneOutlet, func(o *bridge.Options) { o.Events = got.add })
+	s := dial(t, r.addr)
+	s.start(r, "conv-se", 0)
+	s.batch(1, 3, rec(4, nil, `{"op":"crash","n":1}`))
+	if a := s.wait(1); !a.ack {
+		t.Fatalf("answer = %v; want Ack once the retry is done", a)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs := got.of(bridge.EventStderr)
+		i := slices.IndexFunc(evs, func(ev bridge.Event) bool { return ev.Line == "fake action: crashing on purpose" })
+		if i >= 0 {
+			if ev := evs[i]; ev.Record != "in-topic/3/4" || ev.Attempts != 1 || ev.PID == 0 || ev.Streamlet != "t" {
+				t.Errorf("stderr event = %+v; want record in-topic/3/4, attempt 1, its process, streamlet t", ev)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr events = %+v; want the crash's line", evs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

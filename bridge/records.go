@@ -287,11 +287,18 @@ func (sc *emitScratch) reset() {
 // decode, and a message under max_message_bytes. Each gets the trace headers of tc and state
 // (emitTrace). The messages are built in sc (nil: newly allocated) and appended to out.
 func (c *conversation) emits(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte, sc *emitScratch, out []*flowv1.FromProcess) ([]*flowv1.FromProcess, error) {
-	a := c.s.opts.Action
+	var msgs []emitMessage
 	if sc == nil {
-		sc = &emitScratch{}
+		msgs = make([]emitMessage, len(staged)) // exactly the room needed: nothing reuses it
+	} else {
+		msgs = sc.next(len(staged))
 	}
-	msgs := sc.next(len(staged))
+	return c.emitsInto(id, staged, tc, state, msgs, out)
+}
+
+// emitsInto is emits building the messages in msgs, room for exactly len(staged) messages.
+func (c *conversation) emitsInto(id uint64, staged []stdio.Emit, tc *stdio.TraceContext, state []byte, msgs []emitMessage, out []*flowv1.FromProcess) ([]*flowv1.FromProcess, error) {
+	a := c.s.opts.Action
 	for i, e := range staged {
 		outlet, err := a.EmitOutlet(i+1, &e)
 		if err != nil {

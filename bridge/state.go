@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ankka-flow/millrace/bridge/actionconf"
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
@@ -77,6 +78,33 @@ type stateLink struct {
 // batchStates is one batch's pushed states, by key bytes.
 type batchStates struct{ byKey map[string][]byte }
 
+// add takes the entries of one BatchState message. The keys of the map are cut from one
+// string of all the message's keys: one allocation a message, not one a key. The values are
+// the entries' own bytes: the State codec (internal/codec) decodes them as slices of a copy of
+// the message that nothing else holds, so they are the batch's alone.
+func (p *batchStates) add(entries []*statev1.Entry) {
+	n := 0
+	for _, e := range entries {
+		if e.Value != nil {
+			n += len(e.GetKey())
+		}
+	}
+	buf := make([]byte, 0, n)
+	for _, e := range entries {
+		if e.Value != nil {
+			buf = append(buf, e.GetKey()...)
+		}
+	}
+	all, at := string(buf), 0
+	for _, e := range entries {
+		if e.Value != nil {
+			k := all[at : at+len(e.GetKey())]
+			at += len(k)
+			p.byKey[k] = e.GetValue()
+		}
+	}
+}
+
 // openState dials the sidecar's State service, sends Open for c's stateful inlets and waits
 // for Opened. It returns the link and the engine's limits (the line's, lowered to what the
 // changelog takes), or a status error that ends the conversation: the sidecar refused, does
@@ -88,7 +116,8 @@ func openState(ctx context.Context, c *conversation) (*stateLink, map[string]eng
 	// No keepalive pings: the sidecar's gRPC ping policy is never provoked, as the sidecar's
 	// own dial of the process provokes none of the bridge's.
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMessageLimit), grpc.MaxCallSendMsgSize(grpcMessageLimit)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcMessageLimit), grpc.MaxCallSendMsgSize(grpcMessageLimit),
+			codec.StateCallOption())) // a BatchState's entries decoded in a few allocations for the whole message
 	if err != nil {
 		return nil, nil, rpcErrorf(codes.Internal, "conversation %s: cannot dial the sidecar's State service at %s: %w", c.id, addr, err)
 	}
@@ -225,11 +254,7 @@ func (l *stateLink) receive() {
 		if p == nil {
 			p = &batchStates{byKey: make(map[string][]byte, len(bs.GetEntries()))}
 		}
-		for _, e := range bs.GetEntries() {
-			if e.Value != nil {
-				p.byKey[string(e.GetKey())] = e.GetValue()
-			}
-		}
+		p.add(bs.GetEntries())
 		switch {
 		case bs.GetMore():
 			l.partial[id] = p
@@ -304,18 +329,7 @@ func (l *stateLink) await(ctx context.Context, b *flowv1.Batch, after <-chan tim
 // messages under Opened.max_message_bytes (split with more, never within an entry).
 func (l *stateLink) sendStaged(id uint64, inlet string, o *batchOverlay) error {
 	const room = 32 // the message's own tags and lengths, the batch id, more
-	// In key order: the order records of different keys finish in is the pool's, not the
-	// batch's, and a Staged should say the same for the same batch.
-	keys := slices.Sorted(maps.Keys(o.staged))
-	entries := make([]*statev1.Entry, 0, len(keys))
-	for _, k := range keys {
-		st := o.staged[k]
-		e := &statev1.Entry{Key: []byte(k)}
-		if st.Value != nil {
-			e.Value = st.Value
-		}
-		entries = append(entries, e)
-	}
+	entries := o.entries()
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	send := func(part []*statev1.Entry, more bool) error {
@@ -397,44 +411,95 @@ func (l *stateLink) close() {
 // staged. It belongs to the batch: a batch still running after its partition moved on reads
 // only its own states.
 type batchOverlay struct {
-	pushed *batchStates
+	pushed  *batchStates
+	records int
 
 	mu     sync.Mutex
-	staged map[string]*stdio.StagedState // by key: the last state a done record staged
-	pre    []*preEmits                   // by record: emits built when it was done with a state
-	held   int64                         // the budget bytes of the staged states, until Staged is sent
+	staged map[string]stagedKey // by key: the last state a done record staged
+	pre    []preEmits           // by record: emits built when it was done with a state
+	held   int64                // the budget bytes of the staged states, until Staged is sent
+	// emits is the room of the pre-built Emit messages, one block for the batch (sized to
+	// its records) instead of one a record; its messages live as long as the batch.
+	emits emitScratch
+}
+
+// stagedKey is a key's last staged state, with the key's bytes (the record's, which the
+// batch's message holds) for its Staged entry.
+type stagedKey struct {
+	key []byte
+	st  *stdio.StagedState
 }
 
 // preEmits are the Emit messages of a record done with a state, built when it was done
 // rather than when it settles: its state is recorded only if they are good, so a state is
 // never seen by the key's next record, nor sent in Staged, for a record that then fails.
 type preEmits struct {
-	msgs []*flowv1.FromProcess
-	err  error
+	msgs  []*flowv1.FromProcess
+	err   error
+	built bool // false: the record was not done with a state, its emits are built as it settles
 }
 
 func newBatchOverlay(pushed *batchStates, records int) *batchOverlay {
-	return &batchOverlay{pushed: pushed, staged: map[string]*stdio.StagedState{}, pre: make([]*preEmits, records)}
+	return &batchOverlay{pushed: pushed, records: records, staged: map[string]stagedKey{}, pre: make([]preEmits, records)}
 }
 
 // of is the state a record of key sees: its batch's last staged, else the pushed one; nil
 // when none.
 func (o *batchOverlay) of(key []byte) json.RawMessage {
 	o.mu.Lock()
-	st, ok := o.staged[string(key)]
+	sk, ok := o.staged[string(key)]
 	o.mu.Unlock()
 	if ok {
-		return st.Value // nil: deleted
+		return sk.st.Value // nil: deleted
 	}
 	return o.pushed.byKey[string(key)]
 }
 
-// record keeps the state a done record of key staged, with the budget bytes it holds.
-func (o *batchOverlay) record(key []byte, st *stdio.StagedState, held int64) {
+// record keeps the state a done record of key staged, with the budget bytes it holds. name
+// is key as a string when the caller has one (the item's), else empty.
+func (o *batchOverlay) record(key []byte, name *string, st *stdio.StagedState, held int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.staged[string(key)] = st
+	if name != nil && len(*name) == len(key) {
+		o.staged[*name] = stagedKey{key, st}
+	} else {
+		o.staged[string(key)] = stagedKey{key, st}
+	}
 	o.held += held
+}
+
+// room returns room for n Emit messages of a record done with a state.
+func (o *batchOverlay) room(n int) []emitMessage {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.emits.msgs == nil {
+		o.emits.msgs = make([]emitMessage, max(n, o.records))
+	}
+	return o.emits.next(n)
+}
+
+// entries are the batch's Staged entries, in key order: the order records of different keys
+// finish in is the pool's, not the batch's, and a Staged should say the same for the same
+// batch. Called once every record is done.
+func (o *batchOverlay) entries() []*statev1.Entry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	keys := slices.Sorted(maps.Keys(o.staged))
+	slab := make([]statev1.Entry, len(keys)) // one allocation for the batch's entries
+	entries := make([]*statev1.Entry, len(keys))
+	for i, k := range keys {
+		sk := o.staged[k]
+		e := &slab[i]
+		e.Key = sk.key
+		if e.Key == nil {
+			e.Key = []byte{} // an empty key is a key
+		}
+		if sk.st.Value != nil {
+			e.Value = sk.st.Value
+		}
+		entries[i] = e
+	}
+	return entries
 }
 
 // stateDone is the part of a record's done callback that keeps state: for a Done result with
@@ -450,14 +515,18 @@ func (r *batchRun) stateDone(i int, res engine.Result) engine.Result {
 	if r.state == nil || res.Outcome != engine.Done || res.State == nil || in.GetRecord().GetKey() == nil {
 		return res
 	}
-	msgs, err := c.emits(r.b.GetBatchId(), res.Emits, &res.Trace, emitTracestate(&res, in), nil, nil)
-	r.state.pre[i] = &preEmits{msgs: msgs, err: err}
+	msgs, err := c.emitsInto(r.b.GetBatchId(), res.Emits, &res.Trace, emitTracestate(&res, in), r.state.room(len(res.Emits)), nil)
+	r.state.pre[i] = preEmits{msgs: msgs, err: err, built: true}
 	if err != nil {
 		return res
 	}
 	held := min(int64(len(res.State.Value)), res.Held)
 	res.Held -= held
-	r.state.record(in.GetRecord().GetKey(), res.State, held)
+	var name *string // the item's key as a string, made when the item was: not made again
+	if i < len(r.items) {
+		name = r.items[i].Key
+	}
+	r.state.record(in.GetRecord().GetKey(), name, res.State, held)
 	return res
 }
 

@@ -75,7 +75,17 @@ func TestAsyncKeyOrder(t *testing.T) {
 	eachDelivery(t, func(t *testing.T, d string) {
 		b := newBroker(t)
 		addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
-		pl := newPipeline(t, b, asyncAction("call", false, "--metrics", addr), 4, deliveryEnv(d))
+		a := asyncAction("call", false, "--metrics", addr)
+		// The verifier's ids are the inputs' places, which every output names.
+		a.inID = func(r *kgo.Record) string { return placeID(r.Partition, r.Offset) }
+		a.idOf = func(r *kgo.Record) string {
+			var o asyncOut
+			if json.Unmarshal(r.Value, &o) != nil {
+				return "malformed " + string(r.Value)
+			}
+			return placeID(o.P, o.O)
+		}
+		pl := newPipeline(t, b, a, 4, deliveryEnv(d))
 		rs := countRecords(seed(t), orderRecords, orderKeys)
 		// The first half at once, so the first batches are full (about 80 keys of 100 records
 		// each); the rest spread over the faults.
@@ -123,18 +133,21 @@ func TestAsyncKeyOrder(t *testing.T) {
 		retries, _ := e.Value("millrace_retries_total")
 		seen := fmt.Sprintf("SIGKILLed %d action processes at %d committed (%v retries, %v restarts), the sidecar at %d; %d outputs, %d of records delivered again, %d of retried deliveries; at most %d handlers running at once",
 			killed, actionAt, retries, restarts, sidecarAt, sum.outputs, sum.again, sum.retried, sum.inflight)
-		// The records are keyed by key, not by id, so the tally is counted by input place.
-		tl := tally{in: sum.in, out: sum.in - sum.missing, lost: sum.missing, dup: sum.again + sum.twice, exactlyOnce: d == "exactly-once"}
+		// The shared verifier (ids, duplicates, aborted reads, per-key order per outlet
+		// partition), then the bounds.
+		tl := pl.tally()
 		pl.report("async: per-key order", tl, seen)
+		tl.check(t)
+		if tl.out != tl.in {
+			t.Errorf("tally = %s; want every record out", tl)
+		}
 		if killed != 1 || restarts < 1 {
 			t.Errorf("SIGKILLed %d action processes, the bridge restarted %v; want 1 and at least 1", killed, restarts)
 		}
 		// At the sidecar's kill each partition holds at most 8 batches' worth (by count) of
 		// records written and not yet committed, and one batch in flight (docs/sidecar.md):
 		// on Kafka 4 one kill had 540 delivered again, above the 4 × 100 the fault cases bound.
-		if bound := 4 * 9 * 100; sum.again > bound {
-			t.Errorf("%d outputs of records delivered again; want at most %d (what the sidecar held uncommitted at its kill)", sum.again, bound)
-		}
+		tl.checkDup(t, 4*9*100)
 		// The first batches hold about 80 keys each, all written to the process at once (its
 		// window is 128): the handler must have run many of them together.
 		if sum.inflight < 8 {
@@ -145,9 +158,6 @@ func TestAsyncKeyOrder(t *testing.T) {
 
 // orderSummary is what checkKeyOrder saw.
 type orderSummary struct {
-	in       int // input records
-	missing  int // input records without an output
-	twice    int // exactly once: outputs of a record after its first
 	outputs  int // output records
 	again    int // at least once: outputs of a record after its first
 	retried  int // outputs made at an attempt after the first (the action's kill)
@@ -160,7 +170,7 @@ func checkKeyOrder(t testing.TB, pl *pipeline, exact bool) orderSummary {
 	pl.mu.Lock()
 	in := map[at]string{}
 	for _, p := range pl.produced {
-		in[at{p.partition, p.offset}] = p.id
+		in[at{p.partition, p.offset}] = p.key
 	}
 	pl.mu.Unlock()
 	return keyOrder(t, in, pl.b.ReadAll(t, pl.outTopics["out"]), exact)
@@ -211,7 +221,6 @@ func keyOrder(t testing.TB, in map[at]string, recs []*kgo.Record, exact bool) or
 		case r.Partition != k.outPart:
 			ps.add("%s: the key's outputs are in outlet partitions %d and %d", where, k.outPart, r.Partition)
 		case k.seen[o.O] && exact:
-			sum.twice++
 			ps.add("%s: a second output of the record", where)
 		case k.seen[o.O]:
 			sum.again++
@@ -222,10 +231,8 @@ func keyOrder(t testing.TB, in map[at]string, recs []*kgo.Record, exact bool) or
 			k.last = o.O
 		}
 	}
-	sum.in = len(in)
 	for place, id := range in {
 		if k := keys[id]; k == nil || !k.seen[place.o] {
-			sum.missing++
 			ps.add("input %d@%d (key %s): no output", place.p, place.o, id)
 		}
 	}
@@ -425,7 +432,7 @@ func (pl *pipeline) produceAtOnce(rs []*kgo.Record) {
 				return
 			}
 			pl.mu.Lock()
-			pl.produced = append(pl.produced, produced{id: string(r.Key), partition: r.Partition, offset: r.Offset})
+			pl.produced = append(pl.produced, pl.input(r))
 			pl.mu.Unlock()
 		})
 	}

@@ -38,11 +38,22 @@ func openBroker(t testing.TB, persist bool) *broker {
 }
 
 // restart stops the broker and starts it again with its data: kfake is closed and reopened
-// on its port and data directory; the real broker is restarted with `scripts/kafka restart`.
+// on its port and data directory; the real broker is restarted with `scripts/kafka restart`, the
+// nodes of scripts/kafka-cluster one after another.
 func (b *broker) restart(t testing.TB, down time.Duration) {
 	t.Helper()
 	if !b.Real() {
 		b.RestartKfake(t, down)
+		return
+	}
+	if clusterHome() != "" {
+		// Three nodes: stopped and started again one after another (a rolling restart; a
+		// node alone cannot start while the other two voters are down).
+		for _, n := range []string{"1", "2", "3"} {
+			b.kafkaScript(t, "term", n)
+			time.Sleep(down)
+			b.kafkaScript(t, "start-node", n)
+		}
 		return
 	}
 	host, port, _ := net.SplitHostPort(b.Addrs[0])

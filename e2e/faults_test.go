@@ -50,7 +50,7 @@ func every(seed uint64, lo, hi time.Duration, f func()) (stop func() int) {
 	}
 }
 
-func seed(t *testing.T) uint64 {
+func seed(t testing.TB) uint64 {
 	s := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("MILLRACE_E2E_SEED"), 10, 64); err == nil {
 		s = v

@@ -111,7 +111,7 @@ func produceFast(b *testing.B, pl *pipeline, n int) {
 				if err != nil && firstErr == nil {
 					firstErr = err
 				}
-				pl.produced = append(pl.produced, produced{id: string(r.Key), partition: r.Partition, offset: r.Offset})
+				pl.produced = append(pl.produced, pl.input(r))
 			})
 		}
 		wg.Wait()

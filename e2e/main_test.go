@@ -107,6 +107,7 @@ const (
 	childFanOut       = "fan-out"       // every item: fanOutEmits emits of fanOutBytes each (fanout_test.go)
 	childGate         = "gate"          // answers no item until the file named by envGate exists
 	childCount        = "count"         // a running count per key, kept in the key's state (state_test.go)
+	childSlow         = "slow"          // echoes, spending half a millisecond on every item (pause_test.go)
 	childExitMessage  = "e2e-action: cannot start: the credentials file /run/secrets/e2e is missing"
 	childFloodLine    = "e2e-action: a noisy log line"
 	childPoisonMarker = `"poison":true`
@@ -185,6 +186,8 @@ func childAnswer(mode string, it childItem, out *bufio.Writer, send func(any)) {
 		return
 	case mode == childGrow:
 		em.Payload = json.RawMessage(`{"in":` + string(it.Payload) + `,"pad":"` + strings.Repeat("g", 12000) + `"}`)
+	case mode == childSlow:
+		time.Sleep(500 * time.Microsecond) // the action's work, as issue 34's raw Python echo
 	case mode == childGate:
 		for {
 			if _, err := os.Stat(os.Getenv(envGate)); err == nil {

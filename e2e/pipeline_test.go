@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +32,11 @@ type action struct {
 	value func(id string, i int) []byte
 	// idOf returns the id of an output record: by default its key, which the echo actions keep.
 	idOf func(r *kgo.Record) string
+	// inID returns the id of an input record once written; by default its key.
+	inID func(r *kgo.Record) string
+	// keys, when above 0, keys record i by k-(i mod keys) instead of its id: many records
+	// per key, whose order the verifier checks.
+	keys int
 }
 
 // scoreListing is the Python example, actions/score-listing; every record is a listing it
@@ -98,9 +102,11 @@ func quoteLine(words []string) string {
 	return strings.Join(q, " ")
 }
 
-// produced is one input record: its id and where it landed.
+// produced is one input record: its id (what its outputs carry, action.inID), its key and
+// where it landed.
 type produced struct {
 	id        string
+	key       string
 	partition int32
 	offset    int64
 }
@@ -268,7 +274,8 @@ func (r *replica) sidecarMetric(name string) float64 {
 	return sum
 }
 
-// records builds n input records numbered from first, with unique ids (the key is the id).
+// records builds n input records numbered from first, with unique ids (the key is the id, or
+// one of action.keys keys).
 func (pl *pipeline) records(first, n int) []*kgo.Record {
 	rs := make([]*kgo.Record, n)
 	for i := range rs {
@@ -279,7 +286,11 @@ func (pl *pipeline) records(first, n int) []*kgo.Record {
 		} else {
 			v = fmt.Appendf(nil, `{"id":%q,"n":%d}`, id, first+i)
 		}
-		rs[i] = &kgo.Record{Topic: pl.inTopic, Key: []byte(id), Value: v}
+		key := id
+		if pl.a.keys > 0 {
+			key = fmt.Sprintf("k-%03d", (first+i)%pl.a.keys)
+		}
+		rs[i] = &kgo.Record{Topic: pl.inTopic, Key: []byte(key), Value: v}
 	}
 	return rs
 }
@@ -299,8 +310,17 @@ func (pl *pipeline) produce(rs ...*kgo.Record) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, r := range results {
-		pl.produced = append(pl.produced, produced{id: string(r.Record.Key), partition: r.Record.Partition, offset: r.Record.Offset})
+		pl.produced = append(pl.produced, pl.input(r.Record))
 	}
+}
+
+// input is what the pipeline remembers of a record written to its inlet.
+func (pl *pipeline) input(r *kgo.Record) produced {
+	id := string(r.Key)
+	if pl.a.inID != nil {
+		id = pl.a.inID(r)
+	}
+	return produced{id: id, key: string(r.Key), partition: r.Partition, offset: r.Offset}
 }
 
 // produceSpread produces n records from first in chunks over about d, in the background;
@@ -333,7 +353,7 @@ func (pl *pipeline) spread(rs []*kgo.Record, d time.Duration) (wait func()) {
 			}
 			pl.mu.Lock()
 			for _, r := range results {
-				pl.produced = append(pl.produced, produced{id: string(r.Record.Key), partition: r.Record.Partition, offset: r.Record.Offset})
+				pl.produced = append(pl.produced, pl.input(r.Record))
 			}
 			pl.mu.Unlock()
 			time.Sleep(d / time.Duration(chunks))
@@ -410,112 +430,6 @@ func (pl *pipeline) logTails(n int) string {
 		}
 	}
 	return b.String()
-}
-
-// tally is a case's count of records by id.
-type tally struct {
-	in          int // records produced to the inlet
-	out         int // distinct input ids found on the outlets (not the dead-letter one)
-	dead        int // distinct input ids found on the dead-letter outlet
-	uncommitted int // ids found nowhere, at or after their partition's commit: still in Kafka
-	lost        int // ids found nowhere, yet committed: lost
-	dup         int // extra copies of ids, over all outlets
-	unexpected  int // output records whose id was never produced
-	deadRecords []*kgo.Record
-	outRecords  map[string][]*kgo.Record // by id
-	exactlyOnce bool                     // the sidecars ran with FLOW_DELIVERY=exactly-once
-}
-
-// exactlyOnce reports whether the pipeline's sidecars run in exactly-once mode.
-func (pl *pipeline) exactlyOnce() bool {
-	return slices.Contains(pl.sidecarEnv, deliveryEnv("exactly-once"))
-}
-
-// tally reads every outlet and counts the produced ids.
-func (pl *pipeline) tally() tally {
-	pl.t.Helper()
-	pl.mu.Lock()
-	nProduced := len(pl.produced)
-	pl.mu.Unlock()
-	tl := tally{outRecords: map[string][]*kgo.Record{}, exactlyOnce: pl.exactlyOnce()}
-	seen, deadSeen := map[string]int{}, map[string]int{}
-	idOf := pl.a.idOf
-	if idOf == nil {
-		idOf = func(r *kgo.Record) string { return string(r.Key) }
-	}
-	for _, o := range pl.a.outs {
-		for _, r := range append(pl.earlier[o], pl.b.ReadAll(pl.t, pl.outTopics[o])...) {
-			id := idOf(r)
-			if o == pl.a.dead {
-				deadSeen[id]++
-				tl.deadRecords = append(tl.deadRecords, r)
-			} else {
-				seen[id]++
-				if nProduced <= 100_000 { // kept for checks of bytes; not for a load run
-					tl.outRecords[id] = append(tl.outRecords[id], r)
-				}
-			}
-		}
-	}
-	_, commits := pl.committedCount()
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	tl.in = len(pl.produced)
-	ids := map[string]bool{}
-	for _, p := range pl.produced {
-		ids[p.id] = true
-		n := seen[p.id] + deadSeen[p.id]
-		switch {
-		case seen[p.id] > 0:
-			tl.out++
-		case deadSeen[p.id] > 0:
-			tl.dead++
-		case p.offset >= commits[p.partition]:
-			tl.uncommitted++
-		default:
-			tl.lost++
-		}
-		if n > 1 {
-			tl.dup += n - 1
-		}
-	}
-	for id, n := range seen {
-		if !ids[id] {
-			tl.unexpected += n
-		}
-	}
-	for id, n := range deadSeen {
-		if !ids[id] {
-			tl.unexpected += n
-		}
-	}
-	return tl
-}
-
-func (tl tally) String() string {
-	return fmt.Sprintf("in %d, out %d, dead-lettered %d, uncommitted %d, lost %d, duplicated %d, unexpected %d",
-		tl.in, tl.out, tl.dead, tl.uncommitted, tl.lost, tl.dup, tl.unexpected)
-}
-
-// check fails the test when a record was lost or an unexpected one appeared, and in
-// exactly-once mode when one was duplicated (the outlets are read as read_committed).
-func (tl tally) check(t testing.TB) {
-	t.Helper()
-	if tl.lost != 0 || tl.unexpected != 0 {
-		t.Errorf("tally = %s; want lost 0 and unexpected 0", tl)
-	}
-	if tl.exactlyOnce && tl.dup != 0 {
-		t.Errorf("tally = %s; want duplicated 0 in exactly-once mode", tl)
-	}
-}
-
-// checkDup fails the test when more records were duplicated than bound, the records the
-// batches in flight at the faults may hold.
-func (tl tally) checkDup(t testing.TB, bound int) {
-	t.Helper()
-	if tl.dup > bound {
-		t.Errorf("tally = %s; want at most %d duplicates (the batches in flight at the faults)", tl, bound)
-	}
 }
 
 // report logs the case's row and appends it to the MILLRACE_E2E_REPORT file.

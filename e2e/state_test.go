@@ -115,6 +115,9 @@ func (sr *stateRun) checkCounts(t *testing.T, r *replica, exact bool) countSumma
 	if len(tr.count) != stateKeys {
 		t.Errorf("%d keys produced, want %d", len(tr.count), stateKeys)
 	}
+	// The verifier's checks of ids, duplicates, aborted reads and per-key order first; then
+	// the counts' own (the state totals).
+	sr.tally().check(t)
 	outs := sr.countOutputs(t)
 	cl := sr.changelogValues(t)
 	var sum countSummary
@@ -387,13 +390,13 @@ func TestStateGap(t *testing.T) {
 	slices.SortFunc(last, func(a, b produced) int { return int(a.offset - b.offset) })
 	for _, p := range last {
 		place := at{p.partition, p.offset}
-		seen[p.id]++
-		want := kept[p.id] + seen[p.id] - 1
+		seen[p.key]++
+		want := kept[p.key] + seen[p.key] - 1
 		switch got := outs[place]; {
 		case len(got) != 1:
-			ps.add("input %d@%d (key %s): %d outputs, want 1", place.p, place.o, p.id, len(got))
+			ps.add("input %d@%d (key %s): %d outputs, want 1", place.p, place.o, p.key, len(got))
 		case got[0].Saw != want:
-			ps.add("input %d@%d (key %s, its record %d after the gap, %d kept past the log start): saw %d, want %d", place.p, place.o, p.id, seen[p.id], kept[p.id], got[0].Saw, want)
+			ps.add("input %d@%d (key %s, its record %d after the gap, %d kept past the log start): saw %d, want %d", place.p, place.o, p.key, seen[p.key], kept[p.key], got[0].Saw, want)
 		}
 	}
 	ps.report(t, "outputs after the gap")

@@ -104,12 +104,24 @@ func newStateRunAs(t *testing.T, b *broker, d, state string, more ...string) *st
 func newStateRunWith(t *testing.T, b *broker, d string, a action, more ...string) *stateRun {
 	t.Helper()
 	pl := newPipeline(t, b, a, statePartitions, append([]string{deliveryEnv(d)}, more...)...)
+	// The verifier's ids are the inputs' places, which every output names (countOut).
+	pl.a.inID = func(r *kgo.Record) string { return placeID(r.Partition, r.Offset) }
+	pl.a.idOf = func(r *kgo.Record) string {
+		var o countOut
+		if json.Unmarshal(r.Value, &o) != nil {
+			return "malformed " + string(r.Value)
+		}
+		return placeID(o.P, o.O)
+	}
 	sr := &stateRun{pipeline: pl, dirs: map[int]string{}, ports: map[int]int{}}
 	sr.changelog = b.changelogTopic(t, statePartitions)
 	pl.sidecarEnv = append(pl.sidecarEnv, "FLOW_INLET_IN_STATE_TOPIC="+sr.changelog)
 	pl.replicaEnv = sr.replicaEnv
 	return sr
 }
+
+// placeID names an input record by its place, partition@offset.
+func placeID(p int32, o int64) string { return fmt.Sprintf("%d@%d", p, o) }
 
 func (sr *stateRun) replicaEnv(r *replica) (bridge, sidecar []string) {
 	sr.mu.Lock()
@@ -182,13 +194,13 @@ func (sr *stateRun) truth(t testing.TB) countTruth {
 	})
 	tr := countTruth{index: map[at]int{}, keyOf: map[at]string{}, count: map[string]int{}, part: map[string]int32{}}
 	for _, p := range ps {
-		if q, ok := tr.part[p.id]; ok && q != p.partition {
-			t.Fatalf("key %s was written to partitions %d and %d", p.id, q, p.partition)
+		if q, ok := tr.part[p.key]; ok && q != p.partition {
+			t.Fatalf("key %s was written to partitions %d and %d", p.key, q, p.partition)
 		}
-		tr.part[p.id] = p.partition
-		tr.count[p.id]++
-		tr.index[at{p.partition, p.offset}] = tr.count[p.id]
-		tr.keyOf[at{p.partition, p.offset}] = p.id
+		tr.part[p.key] = p.partition
+		tr.count[p.key]++
+		tr.index[at{p.partition, p.offset}] = tr.count[p.key]
+		tr.keyOf[at{p.partition, p.offset}] = p.key
 	}
 	return tr
 }

@@ -31,10 +31,11 @@ type batch struct {
 	// Ack and its Staged arrived (both: it is answered); its changelog records (held with its
 	// emits, among them) and their keys and values (the records' own are let go once written).
 	stateful      bool
-	keys          map[string]struct{}
+	keys          map[string]string // each key mapped to itself: the one string the batch's maps share
 	acked, staged bool
 	state         []*kgo.Record
 	stateKeys     [][]byte
+	stateNames    []string // stateKeys as the strings of keys
 	stateValues   [][]byte
 }
 

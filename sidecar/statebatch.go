@@ -1,9 +1,11 @@
 package sidecar
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
@@ -22,12 +24,14 @@ type stateRead struct {
 	b     *batch
 	recs  []record       // the batch's records, copied out of the queue
 	order [][]byte       // the distinct keys, in record order
+	names []string       // order as strings, cut from one string of the batch's keys
 	count map[string]int // records per key
 	// overlay holds the keys the overlay answers (nil: deleted, no state); missing are read
 	// from the store.
 	overlay   map[string][]byte
 	missing   [][]byte
-	notBefore int64 // ms; a state written before it has expired
+	missingAt []string // missing as strings
+	notBefore int64    // ms; a state written before it has expired
 }
 
 // readFor takes what batch b's states are read from: its keys, the overlay's answers, the
@@ -40,17 +44,26 @@ func (s *Sidecar) readFor(c *conversation, b *batch, recs []record) *stateRead {
 	if ttl := s.stateTTL(c, p.inlet.Port); ttl > 0 {
 		r.notBefore = s.now().Add(-ttl).UnixMilli()
 	}
+	// One string of every record's key, whose slices key the maps: one allocation a batch,
+	// not one a key.
+	var all strings.Builder
+	for _, rec := range r.recs {
+		all.Write(rec.in.GetRecord().Key)
+	}
+	keys, at := all.String(), 0
 	for _, rec := range r.recs {
 		key := rec.in.GetRecord().Key
 		if key == nil {
 			continue // a keyless record has no state
 		}
-		k := string(key)
+		k := keys[at : at+len(key)]
+		at += len(key)
 		r.count[k]++
 		if r.count[k] > 1 {
 			continue
 		}
 		r.order = append(r.order, key)
+		r.names = append(r.names, k)
 		if o, ok := p.overlay[k]; ok {
 			// The same TTL as the store's: an expired entry answers "no state", as the
 			// store's older one under it would too.
@@ -61,6 +74,7 @@ func (s *Sidecar) readFor(c *conversation, b *batch, recs []record) *stateRead {
 			}
 		} else {
 			r.missing = append(r.missing, key)
+			r.missingAt = append(r.missingAt, k)
 		}
 	}
 	return r
@@ -90,8 +104,14 @@ func (s *Sidecar) sendStates(c *conversation, msg *flowv1.Batch, r *stateRead) e
 		if err != nil {
 			return fmt.Errorf("%w: reading the states of batch %d (topic %s partition %d) from the state file: %w", errStreamFailed, b.id, b.p.topic, b.p.partition, err)
 		}
+		// got is in the order of missing, less the keys without a state: e.Key is missing's.
+		j := 0
 		for _, e := range got {
-			values[string(e.Key)] = e.Value
+			for !bytes.Equal(r.missing[j], e.Key) {
+				j++
+			}
+			values[r.missingAt[j]] = e.Value
+			j++
 		}
 	}
 	total := 0
@@ -121,15 +141,18 @@ func (s *Sidecar) sendStates(c *conversation, msg *flowv1.Batch, r *stateRead) e
 		}
 	}
 	entries := make([]*statev1.Entry, 0, len(values))
-	keys := make(map[string]struct{}, len(r.order))
-	for _, key := range r.order {
-		k := string(key)
+	slab := make([]statev1.Entry, len(values)) // the entries in one allocation
+	keys := make(map[string]string, len(r.order))
+	for i, key := range r.order {
+		k := r.names[i]
 		if r.count[k] == 0 {
 			continue
 		}
-		keys[k] = struct{}{}
+		keys[k] = k
 		if v, ok := values[k]; ok {
-			entries = append(entries, &statev1.Entry{Key: key, Value: v})
+			e := &slab[len(entries)]
+			e.Key, e.Value = key, v
+			entries = append(entries, e)
 		}
 	}
 	s.mu.Lock()

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,7 +46,7 @@ func (s *Sidecar) joinStaged(c *conversation, batchID uint64, entries []*statev1
 	}
 	b.staged = true
 	if !b.revoked && b.p.epoch == b.epoch {
-		if err := s.stage(b, entries); err != nil {
+		if err := s.stage(c, b, entries); err != nil {
 			return false, err
 		}
 	}
@@ -61,33 +60,48 @@ func (s *Sidecar) joinStaged(c *conversation, batchID uint64, entries []*statev1
 // stage turns a batch's staged entries into its changelog records, held and budgeted with its
 // emits: key the record key, value the state (none: a tombstone), partition the input's.
 // Called with mu held.
-func (s *Sidecar) stage(b *batch, entries []*statev1.Entry) error {
+func (s *Sidecar) stage(c *conversation, b *batch, entries []*statev1.Entry) error {
 	seen := make(map[string]bool, len(entries))
+	size := 0
 	for _, e := range entries {
-		k := string(e.GetKey())
-		if _, ok := b.keys[k]; !ok || seen[k] {
+		name, ok := b.keys[string(e.GetKey())]
+		if !ok || seen[name] {
 			what := "which is not the key of any of its records"
-			if seen[k] {
+			if ok {
 				what = "twice"
 			}
 			return streamFailed(causeProtocol, "the Staged of batch %d (topic %s partition %d) names key %q, %s: a process stages only its batch's keys, each once",
 				b.id, b.p.topic, b.p.partition, clipKey(e.GetKey()), what)
 		}
-		seen[k] = true
-		key := bytes.Clone(e.GetKey())
-		if key == nil {
-			key = []byte{} // an empty key is a key; only keyless records have no state
-		}
+		seen[name] = true
+		size += len(e.GetKey()) + len(e.GetValue())
+	}
+	// The keys and states are copied out of the message into one buffer for the batch, so that
+	// the overlay holds the states alone, not the messages they came in.
+	buf := make([]byte, 0, size)
+	cut := func(x []byte) []byte {
+		from := len(buf)
+		buf = append(buf, x...)
+		return buf[from:len(buf):len(buf)]
+	}
+	b.state = make([]*kgo.Record, 0, len(entries))
+	b.stateKeys = make([][]byte, 0, len(entries))
+	b.stateNames = make([]string, 0, len(entries))
+	b.stateValues = make([][]byte, 0, len(entries))
+	for _, e := range entries {
+		key := cut(e.GetKey()) // never nil: an empty key is a key; only keyless records have no state
 		var value []byte
 		if len(e.GetValue()) > 0 {
-			value = bytes.Clone(e.GetValue())
+			value = cut(e.GetValue())
 		}
-		r := &kgo.Record{Topic: b.p.inlet.StateTopic, Partition: b.p.partition, Key: key, Value: value}
+		r := c.newRecord()
+		r.Topic, r.Partition, r.Key, r.Value = b.p.inlet.StateTopic, b.p.partition, key, value
 		if err := s.hold(b, r); err != nil {
 			return err
 		}
 		b.state = append(b.state, r)
 		b.stateKeys = append(b.stateKeys, key)
+		b.stateNames = append(b.stateNames, b.keys[string(key)])
 		b.stateValues = append(b.stateValues, value)
 	}
 	return nil
@@ -122,8 +136,8 @@ func (s *Sidecar) joined(c *conversation, b *batch) {
 			p.overlay = make(map[string]staged, len(b.stateKeys))
 		}
 		at := s.now().UnixMilli()
-		for i, k := range b.stateKeys {
-			p.overlay[string(k)] = staged{value: b.stateValues[i], b: b, at: at}
+		for i, k := range b.stateNames {
+			p.overlay[k] = staged{value: b.stateValues[i], b: b, at: at}
 		}
 	}
 	s.metrics.roundTrip.Observe(s.now().Sub(b.sentAt).Seconds())

@@ -88,13 +88,18 @@ func (m *stateMetrics) restored(topic string, r state.Restored, d time.Duration)
 	m.restoreSeconds.WithLabelValues(kind).Observe(d.Seconds())
 }
 
-// wrote counts one changelog record of topic moved into the store.
-func (m *stateMetrics) wrote(topic string, deleted bool) {
-	kind := "set"
-	if deleted {
-		kind = "delete"
+// wrote counts the changelog records of topic moved into the store: states set, deleted, and
+// the sweep's tombstones of expired ones; once a promotion, not once a record.
+func (m *stateMetrics) wrote(topic string, sets, deletes, expired int) {
+	if sets > 0 {
+		m.writesTotal.WithLabelValues(topic, "set").Add(float64(sets))
 	}
-	m.writesTotal.WithLabelValues(topic, kind).Inc()
+	if deletes > 0 {
+		m.writesTotal.WithLabelValues(topic, "delete").Add(float64(deletes))
+	}
+	if expired > 0 {
+		m.writesTotal.WithLabelValues(topic, "expire").Add(float64(expired))
+	}
 }
 
 // stateCollector exports the owned stores' counts at scrape time.

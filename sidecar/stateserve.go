@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ankka-flow/millrace/internal/codec"
 	"github.com/ankka-flow/millrace/protocol"
 	flowv1 "github.com/ankka-flow/millrace/protocol/ankka/flow/v1"
 	statev1 "github.com/ankka-flow/millrace/protocol/millrace/state/v1"
@@ -118,7 +119,8 @@ func (s *Sidecar) listenState() (net.Listener, error) {
 // serveState serves the State service on lis; the returned stop ends every stream and waits
 // for the server.
 func (s *Sidecar) serveState(lis net.Listener) (stop func()) {
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes))
+	// The State codec decodes a Staged's entries in a few allocations for the whole message.
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes), codec.StateServerOption())
 	statev1.RegisterStateServer(srv, stateServer{s: s})
 	served := make(chan struct{})
 	go func() {

@@ -33,6 +33,12 @@ type partState struct {
 	storeMu sync.Mutex
 	// overlay holds the states acknowledged in batches and not yet in the store, by key.
 	overlay map[string]staged
+	// pending are batches Kafka holds whose states are still only in the overlay, in order,
+	// and the entries and bytes of their states: promote writes them into the store together
+	// (see promoteEntries). Dropped with the overlay.
+	pending                      []*batch
+	pendingEntries, pendingBytes int
+	pendingSwept                 bool // one of them is the sweep's: they go at once
 	// kept is a revoked partition's closed file, deleted once StateKeepRevoked has passed
 	// unless the partition comes back first.
 	kept *state.Partition
@@ -79,6 +85,7 @@ func (s *Sidecar) startRestoreLocked(p *partition) {
 	}
 	p.restoring = true
 	p.restoreGen++
+	p.dropPending() // the restore reads them from the changelog
 	ctx, cancel := context.WithCancel(s.stateCtx)
 	p.cancelRestore = cancel
 	s.restores.Add(1)
@@ -213,6 +220,7 @@ func (s *Sidecar) revokeState(p *partition) *state.Partition {
 	}
 	s.stopRestoreLocked(p)
 	p.overlay = nil
+	p.dropPending()
 	st := p.store
 	p.store = nil
 	p.keys, p.bytes = 0, 0
@@ -297,69 +305,153 @@ func (s *Sidecar) catchUpLocked(restore bool) {
 			continue
 		}
 		p.overlay = nil
+		p.dropPending()
 		if restore && !p.restoring {
 			s.startRestoreLocked(p)
 		}
 	}
 }
 
+// Promotion is batched: a partition's store takes the states of the batches Kafka holds once
+// they are promoteEntries states or promoteBytes bytes, or as soon as the partition has no
+// batch out and no record left to send (its stream is quiet, or ends), whichever comes first;
+// and at once when the sweep's tombstones are among them (a sweep is rare, and what it
+// deleted is then in the store, as the sweep's own tests and metrics expect). One bbolt
+// transaction then writes many batches, and a key that several of them changed once: bbolt's
+// cost is per key written and per page a transaction touches, not per record. Until then the
+// states are in the overlay, where the partition's next batches read them, as before; the
+// store's position stays behind them, so a catch-up (a new conversation, a restart) reads them
+// from the changelog.
+const (
+	promoteEntries = 4096
+	promoteBytes   = 4 << 20
+)
+
 // promote moves the states of batches Kafka now holds (confirmed at least once, committed
 // exactly once) from their partitions' overlays into the stores, each store's position past
-// the batch's last changelog record. A batch no longer owned as when sent is skipped (its
-// overlay went with the revocation). A store that cannot be written is caught up from the
-// changelog before the partition's next batch.
+// the batches' last changelog record, when their partition's pending batches are due (see
+// promoteEntries). A partition's due batches are written in one transaction, a key written by
+// several of them once, with the last of its states (as the compacted changelog keeps it). A
+// batch no longer owned as when sent is skipped (its overlay went with the revocation). A
+// store that cannot be written is caught up from the changelog before the partition's next
+// batch.
 func (s *Sidecar) promote(batches []*batch) {
+	type due struct {
+		p       *partition
+		batches []*batch
+	}
+	var dues []due
+	s.mu.Lock()
 	for _, b := range batches {
 		if len(b.state) == 0 {
 			continue
 		}
 		p := b.p
-		s.mu.Lock()
-		st := p.store
-		ok := st != nil && !b.revoked && p.owned && p.epoch == b.epoch && !p.restoring
-		s.mu.Unlock()
-		if !ok {
-			continue
-		}
-		es := make([]state.Entry, len(b.state))
-		last := int64(-1)
-		for i, r := range b.state {
-			es[i] = state.Entry{Key: b.stateKeys[i], Value: b.stateValues[i], Written: r.Timestamp.UnixMilli()}
-			last = max(last, r.Offset)
-		}
-		p.storeMu.Lock()
-		err := st.Apply(es, last+1)
-		var cp state.Checkpoint
-		var cpErr error
-		if err == nil {
-			cp, cpErr = st.Checkpoint() // fails only once st is closed: revoked meanwhile
-		}
-		p.storeMu.Unlock()
-		s.mu.Lock()
-		if err != nil {
-			if p.owned && p.epoch == b.epoch {
-				s.log.Error("cannot write states into the state file; the partition catches up from the changelog", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
-				p.overlay = nil
-				s.startRestoreLocked(p)
-			}
-			s.mu.Unlock()
-			continue
-		}
-		if cpErr == nil && p.owned && p.epoch == b.epoch {
-			p.keys, p.bytes = cp.Keys, cp.Bytes // not a later owner's counts
-		}
+		p.pending = append(p.pending, b)
+		p.pendingSwept = p.pendingSwept || b.swept()
+		p.pendingEntries += len(b.state)
 		for i, k := range b.stateKeys {
-			if o, ok := p.overlay[string(k)]; ok && o.b == b {
-				delete(p.overlay, string(k))
+			p.pendingBytes += len(k) + len(b.stateValues[i])
+		}
+	}
+	for _, p := range s.order {
+		quiet := p.inflight == nil && p.sent >= len(p.queue)
+		if len(p.pending) > 0 && (quiet || p.pendingSwept || p.pendingEntries >= promoteEntries || p.pendingBytes >= promoteBytes) {
+			dues = append(dues, due{p, p.pending})
+			p.dropPending()
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range dues {
+		s.promotePartition(d.p, d.batches)
+	}
+}
+
+// dropPending forgets p's pending batches: their overlay is gone, or a restore reads their
+// states from the changelog. Called with mu held.
+func (p *partition) dropPending() {
+	p.pending, p.pendingEntries, p.pendingBytes, p.pendingSwept = nil, 0, 0, false
+}
+
+// promotePartition is promote for the batches of one partition, in the order they were
+// acknowledged.
+func (s *Sidecar) promotePartition(p *partition, batches []*batch) {
+	s.mu.Lock()
+	st := p.store
+	var kept []*batch
+	for _, b := range batches {
+		if st != nil && !b.revoked && p.owned && p.epoch == b.epoch && !p.restoring {
+			kept = append(kept, b)
+		}
+	}
+	s.mu.Unlock()
+	if len(kept) == 0 {
+		return
+	}
+	epoch := kept[0].epoch // every kept batch's: the partition's when it was checked
+	n := 0
+	for _, b := range kept {
+		n += len(b.state)
+	}
+	es := make([]state.Entry, 0, n)
+	var at map[string]int // where a key is in es, when several batches may name it
+	if len(kept) > 1 {
+		at = make(map[string]int, n)
+	}
+	last := int64(-1)
+	for _, b := range kept {
+		for i, r := range b.state {
+			e := state.Entry{Key: b.stateKeys[i], Value: b.stateValues[i], Written: r.Timestamp.UnixMilli()}
+			last = max(last, r.Offset)
+			if at != nil {
+				k := b.stateNames[i]
+				if j, ok := at[k]; ok {
+					es[j] = e // a later batch's state of the key: the one the changelog keeps
+					continue
+				}
+				at[k] = len(es)
 			}
-			if b.swept() {
-				s.metrics.state.expired(p.inlet.StateTopic)
-			} else {
-				s.metrics.state.wrote(p.inlet.StateTopic, b.stateValues[i] == nil)
+			es = append(es, e)
+		}
+	}
+	p.storeMu.Lock()
+	err := st.Apply(es, last+1)
+	var cp state.Checkpoint
+	var cpErr error
+	if err == nil {
+		cp, cpErr = st.Checkpoint() // fails only once st is closed: revoked meanwhile
+	}
+	p.storeMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if p.owned && p.epoch == epoch {
+			s.log.Error("cannot write states into the state file; the partition catches up from the changelog", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+			p.overlay = nil
+			s.startRestoreLocked(p)
+		}
+		return
+	}
+	if cpErr == nil && p.owned && p.epoch == epoch {
+		p.keys, p.bytes = cp.Keys, cp.Bytes // not a later owner's counts
+	}
+	var sets, deletes, expired int
+	for _, b := range kept {
+		for i, k := range b.stateNames {
+			if o, ok := p.overlay[k]; ok && o.b == b {
+				delete(p.overlay, k)
+			}
+			switch {
+			case b.swept():
+				expired++
+			case b.stateValues[i] == nil:
+				deletes++
+			default:
+				sets++
 			}
 		}
-		s.mu.Unlock()
 	}
+	s.metrics.state.wrote(p.inlet.StateTopic, sets, deletes, expired)
 }
 
 // statePartitioner writes a changelog record to the partition it names (its input

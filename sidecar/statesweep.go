@@ -37,11 +37,6 @@ func sweepInterval(ttl time.Duration) time.Duration {
 // is no offset of it to commit and nothing of it in its partition's queue.
 func (b *batch) swept() bool { return b.n == 0 }
 
-// expired counts one tombstone of the sweep of topic moved into the store.
-func (m *stateMetrics) expired(topic string) {
-	m.writesTotal.WithLabelValues(topic, "expire").Inc()
-}
-
 // sweepLoop sweeps conversation c's stateful inlets with a TTL on the sidecar's timers (after)
 // once the process has opened the State service, until the conversation fails or ends or ctx
 // ends. The TTLs are the Open's, fixed for the conversation.
@@ -182,6 +177,7 @@ func (s *Sidecar) sweepPartition(c *conversation, p *partition, before int64) {
 		b.emits = append(b.emits, r)
 		b.state = append(b.state, r)
 		b.stateKeys = append(b.stateKeys, k)
+		b.stateNames = append(b.stateNames, string(k))
 		b.stateValues = append(b.stateValues, nil)
 	}
 	if len(b.emits) == 0 {
@@ -192,8 +188,8 @@ func (s *Sidecar) sweepPartition(c *conversation, p *partition, before int64) {
 	if p.overlay == nil {
 		p.overlay = make(map[string]staged, len(b.stateKeys))
 	}
-	for _, k := range b.stateKeys {
-		p.overlay[string(k)] = staged{b: b} // reads as deleted from now on
+	for _, k := range b.stateNames {
+		p.overlay[k] = staged{b: b} // reads as deleted from now on
 	}
 	c.acked = append(c.acked, b)
 	select {

@@ -152,6 +152,7 @@ func main() {
 	peer(w, res)
 	throughput(w, res)
 	latency(w, res)
+	loadRows(w, res)
 	delivery(w, res)
 	stateRows(w, res)
 	restoreRows(w, res)

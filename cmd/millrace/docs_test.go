@@ -145,7 +145,7 @@ func TestReadmeNamesWhatSetupInstalls(t *testing.T) {
 	word := map[string]string{
 		"protobuf-compiler": "protoc", "jq": "jq", "python3": "Python", "nodejs": "Node.js", "ruby": "Ruby",
 		"default-jdk-headless": "Java", "maven": "Maven", "openssl": "OpenSSL", "prometheus": "Prometheus",
-		"python3-pip": "pip", "curl": "curl", "npm": "npm", "rake": "rake",
+		"python3-pip": "pip", "curl": "curl", "npm": "npm", "rake": "rake", "chromium": "Chromium",
 	}
 	setup, err := os.ReadFile(filepath.Join("..", "..", "scripts", "setup"))
 	if err != nil {

@@ -15,12 +15,13 @@ import (
 
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/actiondir"
 	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/ui"
 )
 
 // runRun is `millrace run DIR|LINE|PIPELINE`: the streamlets against a local Kafka broker, the
 // sidecar and the bridge as in production, input lines in, output records out.
 func runRun(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [--exactly-once] [--schema PORT[.key]=FILE]… [-v]")
+	fs := newFlagSet(e, "run", "DIR|LINE|PIPELINE-FILE [--input FILE|-] [--bare] [--follow] [--set KEY=VALUE]… [--brokers HOST:PORT,…] [--data DIR] [--partitions N] [--stall D] [--metrics ADDR] [--exactly-once] [--schema PORT[.key]=FILE]… [--ui[=ADDR]] [-v]")
 	input := fs.String("input", "", "input lines, one record each: FILE, or - for stdin (default: stdin when it is not a terminal)")
 	bare := fs.Bool("bare", false, "each input line is a JSON payload, not an envelope {\"key\", \"payload\", \"headers\"}")
 	follow := fs.Bool("follow", false, "keep running when the input is done, until Ctrl-C")
@@ -31,6 +32,8 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	metrics := fs.String("metrics", "", "serve Prometheus `ADDR`/metrics (HOST:PORT or :PORT): both halves of every streamlet, the sidecar's and the bridge's, labelled streamlet")
 	verbose := fs.Bool("v", false, "log at info level (default: warnings and errors)")
 	exactlyOnce := fs.Bool("exactly-once", false, "run the sidecars with FLOW_DELIVERY=exactly-once: each commit round one Kafka transaction")
+	pageFlag := &uiFlag{}
+	fs.Var(pageFlag, "ui", "serve a live page of the run on loopback: its pipeline graph, records, stderr per item, state per key, a form to send a record (docs/ui.md); --ui alone picks a free port, --ui=ADDR (127.0.0.1:PORT) a given one; the page stays up after the run ends, until Ctrl-C")
 	set := keyValues{}
 	schemas := schemaFiles{}
 	fs.Var(schemas, "schema", "PORT[.key]=FILE: the schema of an encoded port (--decode/--encode), .avsc, .proto or .json (repeatable; default: the action directory's schemas/PORT.EXT); the run starts an embedded schema registry")
@@ -38,6 +41,9 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) == 2 && pageFlag.addr == ui.DefaultAddr && looksLikeAddr(pos[1]) {
+		return fs.usageErr(fmt.Sprintf("--ui takes its address after =: --ui=%s (the flag alone picks a free port)", pos[1]))
 	}
 	if len(pos) != 1 {
 		return fs.usageErr(fmt.Sprintf("expected one action directory, config line (quoted) or pipeline file, got %d arguments", len(pos)))
@@ -88,6 +94,16 @@ func runRun(ctx context.Context, e *env, args []string) error {
 	if out.term {
 		opts.Progress = progressWriter{out}
 	}
+	var page *ui.Server
+	if pageFlag.addr != "" {
+		if page, err = ui.New(pageFlag.addr, opts.Logger); err != nil {
+			return err
+		}
+		stopPage := servePage(ctx, page)
+		defer stopPage()
+		fmt.Fprintf(out, "millrace run: the run's page is at %s\n", page.URL())
+		opts.Observer = page
+	}
 	if *data != "" || *follow {
 		// the broker lives as long as the run: say where it is, for millrace replay meanwhile
 		opts.BrokerStarted = func(addrs []string) {
@@ -115,12 +131,19 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		opts.Input = e.stdin
 	}
 	// The first Ctrl-C stops cleanly; a second one quits at once, leaving nothing behind.
-	defer quitOnSecondSignal(ctx, out,
+	release := sync.OnceFunc(quitOnSecondSignal(ctx, out,
 		"millrace run: stopping: finishing the batches in flight and committing them (Ctrl-C again to quit at once)",
-		"millrace run: quit before the batches in flight were committed; the action's processes were killed and their work folders removed (with --data or --brokers the next run processes them again)")()
+		"millrace run: quit before the batches in flight were committed; the action's processes were killed and their work folders removed (with --data or --brokers the next run processes them again)"))
+	defer release()
 	sum, err := local.Run(ctx, p, opts)
+	release() // a Ctrl-C from here on only closes the page
 	if sum != nil {
 		fmt.Fprintf(e.stderr, "millrace run: %s: %s\n", p.Name, sum)
+	}
+	if page != nil && page.RunStarted() && ctx.Err() == nil {
+		// browsable after the run, until the author is done with it
+		fmt.Fprintf(out, "millrace run: the run has ended; its page stays at %s until Ctrl-C\n", page.URL())
+		<-ctx.Done()
 	}
 	switch {
 	case errors.Is(err, local.ErrInterrupted):
@@ -180,3 +203,46 @@ type schemaFiles map[string]string
 func (s schemaFiles) String() string { return "" }
 
 func (s schemaFiles) Set(v string) error { return local.ParseSchemaFlag(s, v) }
+
+// uiFlag is --ui[=ADDR]: alone, the page on a free loopback port.
+type uiFlag struct{ addr string }
+
+func (f *uiFlag) String() string { return "" }
+
+func (f *uiFlag) IsBoolFlag() bool { return true }
+
+func (f *uiFlag) Set(v string) error {
+	switch v {
+	case "true":
+		f.addr = ui.DefaultAddr
+	case "false":
+		f.addr = ""
+	default:
+		f.addr = v
+	}
+	return nil
+}
+
+// looksLikeAddr reports whether a word is HOST:PORT or :PORT and names no file: an address
+// meant for --ui and given after a space.
+func looksLikeAddr(w string) bool {
+	if _, err := os.Stat(w); err == nil {
+		return false
+	}
+	_, port, err := net.SplitHostPort(w)
+	return err == nil && port != ""
+}
+
+// servePage serves the run's page until the returned stop is called.
+func servePage(ctx context.Context, page *ui.Server) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = page.Serve(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

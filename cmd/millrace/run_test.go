@@ -32,6 +32,11 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"--no-such-flag"}, 2, "not defined: -no-such-flag"},
 		// where other tools (millrace replay) find the broker while the run goes on
 		{[]string{"--data", t.TempDir()}, 0, "the in-process Kafka broker listens at 127.0.0.1:"},
+		// the page: loopback only, its address after =
+		{[]string{"--ui=0.0.0.0:0"}, 1, "the page listens on loopback only"},
+		{[]string{"--ui=:0"}, 1, "give 127.0.0.1:PORT"},
+		{[]string{"--ui", "127.0.0.1:0"}, 2, "--ui takes its address after =: --ui=127.0.0.1:0"},
+		{[]string{"--ui=" + taken.Addr().String()}, 1, "--ui " + taken.Addr().String()},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runCmd(t, append([]string{"run", dir}, tt.args...)...)

@@ -40,6 +40,9 @@ type BrokerOptions struct {
 	// admin and the readers, for a broker that demands them.
 	Conn      []kgo.Opt
 	KfakeOnly bool // kfake whatever EnvBrokers says: the test injects kfake's faults
+	// Brokers names a real cluster to use whatever EnvBrokers says (the benchmarks' own
+	// variable, BENCH_BROKERS); nil: EnvBrokers decides, as KfakeOnly allows.
+	Brokers []string
 	// Restartable gives kfake a fixed free port and a data directory, so Restart can bring it
 	// back with its data.
 	Restartable bool
@@ -65,7 +68,9 @@ type Broker struct {
 func NewBroker(t testing.TB, o BrokerOptions) *Broker {
 	t.Helper()
 	b := &Broker{conn: o.Conn}
-	if real := RealBrokers(); real != nil && !o.KfakeOnly {
+	if o.Brokers != nil {
+		b.Addrs = o.Brokers
+	} else if real := RealBrokers(); real != nil && !o.KfakeOnly {
 		b.Addrs = real
 	} else {
 		b.kfakeOpts = append([]kfake.Opt{kfake.NumBrokers(1)}, o.Kfake...)
@@ -154,7 +159,8 @@ func (b *Broker) kadm() *kadm.Client {
 }
 
 // CreateTopic creates a topic and waits until every partition has a leader (metadata may lag
-// the creation on a real cluster). configs are name, value pairs.
+// the creation on a real cluster). configs are name, value pairs. Its replication factor is the
+// broker's default.replication.factor (3 on scripts/kafka-cluster, as in production).
 func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32, configs ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -162,10 +168,10 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, partitions int32,
 	for i := 0; i+1 < len(configs); i += 2 {
 		cfg[configs[i]] = kadm.StringPtr(configs[i+1])
 	}
-	if _, err := b.kadm().CreateTopic(ctx, partitions, 1, cfg, name); err != nil {
+	if _, err := b.kadm().CreateTopic(ctx, partitions, -1, cfg, name); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
-	led := func() bool { return ctx.Err() != nil || len(b.Partitions(ctx, name)) == int(partitions) }
+	led := func() bool { return ctx.Err() != nil || b.everyBrokerLeads(ctx, name, partitions) }
 	if !Eventually(30*time.Second, led) || ctx.Err() != nil {
 		return fmt.Errorf("create topic %s: not every partition has a leader after 30 s: %w", name, ctx.Err())
 	}
@@ -182,6 +188,21 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	return nil
 }
 
+// everyBrokerLeads reports whether every broker of the cluster knows a leader for each of the
+// topic's partitions: a client that asks any of them (a sidecar started next) finds the topic.
+// On a cluster, the brokers learn a new topic from the controller one after another.
+func (b *Broker) everyBrokerLeads(ctx context.Context, topic string, partitions int32) bool {
+	if len(b.Partitions(ctx, topic)) != int(partitions) {
+		return false
+	}
+	for _, br := range b.Admin.DiscoveredBrokers() {
+		if len(partitionsLed(ctx, br, topic)) != int(partitions) {
+			return false
+		}
+	}
+	return true
+}
+
 // Partitions returns the partitions of topic that have a leader (none when the broker cannot
 // say).
 //
@@ -195,7 +216,26 @@ func (b *Broker) Partitions(ctx context.Context, topic string) []int32 {
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	md.Topics = append(md.Topics, mt)
-	resp, err := md.RequestWith(ctx, b.Admin)
+	return led(md.RequestWith(ctx, b.Admin))
+}
+
+// partitionsLed is Partitions as one broker answers.
+func partitionsLed(ctx context.Context, br *kgo.Broker, topic string) []int32 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	md.Topics = append(md.Topics, mt)
+	resp, err := br.Request(ctx, md)
+	if err != nil {
+		return nil
+	}
+	return led(resp.(*kmsg.MetadataResponse), nil)
+}
+
+// led returns the partitions of a one-topic Metadata response that have a leader.
+func led(resp *kmsg.MetadataResponse, err error) []int32 {
 	if err != nil || len(resp.Topics) == 0 || resp.Topics[0].ErrorCode != 0 {
 		return nil
 	}
@@ -322,17 +362,25 @@ func (b *Broker) ReadN(t testing.TB, topic string, n int, limit time.Duration) [
 // transactions this is every record up to the end).
 func (b *Broker) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	return b.readAll(t, topic, true)
+	return b.readAll(t, topic, true, false)
 }
 
 // ReadAllUncommitted is ReadAll as a read_uncommitted reader: records of aborted and open
 // transactions are among them, up to the end offsets.
 func (b *Broker) ReadAllUncommitted(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	return b.readAll(t, topic, false)
+	return b.readAll(t, topic, false, false)
 }
 
-func (b *Broker) readAll(t testing.TB, topic string, committed bool) []*kgo.Record {
+// ReadLog is ReadAllUncommitted with the control records (the transactions' commit and abort
+// markers) kept among the others, in each partition's log order: what a verifier needs to
+// tell which records aborted transactions wrote.
+func (b *Broker) ReadLog(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	return b.readAll(t, topic, false, true)
+}
+
+func (b *Broker) readAll(t testing.TB, topic string, committed, control bool) []*kgo.Record {
 	t.Helper()
 	ends := b.EndOffsets
 	if committed {
@@ -363,7 +411,7 @@ func (b *Broker) readAll(t testing.TB, topic string, committed bool) []*kgo.Reco
 		fs.EachError(func(topic string, p int32, err error) { t.Logf("read %s/%d: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := want[r.Partition]; ok && r.Offset < end {
-				if !r.Attrs.IsControl() {
+				if control || !r.Attrs.IsControl() {
 					out = append(out, r)
 				}
 				if r.Offset >= end-1 {

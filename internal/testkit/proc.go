@@ -128,7 +128,7 @@ func (p *Proc) Signal(sig syscall.Signal) {
 	}
 }
 
-// Stop ends the process: SIGTERM, then SIGKILL to its group after grace, then SIGKILL to the
+// Stop ends the process: SIGCONT (it may be paused) and SIGTERM, then SIGKILL to its group after grace, then SIGKILL to the
 // processes below it (found before the SIGTERM). It returns an error wrapping errProcKilled
 // when it had to kill, or the exit error. It may be called twice.
 func (p *Proc) Stop(grace time.Duration) error {
@@ -136,6 +136,7 @@ func (p *Proc) Stop(grace time.Duration) error {
 		return p.exitErr()
 	}
 	kids := descendants(p.Pid())
+	p.Signal(syscall.SIGCONT) // a paused process (SIGSTOP) would not see the SIGTERM
 	p.Signal(syscall.SIGTERM)
 	var err error
 	select {

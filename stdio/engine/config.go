@@ -111,6 +111,12 @@ type Hooks struct {
 	AttemptFinished func(AttemptInfo)
 	// stdio.Metric is called for every metric line, as it arrives.
 	Metric func(it *stdio.Item, m stdio.Metric)
+	// Stderr is called for every stderr line of a process (without its line end; a line
+	// longer than the capture limit truncated), with the delivery it belongs to: as the action
+	// tagged it (a JSON line with delivery, item or attempt, as the SDKs' item logs), else when
+	// the engine can tell (as its log line is tagged), else none. It runs on the process's
+	// stderr reader: it must not block.
+	Stderr func(StderrLine)
 	// Cancelled is called when a delivery's item timeout passed in a process that declared
 	// "cancel": true, as the delivery fails and before its cancel is written; it is a copy.
 	Cancelled func(pid int, it *stdio.Item)

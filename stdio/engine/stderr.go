@@ -70,6 +70,9 @@ func (pr *process) logStderr(line []byte, truncated bool) {
 	} else {
 		fields = nil
 	}
+	if h := pr.pool.cfg.Hooks.Stderr; h != nil {
+		h(pr.stderrLine(line, fields))
+	}
 	if !pr.log.Enabled(ctx, level) {
 		return
 	}
@@ -138,6 +141,40 @@ func (pr *process) appendDelivery(attrs []slog.Attr) []slog.Attr {
 		return append(attrs, slog.String("delivery", cur.item.Delivery), slog.String("item", cur.item.ID), slog.Int("attempt", cur.item.Attempt))
 	}
 	return append(attrs, slog.String("delivery", pr.last.delivery), slog.String("item", pr.last.item), slog.Int("attempt", pr.last.attempt))
+}
+
+// StderrLine is one stderr line of a process, for [Hooks].Stderr.
+type StderrLine struct {
+	PID      int
+	Line     string
+	Delivery string // the delivery in flight (or the last one), "" when the engine cannot tell
+	Item     string // its item's id
+	Attempt  int
+}
+
+// stderrLine is line with the delivery it belongs to: as the action tagged it (a JSON line
+// with delivery, item or attempt, as the SDKs' item logs), else as appendDelivery tells it.
+func (pr *process) stderrLine(line []byte, fields map[string]any) StderrLine {
+	l := StderrLine{PID: pr.pid, Line: string(line)}
+	if taggedByAction(fields) {
+		l.Delivery, _ = fields["delivery"].(string)
+		l.Item, _ = fields["item"].(string)
+		if n, ok := fields["attempt"].(float64); ok {
+			l.Attempt = int(n)
+		}
+		return l
+	}
+	for _, a := range pr.appendDelivery(nil) {
+		switch a.Key {
+		case "delivery":
+			l.Delivery = a.Value.String()
+		case "item":
+			l.Item = a.Value.String()
+		case "attempt":
+			l.Attempt = int(a.Value.Int64())
+		}
+	}
+	return l
 }
 
 // tailText quotes the last stderr lines for an error message.

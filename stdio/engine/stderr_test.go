@@ -56,11 +56,18 @@ func (l *lockedBuffer) String() string {
 
 // TestStderrTags: with a window, a stderr line the action tagged itself keeps its own delivery,
 // item and attempt, once (the engine adds none), and a plain line gets none, since the engine
-// cannot tell which delivery in flight wrote it.
+// cannot tell which delivery in flight wrote it; Hooks.Stderr is told both lines alike.
 func TestStderrTags(t *testing.T) {
 	var out lockedBuffer
+	var hookMu sync.Mutex
+	var hooked []engine.StderrLine
 	p, err := engine.Start(context.Background(), config("stderrtags", func(c *engine.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&out, nil))
+		c.Hooks.Stderr = func(l engine.StderrLine) {
+			hookMu.Lock()
+			hooked = append(hooked, l)
+			hookMu.Unlock()
+		}
 	}))
 	if err != nil {
 		t.Fatalf("Start = %v", err)
@@ -95,5 +102,18 @@ func TestStderrTags(t *testing.T) {
 	}
 	if !strings.Contains(tagged, "item=it-t") || !strings.Contains(tagged, "attempt=1") {
 		t.Errorf("tagged line lost the action's tags: %s", tagged)
+	}
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	if len(hooked) != 2 {
+		t.Fatalf("Hooks.Stderr told %+v; want the plain and the tagged line", hooked)
+	}
+	for _, l := range hooked {
+		switch {
+		case l.Line == "plain words" && l.Item == "" && l.Attempt == 0 && l.PID != 0:
+		case strings.Contains(l.Line, `"msg":"tagged"`) && l.Item == "it-t" && l.Attempt == 1 && l.Delivery != "":
+		default:
+			t.Errorf("Hooks.Stderr told %+v; want the plain line untagged, the tagged one with item it-t, attempt 1", l)
+		}
 	}
 }

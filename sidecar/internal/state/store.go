@@ -252,7 +252,8 @@ func initFile(tx *bbolt.Tx, boot string) error {
 
 // Get reads the states of keys in one read transaction and appends those it holds to dst;
 // an entry written before notBefore (ms) has expired and is left out, whether or not its
-// tombstone was written yet. Keys it does not hold are left out too.
+// tombstone was written yet. Keys it does not hold are left out too. An entry's Key is the
+// caller's slice of keys, not a copy; its Value is a copy (the states read share one buffer).
 func (p *Partition) Get(keys [][]byte, notBefore int64, dst []Entry) ([]Entry, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -260,19 +261,28 @@ func (p *Partition) Get(keys [][]byte, notBefore int64, dst []Entry) ([]Entry, e
 		return dst, fmt.Errorf("%w: %s", ErrClosed, p.path)
 	}
 	err := p.db.View(func(tx *bbolt.Tx) error {
-		v := tx.Bucket(bucketValues)
-		var vk []byte
+		c := tx.Bucket(bucketValues).Cursor() // one cursor for every key: bbolt allocates one per Get
+		var vk, values []byte
 		for _, k := range keys {
 			vk = valueKey(vk[:0], k)
-			got := v.Get(vk)
-			if got == nil {
+			at, got := c.Seek(vk)
+			if got == nil || !bytes.Equal(at, vk) {
 				continue
 			}
 			written := int64(binary.BigEndian.Uint64(got))
 			if written < notBefore {
 				continue
 			}
-			dst = append(dst, Entry{Key: bytes.Clone(k), Value: bytes.Clone(got[8:]), Written: written})
+			if values == nil {
+				values = make([]byte, 0, len(keys)*(len(got)+8))
+			}
+			// A new buffer when this one is full; the values already cut keep the old one.
+			from := len(values)
+			if cap(values)-from < len(got)-8 {
+				values, from = make([]byte, 0, max(2*cap(values), len(got))), 0
+			}
+			values = append(values, got[8:]...)
+			dst = append(dst, Entry{Key: k, Value: values[from:len(values):len(values)], Written: written})
 		}
 		return nil
 	})
@@ -298,17 +308,32 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 	err := p.db.Update(func(tx *bbolt.Tx) error {
 		v, t, m := tx.Bucket(bucketValues), tx.Bucket(bucketTTL), tx.Bucket(bucketMeta)
 		keys, size := getInt(m, metaKeys), getInt(m, metaBytes)
-		// bbolt keeps the slices given to Put until the transaction ends: each one is new.
+		// bbolt keeps the values given to Put until the transaction ends, and copies the keys:
+		// the values are cut from one buffer that nothing writes again, the keys built in one
+		// scratch. The old values are found, and the TTL index's entries deleted, with one
+		// cursor a bucket (bbolt's Get and Delete allocate a cursor each).
+		n := 0
 		for _, e := range es {
-			vk := valueKey(nil, e.Key)
-			if old := v.Get(vk); old != nil {
-				if err := t.Delete(ttlKey(nil, int64(binary.BigEndian.Uint64(old)), e.Key)); err != nil {
-					return err
-				}
+			if e.Value != nil {
+				n += 8 + len(e.Value)
+			}
+		}
+		vals := make([]byte, 0, n)
+		vc, tc := v.Cursor(), t.Cursor()
+		var vk, tk []byte
+		for _, e := range es {
+			vk = valueKey(vk[:0], e.Key)
+			if at, old := vc.Seek(vk); old != nil && bytes.Equal(at, vk) {
+				tk = ttlKey(tk[:0], int64(binary.BigEndian.Uint64(old)), e.Key)
 				keys--
 				size -= int64(len(e.Key) + len(old) - 8)
 				if e.Value == nil {
-					if err := v.Delete(vk); err != nil {
+					if err := vc.Delete(); err != nil {
+						return err
+					}
+				}
+				if at, _ := tc.Seek(tk); bytes.Equal(at, tk) {
+					if err := tc.Delete(); err != nil {
 						return err
 					}
 				}
@@ -316,12 +341,12 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 			if e.Value == nil {
 				continue
 			}
-			val := make([]byte, 8, 8+len(e.Value))
-			binary.BigEndian.PutUint64(val, uint64(e.Written))
-			if err := v.Put(vk, append(val, e.Value...)); err != nil {
+			from := len(vals)
+			vals = append(binary.BigEndian.AppendUint64(vals, uint64(e.Written)), e.Value...)
+			if err := v.Put(vk, vals[from:len(vals):len(vals)]); err != nil {
 				return err
 			}
-			if err := t.Put(ttlKey(nil, e.Written, e.Key), nil); err != nil {
+			if err := t.Put(ttlKey(tk[:0], e.Written, e.Key), nil); err != nil {
 				return err
 			}
 			keys++

@@ -260,6 +260,15 @@ func seedSafely(fake *srfake.Registry, subject string, version, id int, sch sr.S
 // encodeInput encodes an input line's value (and key) for an encoded inlet's topic, as a
 // producer with the Confluent serializer would; n is the line's number.
 func (lr *localRegistry) encodeInput(ctx context.Context, rec *kgo.Record, n int) error {
+	if err := lr.encode(ctx, rec); err != nil {
+		return fmt.Errorf("%w %d: %w", errInput, n, err)
+	}
+	return nil
+}
+
+// encode encodes a record's value (and key) for an encoded inlet's topic (nothing for another
+// topic); its error says which part does not fit which schema.
+func (lr *localRegistry) encode(ctx context.Context, rec *kgo.Record) error {
 	if lr == nil {
 		return nil
 	}
@@ -270,14 +279,14 @@ func (lr *localRegistry) encodeInput(ctx context.Context, rec *kgo.Record, n int
 	if tc.value != nil && len(rec.Value) > 0 {
 		v, err := lr.reg.Encode(ctx, rec.Topic, false, *tc.value, rec.Value)
 		if err != nil {
-			return fmt.Errorf("%w %d: its payload does not fit the %s schema of topic %s: %w", errInput, n, tc.value.Format, rec.Topic, err)
+			return fmt.Errorf("its payload does not fit the %s schema of topic %s: %w", tc.value.Format, rec.Topic, err)
 		}
 		rec.Value = v
 	}
 	if tc.key != nil && rec.Key != nil {
 		k, err := lr.reg.Encode(ctx, rec.Topic, true, *tc.key, rec.Key)
 		if err != nil {
-			return fmt.Errorf("%w %d: its key (JSON text for an encoded key, e.g. \"key\": \"{\\\"id\\\": 1}\") does not fit the %s schema of topic %s's keys: %w", errInput, n, tc.key.Format, rec.Topic, err)
+			return fmt.Errorf("its key (JSON text for an encoded key, e.g. \"key\": \"{\\\"id\\\": 1}\") does not fit the %s schema of topic %s's keys: %w", tc.key.Format, rec.Topic, err)
 		}
 		rec.Key = k
 	}

@@ -67,6 +67,9 @@ type Options struct {
 	// over the action directory's schemas/PORT.EXT (millrace run --schema). A run with an
 	// encoded port starts an embedded schema registry with them.
 	Schemas map[string]string
+	// Observer, when set, watches the run as it goes (millrace run --ui): told the run's view
+	// once its streamlets run, every bridge event, and the run's end.
+	Observer Observer
 }
 
 // runner is one Run.
@@ -92,6 +95,7 @@ type runner struct {
 	lr         *localRegistry   // the embedded schema registry; nil without encoded ports
 	stateRoot  string           // the stateful streamlets' stores go in stateRoot/STREAMLET; "": none keeps state
 	keys       map[string]int64 // keys held by each stateful inlet (STREAMLET.PORT) as the run stopped
+	ended      bool             // the streamlets are stopping: View.Produce refuses
 }
 
 // Run runs the pipeline: it starts the broker (unless opts.Brokers names one), creates the
@@ -204,6 +208,9 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 	}
 	var started []*running
 	stop := func(abort bool) {
+		r.mu.Lock()
+		r.ended = true
+		r.mu.Unlock()
 		stopMetrics()
 		keys := stateKeys(started)
 		r.mu.Lock()
@@ -236,6 +243,9 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 	r.streamlets = started
 	r.mu.Unlock()
 	stopMetrics = r.serveMetrics(endpoints)
+	if opts.Observer != nil {
+		opts.Observer.Started(&View{r: r, brokers: brokers})
+	}
 
 	inputDone := make(chan struct{})
 	go r.produceInput(runCtx, inputDone)
@@ -243,6 +253,9 @@ func Run(ctx context.Context, p *actiondir.Pipeline, opts Options) (*Summary, er
 	err = r.watch(ctx, inputDone)
 	stop(errors.Is(err, errRepeats))
 	stopAll()
+	if opts.Observer != nil {
+		defer func() { opts.Observer.Ended(err) }() // with the error Run returns
+	}
 	if errors.Is(err, ErrInterrupted) {
 		err = r.interrupted()
 	}

@@ -85,6 +85,12 @@ func (r *runner) startStreamlet(ctx context.Context, s *actiondir.Streamlet, bro
 		}
 	}
 	events := func(e bridge.Event) { st.faults.event(context.WithoutCancel(ctx), e) }
+	if obs := r.opts.Observer; obs != nil {
+		events = func(e bridge.Event) {
+			st.faults.event(context.WithoutCancel(ctx), e)
+			obs.Event(e)
+		}
+	}
 	sidecarPort := 0 // a stateless line dials no State service
 	if len(s.Action.State) > 0 {
 		var err error

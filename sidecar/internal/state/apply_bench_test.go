@@ -1,0 +1,79 @@
+package state_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/ankka-flow/millrace/sidecar/internal/state"
+)
+
+// BenchmarkApply is what the sidecar's promotion costs: one Apply of a batch of 100 states
+// (`{"n":…}`, about 10 bytes) into a store of 1,000 or 100,000 keys, each key written again
+// (the TTL index moved), the keys of successive batches walking the store. An op is a batch.
+//
+//	go test -run '^$' -bench 'BenchmarkApply|BenchmarkGet' -benchmem ./sidecar/internal/state/
+func BenchmarkApply(b *testing.B) {
+	for _, keys := range []int{1000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			p := filled(b, keys)
+			next, pos := 0, int64(keys)
+			es := make([]state.Entry, 100)
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range es {
+					es[i] = state.Entry{Key: fmt.Appendf(nil, "k%d", next), Value: fmt.Appendf(nil, `{"n":%d}`, pos), Written: pos}
+					next = (next + 1) % keys
+					pos++
+				}
+				if err := p.Apply(es, pos); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGet is what reading a batch's states costs: one Get of 100 keys from a store of
+// 1,000 or 100,000 keys. An op is a batch.
+func BenchmarkGet(b *testing.B) {
+	for _, keys := range []int{1000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			p := filled(b, keys)
+			ks := make([][]byte, 100)
+			next := 0
+			var dst []state.Entry
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range ks {
+					ks[i] = fmt.Appendf(ks[i][:0], "k%d", next)
+					next = (next + 1) % keys
+				}
+				var err error
+				if dst, err = p.Get(ks, 0, dst[:0]); err != nil || len(dst) != len(ks) {
+					b.Fatalf("Get = %d entries, %v; want %d", len(dst), err, len(ks))
+				}
+			}
+		})
+	}
+}
+
+// filled is a store of keys keys k0…, each with a small state.
+func filled(b *testing.B, keys int) *state.Partition {
+	b.Helper()
+	p, _, err := state.Open(b.TempDir(), "bench", 0, state.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	es := make([]state.Entry, 0, 10_000)
+	for k := 0; k < keys; k += cap(es) {
+		es = es[:0]
+		for i := k; i < min(keys, k+cap(es)); i++ {
+			es = append(es, state.Entry{Key: fmt.Appendf(nil, "k%d", i), Value: []byte(`{"n":0}`), Written: int64(i)})
+		}
+		if err := p.Apply(es, int64(k+len(es))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return p
+}
