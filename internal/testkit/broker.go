@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ type Broker struct {
 	Principal string
 
 	kfakeOpts []kfake.Opt
+	port      int // a Restartable kfake's port, kept across restarts; 0 otherwise
 	conn      []kgo.Opt
 }
 
@@ -75,9 +77,11 @@ func NewBroker(t testing.TB, o BrokerOptions) *Broker {
 	} else {
 		b.kfakeOpts = append([]kfake.Opt{kfake.NumBrokers(1)}, o.Kfake...)
 		if o.Restartable {
-			b.kfakeOpts = append(b.kfakeOpts, kfake.Ports(FreePort(t)), kfake.DataDir(t.TempDir()))
+			b.kfakeOpts = append(b.kfakeOpts, kfake.DataDir(t.TempDir()))
+			b.startRestartable(t)
+		} else {
+			b.startKfake(t)
 		}
-		b.startKfake(t)
 		t.Cleanup(func() {
 			if b.Cluster != nil {
 				b.Cluster.Close()
@@ -95,12 +99,40 @@ func NewBroker(t testing.TB, o BrokerOptions) *Broker {
 
 func (b *Broker) startKfake(t testing.TB) {
 	t.Helper()
-	c, err := kfake.NewCluster(b.kfakeOpts...)
+	if err := b.openKfake(); err != nil {
+		t.Fatalf("kfake.NewCluster: %v", err)
+	}
+}
+
+// startRestartable starts a Restartable kfake on a free port of its own. A port FreePort found
+// free may be taken before kfake binds it (another test's listener, or a connection's
+// ephemeral port: they share the range), so a port in use is given up for another, a few times.
+func (b *Broker) startRestartable(t testing.TB) {
+	t.Helper()
+	var err error
+	for range 5 {
+		b.port = FreePort(t)
+		if err = b.openKfake(); !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("kfake.NewCluster: %v", err)
 	}
+}
+
+func (b *Broker) openKfake() error {
+	opts := b.kfakeOpts
+	if b.port != 0 {
+		opts = append(opts[:len(opts):len(opts)], kfake.Ports(b.port))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return err
+	}
 	b.Cluster = c
 	b.Addrs = c.ListenAddrs()
+	return nil
 }
 
 // Real reports whether the broker is a real cluster.
