@@ -9,8 +9,8 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // resume sent as a change, outside mu, could reach the client out of order (a commit's resume
 // before the poll's pause) or not at all (a revocation that reset the flag before reading it),
 // and the client would keep a partition paused that the sidecar believes is fetching: owned,
-// its queue empty, no batch ever sent, nothing logged (issue 34: a member that froze past its
-// session had its partitions lost at high water, and got them back paused for good).
+// its queue empty, no batch ever sent, nothing logged (a member that froze past its session had its
+// partitions lost at high water, and got them back paused for good).
 
 // applyPauses makes the client pause exactly the partitions whose flag says paused, and
 // resume every other: a partition no longer owned is not paused (newEpoch clears its flag),

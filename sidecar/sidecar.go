@@ -128,7 +128,7 @@ type Sidecar struct {
 	// sent but never goes (the watchdog's test).
 	dropBatch func(topic string, partition int32) bool
 	// pauseBehind, set by tests only, pauses a partition it names in the Kafka client behind
-	// the sidecar's back after a fetch, as issue 34's lost partitions were.
+	// the sidecar's back after a fetch, as a revocation of a paused partition once left them.
 	pauseBehind func(topic string, partition int32) bool
 
 	// version is the protocol version the sidecar speaks: protocol.Version; tests make it

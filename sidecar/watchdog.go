@@ -12,8 +12,8 @@ import (
 // has a batch sent within a bound once records are there. One that holds records waiting —
 // fetched and not with the process, or in Kafka beyond its fetch position — with nothing of
 // it in flight or being written, and no batch sent for FLOW_STUCK_AFTER, is stuck: a bug by
-// definition (issue 34's frozen member stranded partitions that way, the Kafka client's pause
-// outliving the sidecar's). The watchdog logs it once with the partition's state, counts it
+// definition (a member frozen past its session once stranded partitions that way, the Kafka
+// client's pause outliving the sidecar's). The watchdog logs it once with the partition's state, counts it
 // in millrace_sidecar_stuck_partitions_total, and recovers it: the records it holds unsent go
 // to the process again, its pause is set anew in the client, and the client fetches it again
 // from its last commit (records still queued are not queued twice: partition.next).

@@ -7,7 +7,7 @@ import (
 
 // loadRows writes the table of BenchmarkLoadLatency: each row's end-to-end latency at a
 // steady offered rate (half its peak, unless BENCH_LOAD_RATE set it), 8 partitions, with the
-// targets of issue 36 checked: at least once, millrace's p99 within 1.5 times the loop's;
+// targets of latency under load checked: at least once, millrace's p99 within 1.5 times the loop's;
 // exactly once, within the commit interval (FLOW_COMMIT_INTERVAL, 100 ms by default) plus
 // 50 ms. It writes nothing when the run has no such rows.
 func loadRows(w io.Writer, r results) {

@@ -87,7 +87,7 @@ func waiting(w io.Writer, r results) {
 	waitingTargets(w, r)
 }
 
-// waitingTargets checks issue 35's targets against a 20 ms call on keyless records.
+// waitingTargets checks the waiting steps' targets against a 20 ms call on keyless records.
 func waitingTargets(w io.Writer, r results) {
 	if !r.has("Waiting/call20ms/keyless/") {
 		return
