@@ -155,6 +155,15 @@ func view(t *testing.T, ctx context.Context, name string) {
 	until(t, ctx, "the "+name+" view", fmt.Sprintf("document.querySelector('#view-%s').classList.contains('active')", name))
 }
 
+// click clicks the first element matching a CSS selector once the page has it. It clicks from
+// within the page, in one step with finding the element: the views are rendered anew by each
+// push, so a node found by one DevTools call may be gone by the next (chromedp.Click's "Could
+// not find node with given id").
+func click(t *testing.T, ctx context.Context, what, selector string) {
+	t.Helper()
+	until(t, ctx, what, fmt.Sprintf("(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()", selector))
+}
+
 // textOf is an expression: the text of the first element matching a CSS selector ("" if none).
 func textOf(selector string) string {
 	return fmt.Sprintf("((document.querySelector(%q) || {}).textContent || '')", selector)
@@ -218,10 +227,10 @@ func TestPageScoreListing(t *testing.T) {
 	screenshot(t, ctx, "graph")
 
 	view(t, ctx, "records")
-	do(t, ctx, "pick the fallback topic", chromedp.Click(chromedp.CSS(`li[data-topic="score-listing.unsure"]`)))
+	click(t, ctx, "pick the fallback topic", `li[data-topic="score-listing.unsure"]`)
 	row := `tr[data-record="score-listing.unsure/0/0"]`
 	until(t, ctx, "the abstained record with its reason", textOf(row+" .reason")+" === 'no surface area'")
-	do(t, ctx, "follow the source link", chromedp.Click(chromedp.CSS(row+" a.source")))
+	click(t, ctx, "follow the source link", row+" a.source")
 	until(t, ctx, "the source record, highlighted", textOf(`tr.highlight[data-record="score-listing.listings/0/2"]`)+".includes('l-3')")
 	screenshot(t, ctx, "records")
 
@@ -253,29 +262,35 @@ func TestPagePipeline(t *testing.T) {
 	screenshot(t, ctx, "graph")
 
 	view(t, ctx, "records")
-	do(t, ctx, "pick the dead letters", chromedp.Click(chromedp.CSS(`li[data-topic="orders-invalid"]`)))
+	click(t, ctx, "pick the dead letters", `li[data-topic="orders-invalid"]`)
 	row := `tr[data-record="orders-invalid/0/0"]`
 	until(t, ctx, "the dead letter with its reason", textOf(row+" .reason")+".includes('order has no lines')")
 	until(t, ctx, "its millrace-error header", textOf(row)+".includes('millrace-attempts')")
 	screenshot(t, ctx, "dead-letter")
-	do(t, ctx, "follow the source link", chromedp.Click(chromedp.CSS(row+" a.source")))
+	click(t, ctx, "follow the source link", row+" a.source")
 	until(t, ctx, "the source record, highlighted", textOf(`tr.highlight[data-record="orders/0/2"]`)+".includes('o-3')")
 	screenshot(t, ctx, "source-record")
 
 	view(t, ctx, "send")
 	until(t, ctx, "the input topic in the form", "[...document.querySelectorAll('#send-topic option')].some(o => o.value === 'orders')")
 	order := `{"order_id":"o-ui","customer":"c-ui","lines":[{"sku":"Z9","qty":2,"price":5}]}`
-	do(t, ctx, "fill the form",
-		chromedp.SetValue(chromedp.CSS("#send-topic"), "orders"),
-		chromedp.SetValue(chromedp.CSS("#send-key"), "o-ui"),
-		chromedp.SetValue(chromedp.CSS("#send-value"), order),
-		chromedp.SetValue(chromedp.CSS("#send-headers"), "source=ui-test"),
-		chromedp.Click(chromedp.CSS("#send-button")))
+	// Filled and sent from within the page in one step, as click does, so a push that renders
+	// the view anew cannot come between finding a field and setting it.
+	until(t, ctx, "the form filled and sent", fmt.Sprintf(`(() => {
+		const q = s => document.querySelector(s);
+		if (!q('#send-topic') || !q('#send-button')) return false;
+		q('#send-topic').value = 'orders';
+		q('#send-key').value = 'o-ui';
+		q('#send-value').value = %q;
+		q('#send-headers').value = 'source=ui-test';
+		q('#send-button').click();
+		return true;
+	})()`, order))
 	until(t, ctx, "the record sent", textOf("#send-result")+".startsWith('sent to orders')")
 	screenshot(t, ctx, "send")
 
 	view(t, ctx, "records")
-	do(t, ctx, "pick the outlet", chromedp.Click(chromedp.CSS(`li[data-topic="order-totals-usd"]`)))
+	click(t, ctx, "pick the outlet", `li[data-topic="order-totals-usd"]`)
 	until(t, ctx, "the sent record converted in the outlet", "[...document.querySelectorAll('#records tbody tr')].some(tr => tr.textContent.includes('c-ui') && tr.textContent.includes('USD'))")
 	screenshot(t, ctx, "sent-record-out")
 
@@ -318,7 +333,7 @@ func TestPageStateAndStderr(t *testing.T) {
 	until(t, ctx, "the keys held", "!!document.querySelector('li[data-key=\"u-7\"]') && !!document.querySelector('li[data-key=\"u-9\"]')")
 	do(t, ctx, "search a key", chromedp.SendKeys(chromedp.CSS("#state-search"), "u-7"))
 	until(t, ctx, "only the key searched", "!document.querySelector('li[data-key=\"u-9\"]') && !!document.querySelector('li[data-key=\"u-7\"]')")
-	do(t, ctx, "pick the key", chromedp.Click(chromedp.CSS(`li[data-key="u-7"]`)))
+	click(t, ctx, "pick the key", `li[data-key="u-7"]`)
 	state := `pre[data-key-state="u-7"]`
 	until(t, ctx, "the key's state", textOf(state)+".includes('e-1') && "+textOf(state)+".includes('e-2')")
 	screenshot(t, ctx, "state")
