@@ -146,8 +146,11 @@ func (b *broker) changelogTopic(t testing.TB, partitions int32) string {
 	return name
 }
 
-// countRecords returns n records over keys keys, drawn with seeded weights (key j weighs
-// 1 + j%4, so the keys' counts differ), each record's value naming its key.
+// countRecords returns n records over keys keys: each key once (when n allows), the rest drawn
+// with seeded weights (key j weighs 1 + j%4, so the keys' counts differ), all in a seeded
+// order, each record's value naming its key. Every key appears, so the checks that count the
+// keys held hold whatever the seed: drawn alone, a light key is missing from 4,000 records
+// about once in 60 runs.
 func countRecords(seed uint64, n, keys int) []*kgo.Record {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	var cum []int
@@ -158,10 +161,14 @@ func countRecords(seed uint64, n, keys int) []*kgo.Record {
 	}
 	rs := make([]*kgo.Record, n)
 	for i := range rs {
-		j, _ := slices.BinarySearch(cum, rng.IntN(total)+1)
+		j := i
+		if i >= keys {
+			j, _ = slices.BinarySearch(cum, rng.IntN(total)+1)
+		}
 		k := fmt.Sprintf("k-%03d", j)
 		rs[i] = &kgo.Record{Key: []byte(k), Value: fmt.Appendf(nil, `{"k":%q}`, k)}
 	}
+	rng.Shuffle(len(rs), func(a, b int) { rs[a], rs[b] = rs[b], rs[a] })
 	return rs
 }
 
