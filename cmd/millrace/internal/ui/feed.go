@@ -21,19 +21,18 @@ import (
 	"github.com/ankka-flow/millrace/internal/kafkalog"
 )
 
-// feed reads every topic of the run (inputs, outlets, dead letters, changelogs) from its
-// start, read_committed as the printer reads, into the model.
+// feed is what the page reads of the run's topics: each changelog consumed from its start
+// (every key's state, whenever the state view opens), and the other topics' tails, read once a
+// second while a page is open (tail).
 type feed struct {
-	cl     *kgo.Client
-	topics []string
-	shown  []string // the topics read only while a page is open: all but the changelogs
+	tail   *tail
+	cl     *kgo.Client // the changelogs' consumer; nil for a run of no --state
+	logs   []string    // the changelogs
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
-	pos    map[string]map[int32]int64 // next offset read, markers included
-	paused bool
-	closed bool
+	mu  sync.Mutex
+	pos map[string]map[int32]int64 // next changelog offset read, markers included
 }
 
 func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
@@ -43,7 +42,6 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 		for _, p := range s.Inlets {
 			topics[p.Topic] = true
 			if p.Changelog != "" {
-				topics[p.Changelog] = true
 				changelogs[p.Changelog] = true
 			}
 		}
@@ -54,25 +52,27 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 			}
 		}
 	}
-	f := &feed{topics: slices.Sorted(maps.Keys(topics)), done: make(chan struct{}), pos: map[string]map[int32]int64{}}
-	from, err := startOffsets(v, f.topics, changelogs, log)
+	for t := range changelogs {
+		delete(topics, t) // a changelog is consumed, never tailed
+	}
+	t, err := newTail(v.Brokers(), slices.Sorted(maps.Keys(topics)), v.Decode, m, fallbackOf, log)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range f.topics {
-		if !changelogs[t] {
-			f.shown = append(f.shown, t)
-		}
+	f := &feed{tail: t, logs: slices.Sorted(maps.Keys(changelogs)), done: make(chan struct{}), pos: map[string]map[int32]int64{}}
+	if len(f.logs) == 0 {
+		close(f.done)
+		return f, nil
 	}
-	// FetchMaxWait short: a topic resumed joins the next fetch, after the one in flight
-	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kgo.ConsumePartitions(from),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(), kgo.FetchMaxWait(250*time.Millisecond),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kgo.ConsumeTopics(f.logs...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kafkalog.Option(log.With("component", "ui"), slog.LevelWarn))
 	if err != nil {
-		return nil, fmt.Errorf("the page's consumer: %w", err)
+		t.close()
+		return nil, fmt.Errorf("the page's consumer of the changelogs: %w", err)
 	}
 	f.cl = cl
-	f.pause() // until a page is open
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() {
@@ -84,8 +84,7 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 			}
 			fetches.EachRecord(func(rec *kgo.Record) {
 				if !rec.Attrs.IsControl() {
-					v.Decode(ctx, rec) // nothing for a topic of no encoded port
-					m.record(keep(rec), fallbackOf[rec.Topic])
+					m.record(keep(rec), "")
 				}
 				f.mu.Lock()
 				if f.pos[rec.Topic] == nil {
@@ -99,94 +98,14 @@ func startFeed(v *local.View, m *model, log *slog.Logger) (*feed, error) {
 	return f, nil
 }
 
-// startOffsets is where the page reads each partition from: a changelog from its start (every
-// key's state), another topic from its last recordsPerTopic records (a topic of --data or
-// --brokers may hold much more than the page shows).
-func startOffsets(v *local.View, topics []string, changelogs map[string]bool, log *slog.Logger) (map[string]map[int32]kgo.Offset, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(v.Brokers()...), kafkalog.Option(log.With("component", "ui"), slog.LevelWarn))
-	if err != nil {
-		return nil, fmt.Errorf("the page's Kafka client: %w", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topics...)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the start offsets of the run's topics: %w", err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the end offsets of the run's topics: %w", err)
-	}
-	from := map[string]map[int32]kgo.Offset{}
-	starts.Each(func(o kadm.ListedOffset) {
-		if from[o.Topic] == nil {
-			from[o.Topic] = map[int32]kgo.Offset{}
-		}
-		at := o.Offset
-		if end, ok := ends.Lookup(o.Topic, o.Partition); ok && !changelogs[o.Topic] {
-			at = max(at, end.Offset-recordsPerTopic)
-		}
-		from[o.Topic][o.Partition] = kgo.NewOffset().At(at)
-	})
-	return from, nil
-}
-
-// pause stops reading the topics a page shows (not the changelogs: the state of every key
-// is needed whenever the state view opens), while no page is open: the run pays for the page's
-// reads only while someone looks.
-func (f *feed) pause() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.paused && !f.closed {
-		f.cl.PauseFetchTopics(f.shown...)
-		f.paused = true
-	}
-}
-
-// resume reads them again, each partition from its last recordsPerTopic records when more
-// came meanwhile (what the page keeps of a topic; the records before are skipped, unread).
-func (f *feed) resume(ctx context.Context) {
-	f.mu.Lock()
-	paused := f.paused && !f.closed
-	f.mu.Unlock()
-	if !paused {
-		return
-	}
-	ends, err := kadm.NewClient(f.cl).ListEndOffsets(ctx, f.shown...)
-	set := map[string]map[int32]kgo.EpochOffset{}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		ends.Each(func(o kadm.ListedOffset) {
-			if o.Err == nil && o.Offset-recordsPerTopic > f.pos[o.Topic][o.Partition] {
-				if set[o.Topic] == nil {
-					set[o.Topic] = map[int32]kgo.EpochOffset{}
-				}
-				set[o.Topic][o.Partition] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset - recordsPerTopic}
-			}
-		})
-	}
-	if f.closed {
-		return
-	}
-	if len(set) > 0 {
-		f.cl.SetOffsets(set)
-	}
-	f.cl.ResumeFetchTopics(f.shown...)
-	f.paused = false
-}
-
-// catchUp waits until the feed has read every topic to its end offsets now, or ctx ends.
+// catchUp reads the other topics' tails once more and waits until the changelogs' consumer
+// has read each changelog to its end offsets now, or ctx ends.
 func (f *feed) catchUp(ctx context.Context) {
-	ends, err := kadm.NewClient(f.cl).ListEndOffsets(ctx, f.topics...)
+	f.tail.round(ctx)
+	if f.cl == nil {
+		return
+	}
+	ends, err := kadm.NewClient(f.cl).ListCommittedOffsets(ctx, f.logs...)
 	if err != nil {
 		return
 	}
@@ -213,12 +132,12 @@ func (f *feed) catchUp(ctx context.Context) {
 }
 
 func (f *feed) close() {
-	f.mu.Lock()
-	f.closed = true
-	f.mu.Unlock()
-	f.cancel()
-	<-f.done
-	f.cl.Close()
+	if f.cl != nil {
+		f.cancel()
+		<-f.done
+		f.cl.Close()
+	}
+	f.tail.close()
 }
 
 // keep copies what the page shows of a record: a fetched record's slices hold its whole batch

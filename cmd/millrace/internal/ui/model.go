@@ -3,6 +3,7 @@ package ui
 import (
 	"cmp"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -132,6 +133,7 @@ type model struct {
 	streamlets []local.StreamletInfo
 	inputs     []string
 	topics     map[string]*ring[*kgo.Record] // kept as read: made a Record only when shown
+	counts     map[string]int64              // records of each tailed topic, by its offsets
 	logs       map[string]*streamletLog
 	state      map[string]*changelog
 	stats      []local.StreamletStats
@@ -148,7 +150,7 @@ type sample struct {
 }
 
 func newModel(now func() time.Time) *model {
-	return &model{now: now, status: "starting", topics: map[string]*ring[*kgo.Record]{}, logs: map[string]*streamletLog{},
+	return &model{now: now, status: "starting", topics: map[string]*ring[*kgo.Record]{}, counts: map[string]int64{}, logs: map[string]*streamletLog{},
 		state: map[string]*changelog{}, prev: map[string]sample{}, rates: map[string]float64{}, lagging: map[string]int{}}
 }
 
@@ -240,6 +242,17 @@ func (m *model) record(rec *kgo.Record, fallbackOf string) {
 		}
 	}
 	m.changed()
+}
+
+// setCounts keeps the records of each tailed topic (end − start offsets, transaction markers
+// included): the page reads only their last ones.
+func (m *model) setCounts(counts map[string]int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !maps.Equal(m.counts, counts) {
+		m.counts = counts
+		m.changed()
+	}
 }
 
 // shown makes the records of a ring Records.
@@ -357,7 +370,7 @@ type topicRecords struct {
 	Topic  string `json:"topic"`
 	Role   string `json:"role"` // input, outlet, dead-letter, fallback, changelog
 	Writer string `json:"writer,omitempty"`
-	Total  int    `json:"total"` // records read, ever
+	Total  int64  `json:"total"` // records in the topic (a changelog's: read)
 }
 
 // recordsView is the run's topics and the last records of one of them (the first, when the
@@ -384,7 +397,10 @@ func (m *model) records(topic string) recordsView {
 func (m *model) topicList() []topicRecords {
 	var out []topicRecords
 	for t, r := range m.topics {
-		tr := topicRecords{Topic: t, Role: "input", Total: r.total}
+		tr := topicRecords{Topic: t, Role: "input", Total: int64(r.total)}
+		if n, ok := m.counts[t]; ok {
+			tr.Total = n
+		}
 		if _, ok := m.state[t]; ok {
 			tr.Role = "changelog"
 		}

@@ -38,7 +38,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	view    *local.View
-	feed    *feed // the records consumer, while the run runs
+	feed    *feed // the readers of the run's topics, while the run runs
 	ended   bool  // Ended was called: the counters are final
 	started chan struct{}
 }
@@ -93,7 +93,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	return httpserve.Serve(ctx, s.lis, s.handler(ctx))
 }
 
-// Started is local.Observer's: the run's streamlets run. It starts the records consumer.
+// Started is local.Observer's: the run's streamlets run. It starts the page's readers of the run's topics.
 func (s *Server) Started(v *local.View) {
 	s.m.setRun(v.Name(), v.Streamlets(), v.InputTopics())
 	f, err := startFeed(v, s.m, s.log)
@@ -119,8 +119,8 @@ func (s *Server) RunStarted() bool {
 // Event is local.Observer's: one bridge event.
 func (s *Server) Event(e bridge.Event) { s.m.event(e) }
 
-// Ended is local.Observer's: the streamlets stopped. It reads what the consumer has not yet
-// read (bounded: the broker closes once it returns), takes the counters as the run left
+// Ended is local.Observer's: the streamlets stopped. It reads the topics' tails once more and
+// the changelogs to their ends (bounded: the broker closes once it returns), takes the counters as the run left
 // them, and keeps both for the page.
 func (s *Server) Ended(err error) {
 	s.mu.Lock()
@@ -129,7 +129,6 @@ func (s *Server) Ended(err error) {
 	s.mu.Unlock()
 	if f != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		f.resume(ctx)
 		f.catchUp(ctx)
 		cancel()
 		f.close()
@@ -140,8 +139,11 @@ func (s *Server) Ended(err error) {
 	s.m.setEnded(err)
 }
 
-// sample gathers the streamlets' counters for the graph, once a second while the run runs and
-// someone watches (an open page).
+// roundTimeout bounds one round of reading the topics' tails while the run runs.
+const roundTimeout = 5 * time.Second
+
+// sample reads the topics' tails and gathers the streamlets' counters for the graph, once a
+// second while the run runs and someone watches (an open page).
 func (s *Server) sample(ctx context.Context) {
 	select {
 	case <-s.started:
@@ -161,13 +163,12 @@ func (s *Server) sample(ctx context.Context) {
 		s.mu.Unlock()
 		switch {
 		case ended: // its counters are final
-		case !s.m.watched():
-			if f != nil {
-				f.pause()
-			}
+		case !s.m.watched(): // nothing read, nothing gathered
 		default:
 			if f != nil {
-				f.resume(ctx)
+				rctx, cancel := context.WithTimeout(ctx, roundTimeout)
+				f.tail.round(rctx)
+				cancel()
 			}
 			s.m.setStats(v.Stats())
 		}

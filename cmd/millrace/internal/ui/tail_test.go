@@ -1,0 +1,85 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ankka-flow/millrace/cmd/millrace/internal/local"
+)
+
+// TestTailReadsOnlyTheLastRecords: a page opened on a topic of many records reads only the
+// last recordsPerTopic records of each partition, keeps the topic's last recordsPerTopic across
+// its partitions (by time), counts the topic's records by its offsets, and a round after reads
+// only what came since.
+func TestTailReadsOnlyTheLastRecords(t *testing.T) {
+	const parts, n = 3, 3000
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour)
+	produce := func(from, to int) {
+		t.Helper()
+		var recs []*kgo.Record
+		for i := from; i < to; i++ {
+			recs = append(recs, &kgo.Record{Topic: "in", Partition: int32(i % parts), Timestamp: base.Add(time.Duration(i) * time.Millisecond), Value: fmt.Appendf(nil, "%d", i)})
+		}
+		if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(0, n) // before the page opens
+
+	m := newModel(time.Now)
+	m.setRun("p", []local.StreamletInfo{{Name: "s", Inlets: []local.Port{{Name: "in", Topic: "in"}}}}, []string{"in"})
+	tl, err := newTail(brokers, []string{"in"}, func(context.Context, *kgo.Record) {}, m, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.close()
+	if got := tl.fetched.Load(); got != 0 {
+		t.Errorf("before any round: %d records fetched; want none (no page open, nothing read)", got)
+	}
+	check := func(round string, total int, maxFetched int64) {
+		t.Helper()
+		if got := tl.fetched.Load(); got > maxFetched {
+			t.Errorf("%s: %d records fetched; want at most %d (the tails only)", round, got, maxFetched)
+		}
+		v := m.records("in")
+		if len(v.Records) != recordsPerTopic {
+			t.Fatalf("%s: %d records shown; want %d", round, len(v.Records), recordsPerTopic)
+		}
+		for i, r := range v.Records { // oldest first: the topic's last records, across partitions
+			if want := fmt.Sprint(total - recordsPerTopic + i); string(r.Value) != want {
+				t.Fatalf("%s: record %d shown is %s (partition %d offset %d); want %s", round, i, r.Value, r.Partition, r.Offset, want)
+			}
+		}
+		if v.Topics[0].Total != int64(total) {
+			t.Errorf("%s: topic total %d; want %d (its offsets)", round, v.Topics[0].Total, total)
+		}
+	}
+	tl.round(ctx)
+	check("first round", n, parts*recordsPerTopic)
+	fetched := tl.fetched.Load()
+	tl.round(ctx)
+	if got := tl.fetched.Load(); got != fetched {
+		t.Errorf("a round with nothing new fetched %d records; want none", got-fetched)
+	}
+	produce(n, n+10)
+	tl.round(ctx)
+	check("after 10 more", n+10, fetched+10)
+}
