@@ -33,7 +33,7 @@ func (s *Server) handler(ctx context.Context) http.Handler {
 	mux.Handle("GET /", http.FileServerFS(static))
 	for name, build := range map[string]func(r *http.Request) any{
 		"graph":   func(*http.Request) any { return s.m.graph() },
-		"records": func(r *http.Request) any { return s.m.records(r.URL.Query().Get("topic")) },
+		"records": func(r *http.Request) any { return s.records(r) },
 		"logs":    func(*http.Request) any { return s.m.logsOf() },
 		"state": func(r *http.Request) any {
 			return s.m.stateOf(r.URL.Query().Get("q"), r.URL.Query().Get("key"))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ const (
 	valueBytes         = 16 << 10 // of a record's value or a state shown; longer ones are cut
 	lineBytes          = 2 << 10  // of a stderr line or an event's error shown
 	lagWarn            = 100      // records of lag from which a streamlet shows as lagging
+	fetchedKept        = 20       // source records fetched on their own (no longer among the last records)
 )
 
 // ring keeps the last n values added.
@@ -134,6 +136,7 @@ type model struct {
 	inputs     []string
 	topics     map[string]*ring[*kgo.Record] // kept as read: made a Record only when shown
 	counts     map[string]int64              // records of each tailed topic, by its offsets
+	fetched    map[string]*kgo.Record        // source records fetched on their own, by TOPIC/PARTITION/OFFSET; nil: none there
 	logs       map[string]*streamletLog
 	state      map[string]*changelog
 	stats      []local.StreamletStats
@@ -150,7 +153,7 @@ type sample struct {
 }
 
 func newModel(now func() time.Time) *model {
-	return &model{now: now, status: "starting", topics: map[string]*ring[*kgo.Record]{}, counts: map[string]int64{}, logs: map[string]*streamletLog{},
+	return &model{now: now, status: "starting", topics: map[string]*ring[*kgo.Record]{}, counts: map[string]int64{}, fetched: map[string]*kgo.Record{}, logs: map[string]*streamletLog{},
 		state: map[string]*changelog{}, prev: map[string]sample{}, rates: map[string]float64{}, lagging: map[string]int{}}
 }
 
@@ -374,24 +377,54 @@ type topicRecords struct {
 }
 
 // recordsView is the run's topics and the last records of one of them (the first, when the
-// page names none).
+// page names none), and the record the page asked for (a dead letter's source, as
+// TOPIC/PARTITION/OFFSET) when it is not among them but was fetched on its own.
 type recordsView struct {
 	Topics  []topicRecords `json:"topics"`
 	Topic   string         `json:"topic"`
 	Records []Record       `json:"records"`
+	Asked   *Record        `json:"asked,omitempty"`
 }
 
-func (m *model) records(topic string) recordsView {
+// records is the records view; missing is set when the record asked for is of the topic shown,
+// neither among its last records nor fetched yet.
+func (m *model) records(topic, asked string) (v recordsView, missing bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v := recordsView{Topics: m.topicList(), Records: []Record{}}
+	v = recordsView{Topics: m.topicList(), Records: []Record{}}
 	if m.topics[topic] == nil && len(v.Topics) > 0 {
 		topic = v.Topics[0].Topic
 	}
-	if r := m.topics[topic]; r != nil {
-		v.Topic, v.Records = topic, shown(r.all())
+	r := m.topics[topic]
+	if r == nil {
+		return v, false
 	}
-	return v
+	v.Topic, v.Records = topic, shown(r.all())
+	if asked == "" || !strings.HasPrefix(asked, topic+"/") || slices.ContainsFunc(v.Records, func(r Record) bool { return r.ID() == asked }) {
+		return v, false
+	}
+	rec, tried := m.fetched[asked]
+	if rec != nil {
+		a := toRecord(rec)
+		v.Asked = &a
+	}
+	return v, !tried
+}
+
+// keepFetched keeps a record fetched on its own (nil: there was none), at most fetchedKept.
+func (m *model) keepFetched(id string, rec *kgo.Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.fetched) >= fetchedKept {
+		clear(m.fetched)
+	}
+	m.fetched[id] = rec
+	m.changed()
+}
+
+// ID is a record's TOPIC/PARTITION/OFFSET.
+func (r Record) ID() string {
+	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
 func (m *model) topicList() []topicRecords {

@@ -30,6 +30,7 @@ type tail struct {
 	decode     func(context.Context, *kgo.Record)
 	m          *model
 	fallbackOf map[string]string // a --fallback outlet's topic → its streamlet
+	parts      map[string][]int32
 
 	fetched atomic.Int64 // records fetched, ever: what the tests see of the page's cost
 
@@ -71,7 +72,7 @@ func newTail(brokers, topics []string, decode func(context.Context, *kgo.Record)
 		return nil, fmt.Errorf("the page's consumer: %w", err)
 	}
 	cl.PauseFetchPartitions(parts)
-	t.cl, t.adm = cl, kadm.NewClient(cl)
+	t.cl, t.adm, t.parts = cl, kadm.NewClient(cl), parts
 	return t, nil
 }
 
@@ -126,8 +127,8 @@ func (t *tail) round(ctx context.Context) {
 	var got []*kgo.Record
 	for len(want) > 0 {
 		fetches := t.cl.PollFetches(ctx)
-		if ctx.Err() != nil || fetches.IsClientClosed() {
-			break
+		if ctx.Err() != nil || fetches.IsClientClosed() || (fetches.NumRecords() == 0 && len(fetches.Errors()) > 0) {
+			break // the next round goes on from here
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
 			t.fetched.Add(1)
@@ -175,4 +176,41 @@ func (t *tail) close() {
 	defer t.mu.Unlock()
 	t.closed = true
 	t.cl.Close()
+}
+
+// one fetches the record at one offset (a dead letter's source record no longer among the last
+// records kept), between two rounds; nil when there is none (deleted, or never written) or ctx
+// ends first.
+func (t *tail) one(ctx context.Context, topic string, partition int32, offset int64) *kgo.Record {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || offset < 0 || !slices.Contains(t.parts[topic], partition) {
+		return nil
+	}
+	p := map[string][]int32{topic: {partition}}
+	t.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {partition: {Epoch: -1, Offset: offset}}})
+	t.cl.ResumeFetchPartitions(p)
+	defer t.cl.PauseFetchPartitions(p)
+	for {
+		fetches := t.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() || (fetches.NumRecords() == 0 && len(fetches.Errors()) > 0) {
+			return nil
+		}
+		var found *kgo.Record
+		done := false
+		fetches.EachRecord(func(rec *kgo.Record) {
+			t.fetched.Add(1)
+			if done || rec.Topic != topic || rec.Partition != partition || rec.Offset < offset {
+				return
+			}
+			done = true // the first at or past the offset: a record at it, or none is left there
+			if rec.Offset == offset && !rec.Attrs.IsControl() {
+				t.decode(ctx, rec)
+				found = keep(rec)
+			}
+		})
+		if done {
+			return found
+		}
+	}
 }

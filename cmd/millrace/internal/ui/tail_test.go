@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestTailReadsOnlyTheLastRecords(t *testing.T) {
 		if got := tl.fetched.Load(); got > maxFetched {
 			t.Errorf("%s: %d records fetched; want at most %d (the tails only)", round, got, maxFetched)
 		}
-		v := m.records("in")
+		v, _ := m.records("in", "")
 		if len(v.Records) != recordsPerTopic {
 			t.Fatalf("%s: %d records shown; want %d", round, len(v.Records), recordsPerTopic)
 		}
@@ -82,4 +83,26 @@ func TestTailReadsOnlyTheLastRecords(t *testing.T) {
 	produce(n, n+10)
 	tl.round(ctx)
 	check("after 10 more", n+10, fetched+10)
+
+	// a dead letter's source record, long out of the ring: missing, fetched on its own, shown
+	if _, missing := m.records("in", "in/1/0"); !missing {
+		t.Fatal("in/1/0 (the topic's second record) not missing from the last records")
+	}
+	s := &Server{m: m, feed: &feed{tail: tl}}
+	v := s.records(httptest.NewRequest("GET", "/api/records?topic=in&record=in/1/0", nil))
+	if v.Asked == nil || v.Asked.ID() != "in/1/0" || string(v.Asked.Value) != "1" {
+		t.Fatalf("records view asking for in/1/0: asked %+v; want in/1/0, the second record produced (1)", v.Asked)
+	}
+	fetched = tl.fetched.Load()
+	if v := s.records(httptest.NewRequest("GET", "/api/records?topic=in&record=in/1/0", nil)); v.Asked == nil || tl.fetched.Load() != fetched {
+		t.Errorf("asked again: asked %+v, %d more records fetched; want it kept, none fetched", v.Asked, tl.fetched.Load()-fetched)
+	}
+	for _, bad := range []string{"in/x/0", "in/1", "in/1/-3", "in/7/0"} { // no such record: nothing fetched, nothing shown
+		if v := s.records(httptest.NewRequest("GET", "/api/records?topic=in&record="+bad, nil)); v.Asked != nil {
+			t.Errorf("asking for %s: asked %+v; want none", bad, v.Asked)
+		}
+	}
+	if v, missing := m.records("in", "in/0/999"); missing || v.Asked != nil {
+		t.Errorf("in/0/999, among the last records: missing %v, asked %+v; want neither", missing, v.Asked)
+	}
 }

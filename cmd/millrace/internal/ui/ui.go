@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -173,6 +174,36 @@ func (s *Server) sample(ctx context.Context) {
 			s.m.setStats(v.Stats())
 		}
 	}
+}
+
+// records is the records view of the topic a request names; the record it asks for (a dead
+// letter's source record) when that is no longer among its topic's last records is fetched on
+// its own, once, while the run runs.
+func (s *Server) records(r *http.Request) recordsView {
+	q := r.URL.Query()
+	asked := q.Get("record")
+	v, missing := s.m.records(q.Get("topic"), asked)
+	s.mu.Lock()
+	f := s.feed
+	s.mu.Unlock()
+	if !missing || f == nil {
+		return v
+	}
+	i := strings.LastIndexByte(asked, '/')
+	j := strings.LastIndexByte(asked[:max(i, 0)], '/')
+	p, perr := strconv.ParseInt(asked[j+1:max(i, j+1)], 10, 32)
+	off, oerr := strconv.ParseInt(asked[i+1:], 10, 64)
+	if j < 0 || perr != nil || oerr != nil {
+		return v // not TOPIC/PARTITION/OFFSET: no such record
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), roundTimeout)
+	rec := f.tail.one(ctx, asked[:j], int32(p), off)
+	cancel()
+	if r.Context().Err() == nil {
+		s.m.keepFetched(asked, rec)
+		v, _ = s.m.records(q.Get("topic"), asked)
+	}
+	return v
 }
 
 // produce sends a record from the form.

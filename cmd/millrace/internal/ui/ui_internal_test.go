@@ -151,7 +151,7 @@ func TestEncodedRecordsShownDecoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, topic := range []string{"price-band.listings", "price-band.bands"} {
-		v := s.m.records(topic)
+		v, _ := s.m.records(topic, "")
 		if len(v.Records) == 0 {
 			t.Errorf("topic %s: no records shown", topic)
 			continue
@@ -162,7 +162,7 @@ func TestEncodedRecordsShownDecoded(t *testing.T) {
 			}
 		}
 	}
-	if v := s.m.records("price-band.listings"); len(v.Records) > 0 && !strings.Contains(string(v.Records[0].Value), `"l-1"`) {
+	if v, _ := s.m.records("price-band.listings", ""); len(v.Records) > 0 && !strings.Contains(string(v.Records[0].Value), `"l-1"`) {
 		t.Errorf("first listing = %s; want l-1's fields", v.Records[0].Value)
 	}
 }

@@ -44,7 +44,7 @@ function show(view) {
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.view === view);
   switch (view) {
     case 'graph': return stream('graph', {}, renderGraph);
-    case 'records': return stream('records', { topic: ui.topic }, renderRecords);
+    case 'records': return stream('records', { topic: ui.topic, record: ui.highlight }, renderRecords);
     case 'logs': return stream('logs', {}, renderLogs);
     case 'state': return stream('state', { q: ui.search, key: ui.key }, renderState);
     case 'send': return stream('graph', {}, renderSend);
@@ -152,7 +152,7 @@ function renderRecords(v) {
   }, t.topic, ' ', el('span', { class: 'role' }, t.role + (t.writer ? ' of ' + t.writer : '') + ' · ' + t.total))));
   const t = v.topics.find((x) => x.topic === v.topic);
   $('#records-title').textContent = v.topic ? v.topic + (t ? ' (' + t.role + ')' : '') : 'no topic';
-  const rows = v.records.slice().reverse().map((r) => {
+  const row = (r) => {
     const id = r.topic + '/' + r.partition + '/' + r.offset;
     const dead = r.error !== undefined;
     const headers = el('td', {}, ...(r.headers || []).map((h) => el('div', {}, h.key + ': ' + h.value)));
@@ -164,13 +164,17 @@ function renderRecords(v) {
     return el('tr', { 'data-record': id, class: (dead ? 'dead ' : '') + (id === ui.highlight ? 'highlight' : '') },
       el('td', {}, r.partition + '/' + r.offset), el('td', {}, time(r.time)),
       el('td', {}, r.key ?? (r.keyBase64 ? 'base64: ' + r.keyBase64 : '—')), val, headers);
-  });
+  };
+  const rows = v.records.slice().reverse().map(row);
+  // a source record no longer among the last records, fetched on its own: shown first
+  if (v.asked) rows.unshift(row(v.asked));
   $('#records tbody').replaceChildren(...rows);
   let note = '';
   if (ui.highlight) {
-    const row = document.querySelector(`tr[data-record="${CSS.escape(ui.highlight)}"]`);
-    if (row) row.scrollIntoView({ block: 'center' });
-    else note = 'record ' + ui.highlight + ' is no longer among the last records the page keeps of its topic';
+    const hl = document.querySelector(`tr[data-record="${CSS.escape(ui.highlight)}"]`);
+    if (hl) hl.scrollIntoView({ block: 'center' });
+    else note = 'record ' + ui.highlight + ' is no longer among the last records the page keeps of its topic, and could not be read on its own (deleted, or the run has ended)';
+    if (v.asked) note = 'record ' + ui.highlight + ' is older than the last records the page keeps of its topic: read on its own, shown first';
   }
   $('#records-note').textContent = note;
 }
