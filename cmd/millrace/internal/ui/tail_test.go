@@ -106,3 +106,58 @@ func TestTailReadsOnlyTheLastRecords(t *testing.T) {
 		t.Errorf("in/0/999, among the last records: missing %v, asked %+v; want neither", missing, v.Asked)
 	}
 }
+
+// TestTailReadCommitted: a topic written in transactions is read to its last stable offset,
+// past the transaction markers, and an aborted transaction's records are never shown.
+func TestTailReadCommitted(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "tx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("ui-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a round that never ends fails, not hangs
+	defer cancel()
+	write := func(commit kgo.TransactionEndTry, from, to int) {
+		t.Helper()
+		if err := pr.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for i := from; i < to; i++ {
+			if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "tx", Value: fmt.Appendf(nil, "%d", i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pr.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(kgo.TryCommit, 0, 5)
+	write(kgo.TryAbort, 100, 103)
+	m := newModel(time.Now)
+	m.setRun("p", []local.StreamletInfo{{Name: "s", Inlets: []local.Port{{Name: "in", Topic: "tx"}}}}, []string{"tx"})
+	tl, err := newTail(brokers, []string{"tx"}, func(context.Context, *kgo.Record) {}, m, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.close()
+	tl.round(ctx)
+	write(kgo.TryCommit, 5, 7)
+	tl.round(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("a round did not reach the last stable offset")
+	}
+	var got []string
+	v, _ := m.records("tx", "")
+	for _, r := range v.Records {
+		got = append(got, string(r.Value))
+	}
+	if want := []string{"0", "1", "2", "3", "4", "5", "6"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("records shown %v; want the committed ones, %v", got, want)
+	}
+}
