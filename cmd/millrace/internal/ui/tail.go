@@ -108,6 +108,9 @@ func (t *tail) round(ctx context.Context) {
 		}
 		counts[o.Topic] += max(0, o.Offset-start)
 		read := t.pos[o.Topic][o.Partition]
+		if o.Offset < read {
+			read = 0 // the topic was made anew (a --data of an earlier run): read its tail again
+		}
 		if o.Offset <= read {
 			return
 		}
