@@ -127,12 +127,22 @@ func (s *Sidecar) openKafka() (*kafka, error) {
 // which may wait out a dead member's session; a pod's grace period cannot.
 const leaveTimeout = 3 * time.Second
 
+// metadataMinAge is the least time between two metadata refreshes of any of the sidecar's
+// clients (connOpts).
+const metadataMinAge = time.Second
+
 // connOpts are the options every client of the sidecar shares: brokers, TLS, SASL, logs.
 func (s *Sidecar) connOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID("millrace-sidecar"),
 		kafkaLogger(s.log.With("component", "kafka")),
+		// Every client, the consumer too, may refresh its metadata a second after the last
+		// refresh, not franz-go's 5 s: a fetch or produce whose broker refuses connections (a
+		// node hard-killed, until the controller fences it) asks for a refresh that waits out
+		// this age, so a consumer learns its partitions' new leaders up to 4 s sooner. It also
+		// learns soon that an outlet topic is gone or back (refreshes happen on errors only).
+		kgo.MetadataMinAge(metadataMinAge),
 	}
 	if s.cfg.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(s.cfg.TLS))
@@ -169,8 +179,6 @@ func (s *Sidecar) producerOpts() []kgo.Opt {
 		// Never a batch larger than its topic accepts: each outlet topic's own
 		// max.message.bytes is its batch cap (limits.go), read at the conversation start.
 		kgo.ProducerBatchMaxBytesFn(s.limits.batchMax),
-		// Learn soon that an outlet topic is gone or back (refreshes happen on errors only).
-		kgo.MetadataMinAge(time.Second),
 	)
 }
 
