@@ -45,13 +45,7 @@ func TestTailReadsOnlyTheLastRecords(t *testing.T) {
 	}
 	produce(0, n) // before the page opens
 
-	m := newModel(time.Now)
-	m.setRun("p", []local.StreamletInfo{{Name: "s", Inlets: []local.Port{{Name: "in", Topic: "in"}}}}, []string{"in"})
-	tl, err := newTail(brokers, []string{"in"}, func(context.Context, *kgo.Record) {}, m, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tl.close()
+	m, tl := newTestTail(t, brokers, "in")
 	if got := tl.fetched.Load(); got != 0 {
 		t.Errorf("before any round: %d records fetched; want none (no page open, nothing read)", got)
 	}
@@ -139,13 +133,7 @@ func TestTailReadCommitted(t *testing.T) {
 	}
 	write(kgo.TryCommit, 0, 5)
 	write(kgo.TryAbort, 100, 103)
-	m := newModel(time.Now)
-	m.setRun("p", []local.StreamletInfo{{Name: "s", Inlets: []local.Port{{Name: "in", Topic: "tx"}}}}, []string{"tx"})
-	tl, err := newTail(brokers, []string{"tx"}, func(context.Context, *kgo.Record) {}, m, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tl.close()
+	m, tl := newTestTail(t, brokers, "tx")
 	tl.round(ctx)
 	write(kgo.TryCommit, 5, 7)
 	tl.round(ctx)
@@ -160,4 +148,18 @@ func TestTailReadCommitted(t *testing.T) {
 	if want := []string{"0", "1", "2", "3", "4", "5", "6"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("records shown %v; want the committed ones, %v", got, want)
 	}
+}
+
+// newTestTail returns a run's model with one streamlet reading topic, and the page's tail
+// reader of that topic, closed when the test ends.
+func newTestTail(t *testing.T, brokers []string, topic string) (*model, *tail) {
+	t.Helper()
+	m := newModel(time.Now)
+	m.setRun("p", []local.StreamletInfo{{Name: "s", Inlets: []local.Port{{Name: "in", Topic: topic}}}}, []string{topic})
+	tl, err := newTail(brokers, []string{topic}, func(context.Context, *kgo.Record) {}, m, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tl.close)
+	return m, tl
 }
