@@ -8,28 +8,43 @@ import (
 )
 
 // BenchmarkApply is what the sidecar's promotion costs: one Apply of a batch of 100 states
-// (`{"n":…}`, about 10 bytes) into a store of 1,000 or 100,000 keys, each key written again
-// (the TTL index moved), the keys of successive batches walking the store. An op is a batch.
+// (`{"n":…}`, about 10 bytes) into a store of 1,000 or 100,000 keys, each key written again,
+// the keys of successive batches walking the store. An op is a batch. keys=N is a store
+// without a TTL index (an inlet without a TTL); keys=N,ttl-index one whose index IndexTTL
+// built, so each write also moves its key in the index.
 //
 //	go test -run '^$' -bench 'BenchmarkApply|BenchmarkGet' -benchmem ./sidecar/internal/state/
 func BenchmarkApply(b *testing.B) {
 	for _, keys := range []int{1000, 100_000} {
-		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
-			p := filled(b, keys)
-			next, pos := 0, int64(keys)
-			es := make([]state.Entry, 100)
-			b.ReportAllocs()
-			for b.Loop() {
-				for i := range es {
-					es[i] = state.Entry{Key: fmt.Appendf(nil, "k%d", next), Value: fmt.Appendf(nil, `{"n":%d}`, pos), Written: pos}
-					next = (next + 1) % keys
-					pos++
-				}
-				if err := p.Apply(es, pos); err != nil {
-					b.Fatal(err)
-				}
+		for _, indexed := range []bool{false, true} {
+			name := fmt.Sprintf("keys=%d", keys)
+			if indexed {
+				name += ",ttl-index"
 			}
-		})
+			b.Run(name, func(b *testing.B) { benchmarkApply(b, keys, indexed) })
+		}
+	}
+}
+
+func benchmarkApply(b *testing.B, keys int, indexed bool) {
+	p := filled(b, keys)
+	if indexed {
+		if _, _, err := p.IndexTTL(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	next, pos := 0, int64(keys)
+	es := make([]state.Entry, 100)
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range es {
+			es[i] = state.Entry{Key: fmt.Appendf(nil, "k%d", next), Value: fmt.Appendf(nil, `{"n":%d}`, pos), Written: pos}
+			next = (next + 1) % keys
+			pos++
+		}
+		if err := p.Apply(es, pos); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -1,5 +1,12 @@
 package state
 
+import (
+	"encoding/binary"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+)
+
 // Abandon closes the file as a crash would: without marking it clean.
 func (p *Partition) Abandon() error {
 	p.mu.Lock()
@@ -7,4 +14,27 @@ func (p *Partition) Abandon() error {
 	db := p.db
 	p.db = nil
 	return db.Close()
+}
+
+// TTLIndex reads the TTL index as key@written entries in index order, and the meta entry
+// ttl-index ("" when absent).
+func (p *Partition) TTLIndex() (entries []string, flag string, err error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	err = p.db.View(func(tx *bbolt.Tx) error {
+		flag = string(tx.Bucket(bucketMeta).Get(metaTTLIndex))
+		return tx.Bucket(bucketTTL).ForEach(func(k, _ []byte) error {
+			entries = append(entries, fmt.Sprintf("%s@%d", k[8:], binary.BigEndian.Uint64(k)))
+			return nil
+		})
+	})
+	return entries, flag, err
+}
+
+// ForgetTTLFlag deletes the meta entry ttl-index: the file takes the shape of one written
+// before the index became optional.
+func (p *Partition) ForgetTTLFlag() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaTTLIndex) })
 }

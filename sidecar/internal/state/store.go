@@ -38,6 +38,9 @@ var (
 	ErrTooLarge = errors.New("state: an entry over the store's limits")
 	// ErrClosed is returned by a method of a Partition that was closed or removed.
 	ErrClosed = errors.New("state: the store is closed")
+	// ErrNoTTLIndex is returned by Expired for a file whose TTL index was never built:
+	// IndexTTL builds it.
+	ErrNoTTLIndex = errors.New("state: the file has no TTL index")
 	// errDataLoss is the restore's own: the log start passed what it was reading. Restore
 	// retries it once as a full restore.
 	errDataLoss = errors.New("state: the changelog's start moved past the restore")
@@ -66,6 +69,7 @@ var (
 	metaKeys     = []byte("keys")
 	metaBytes    = []byte("bytes")
 	metaFormat   = []byte("format")
+	metaTTLIndex = []byte("ttl-index")
 )
 
 // Options tune Open; the zero value is the production setting.
@@ -233,7 +237,9 @@ func checkpointOf(m *bbolt.Bucket) Checkpoint {
 	return cp
 }
 
-// initFile creates the buckets of a new file and marks the file in use by this boot.
+// initFile creates the buckets of a new file and marks the file in use by this boot. A new
+// file has no TTL index (ttl-index 0) until IndexTTL builds it; a file of format 1 without the
+// entry was written before the index became optional, and has a complete one.
 func initFile(tx *bbolt.Tx, boot string) error {
 	for _, b := range [][]byte{bucketValues, bucketTTL, bucketMeta} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -241,6 +247,11 @@ func initFile(tx *bbolt.Tx, boot string) error {
 		}
 	}
 	m := tx.Bucket(bucketMeta)
+	if m.Get(metaFormat) == nil { // a new file
+		if err := m.Put(metaTTLIndex, []byte("0")); err != nil {
+			return err
+		}
+	}
 	if err := m.Put(metaFormat, []byte(format)); err != nil {
 		return err
 	}
@@ -293,7 +304,8 @@ func (p *Partition) Get(keys [][]byte, notBefore int64, dst []Entry) ([]Entry, e
 }
 
 // Apply writes es in order and sets the position to position, in one transaction, with the
-// counts and the TTL index: a restore's batch, or states promoted once Kafka holds them.
+// counts, and the TTL index once IndexTTL built it: a restore's batch, or states promoted once
+// Kafka holds them.
 func (p *Partition) Apply(es []Entry, position int64) error {
 	for _, e := range es {
 		if err := p.check(e); err != nil {
@@ -308,6 +320,7 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 	err := p.db.Update(func(tx *bbolt.Tx) error {
 		v, t, m := tx.Bucket(bucketValues), tx.Bucket(bucketTTL), tx.Bucket(bucketMeta)
 		keys, size := getInt(m, metaKeys), getInt(m, metaBytes)
+		indexed := hasTTLIndex(m)
 		// bbolt keeps the values given to Put until the transaction ends, and copies the keys:
 		// the values are cut from one buffer that nothing writes again, the keys built in one
 		// scratch. The old values are found, and the TTL index's entries deleted, with one
@@ -319,22 +332,31 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 			}
 		}
 		vals := make([]byte, 0, n)
-		vc, tc := v.Cursor(), t.Cursor()
+		vc := v.Cursor()
+		var tc *bbolt.Cursor
+		if indexed {
+			tc = t.Cursor()
+		}
 		var vk, tk []byte
 		for _, e := range es {
 			vk = valueKey(vk[:0], e.Key)
 			if at, old := vc.Seek(vk); old != nil && bytes.Equal(at, vk) {
-				tk = ttlKey(tk[:0], int64(binary.BigEndian.Uint64(old)), e.Key)
 				keys--
 				size -= int64(len(e.Key) + len(old) - 8)
+				if indexed {
+					// Before the value is deleted: old is the page's, valid until it changes.
+					tk = ttlKey(tk[:0], int64(binary.BigEndian.Uint64(old)), e.Key)
+				}
 				if e.Value == nil {
 					if err := vc.Delete(); err != nil {
 						return err
 					}
 				}
-				if at, _ := tc.Seek(tk); bytes.Equal(at, tk) {
-					if err := tc.Delete(); err != nil {
-						return err
+				if indexed {
+					if at, _ := tc.Seek(tk); bytes.Equal(at, tk) {
+						if err := tc.Delete(); err != nil {
+							return err
+						}
 					}
 				}
 			}
@@ -346,8 +368,10 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 			if err := v.Put(vk, vals[from:len(vals):len(vals)]); err != nil {
 				return err
 			}
-			if err := t.Put(ttlKey(tk[:0], e.Written, e.Key), nil); err != nil {
-				return err
+			if indexed {
+				if err := t.Put(ttlKey(tk[:0], e.Written, e.Key), nil); err != nil {
+					return err
+				}
 			}
 			keys++
 			size += int64(len(e.Key) + len(e.Value))
@@ -377,7 +401,9 @@ func (p *Partition) check(e Entry) error {
 }
 
 // Expired returns up to max keys written before before (ms), oldest first, leaving out those
-// skip reports (keys with a state staged and not yet in the store). skip may be nil.
+// skip reports (keys with a state staged and not yet in the store). skip may be nil. It reads
+// the TTL index: on a file without one it returns ErrNoTTLIndex, and builds none (a read
+// that writes would surprise; IndexTTL is the caller's explicit step).
 func (p *Partition) Expired(before int64, max int, skip func(key []byte) bool) ([][]byte, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -386,6 +412,9 @@ func (p *Partition) Expired(before int64, max int, skip func(key []byte) bool) (
 	}
 	var out [][]byte
 	err := p.db.View(func(tx *bbolt.Tx) error {
+		if !hasTTLIndex(tx.Bucket(bucketMeta)) {
+			return fmt.Errorf("%w (IndexTTL builds it from the values)", ErrNoTTLIndex)
+		}
 		c := tx.Bucket(bucketTTL).Cursor()
 		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
 			if int64(binary.BigEndian.Uint64(k)) >= before {
@@ -402,6 +431,65 @@ func (p *Partition) Expired(before int64, max int, skip func(key []byte) bool) (
 	}
 	return out, nil
 }
+
+// IndexTTL builds the TTL index of a file that has none, in one write transaction: a scan of
+// the values (each starts with its write time) puts every key's entry, and the meta entry
+// ttl-index says the index is complete. From then on Apply keeps it; it is never dropped
+// (an inlet that once had a TTL may have one again, and a file that keeps it costs only the
+// index's upkeep). A new file, or one a full restore made again, starts without one, so a
+// store nobody sweeps pays nothing for it. built is false, and nothing is written, when the
+// file had its index already; keys is the number of keys indexed.
+func (p *Partition) IndexTTL() (built bool, keys int, err error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.db == nil {
+		return false, 0, fmt.Errorf("%w: %s", ErrClosed, p.path)
+	}
+	var indexed bool
+	if err := p.db.View(func(tx *bbolt.Tx) error { indexed = hasTTLIndex(tx.Bucket(bucketMeta)); return nil }); err != nil {
+		return false, 0, fmt.Errorf("state: read %s: %w", p.path, err)
+	}
+	if indexed {
+		return false, 0, nil // the usual case, without a write transaction
+	}
+	err = p.db.Update(func(tx *bbolt.Tx) error {
+		m := tx.Bucket(bucketMeta)
+		if hasTTLIndex(m) {
+			return nil // built between the two transactions
+		}
+		// The bucket of a file without an index is empty; made again all the same, so the
+		// index holds the live keys and nothing else.
+		if err := tx.DeleteBucket(bucketTTL); err != nil {
+			return err
+		}
+		t, err := tx.CreateBucket(bucketTTL)
+		if err != nil {
+			return err
+		}
+		c := tx.Bucket(bucketValues).Cursor()
+		var tk []byte
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) < 1 || len(v) < 8 {
+				return fmt.Errorf("an entry of %d bytes for key %q is not a state (a write time, then the state): the file is damaged; delete it and the state is restored from the changelog", len(v), clip(k))
+			}
+			tk = append(append(tk[:0], v[:8]...), k[1:]...)
+			if err := t.Put(tk, nil); err != nil {
+				return err
+			}
+			keys++
+		}
+		built = true
+		return m.Put(metaTTLIndex, []byte("1"))
+	})
+	if err != nil {
+		return false, 0, fmt.Errorf("state: build the TTL index of %s: %w", p.path, err)
+	}
+	return built, keys, nil
+}
+
+// hasTTLIndex reports whether the file's TTL index is complete: ttl-index 1, or no entry (a
+// file written before the index became optional).
+func hasTTLIndex(m *bbolt.Bucket) bool { return string(m.Get(metaTTLIndex)) != "0" }
 
 // Checkpoint reads the file's checkpoint as it is now.
 func (p *Partition) Checkpoint() (Checkpoint, error) {
