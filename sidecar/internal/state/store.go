@@ -487,6 +487,22 @@ func (p *Partition) IndexTTL() (built bool, keys int, err error) {
 	return built, keys, nil
 }
 
+// TTLIndexed reports whether the file has a complete TTL index (IndexTTL built it, or the
+// file predates the index being optional).
+func (p *Partition) TTLIndexed() (bool, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.db == nil {
+		return false, fmt.Errorf("%w: %s", ErrClosed, p.path)
+	}
+	var indexed bool
+	err := p.db.View(func(tx *bbolt.Tx) error { indexed = hasTTLIndex(tx.Bucket(bucketMeta)); return nil })
+	if err != nil {
+		return false, fmt.Errorf("state: read %s: %w", p.path, err)
+	}
+	return indexed, nil
+}
+
 // hasTTLIndex reports whether the file's TTL index is complete: ttl-index 1, or no entry (a
 // file written before the index became optional).
 func hasTTLIndex(m *bbolt.Bucket) bool { return string(m.Get(metaTTLIndex)) != "0" }

@@ -19,7 +19,7 @@ func indexTTL(t *testing.T, p *state.Partition, wantBuilt bool, wantKeys int) {
 }
 
 // ttlIndex wants the file's TTL index to hold want (key@written, in index order) and its meta
-// entry ttl-index to be flag.
+// entry ttl-index to be flag; TTLIndexed to say so ("0": not indexed).
 func ttlIndex(t *testing.T, p *state.Partition, flag string, want ...string) {
 	t.Helper()
 	got, gotFlag, err := p.TTLIndex()
@@ -28,6 +28,9 @@ func ttlIndex(t *testing.T, p *state.Partition, flag string, want ...string) {
 	}
 	if gotFlag != flag || !slices.Equal(got, want) {
 		t.Fatalf("TTL index = %v, ttl-index %q; want %v, %q", got, gotFlag, want, flag)
+	}
+	if indexed, err := p.TTLIndexed(); err != nil || indexed != (flag != "0") {
+		t.Fatalf("TTLIndexed() = %v, %v; want %v (ttl-index %q)", indexed, err, flag != "0", flag)
 	}
 }
 
