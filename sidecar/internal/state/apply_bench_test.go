@@ -80,15 +80,41 @@ func filled(b *testing.B, keys int) *state.Partition {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.Close() })
+	fill(b, p, keys, 1)
+	return p
+}
+
+// fill writes keys keys k0… into p, each with a small state; key i written at i*stride
+// modulo keys (stride 1: in the order of the keys' numbers).
+func fill(b *testing.B, p *state.Partition, keys int, stride int) {
+	b.Helper()
 	es := make([]state.Entry, 0, 10_000)
 	for k := 0; k < keys; k += cap(es) {
 		es = es[:0]
 		for i := k; i < min(keys, k+cap(es)); i++ {
-			es = append(es, state.Entry{Key: fmt.Appendf(nil, "k%d", i), Value: []byte(`{"n":0}`), Written: int64(i)})
+			es = append(es, state.Entry{Key: fmt.Appendf(nil, "k%d", i), Value: []byte(`{"n":0}`), Written: int64(i * stride % keys)})
 		}
 		if err := p.Apply(es, int64(k+len(es))); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return p
+}
+
+// BenchmarkIndexTTL is what a partition's first sweep costs before it reads: IndexTTL of a
+// store of 100,000 keys without an index, their write times in no order of the keys' (key i
+// written at 7919·i mod 100,000). An op is one build (the store filled again, untimed).
+func BenchmarkIndexTTL(b *testing.B) {
+	const keys = 100_000
+	p := filled(b, keys)
+	for b.Loop() {
+		b.StopTimer()
+		if err := p.Reset([16]byte{1}); err != nil {
+			b.Fatal(err)
+		}
+		fill(b, p, keys, 7919)
+		b.StartTimer()
+		if built, n, err := p.IndexTTL(); err != nil || !built || n != keys {
+			b.Fatalf("IndexTTL() = %v, %d keys, %v; want true, %d keys", built, n, err, keys)
+		}
+	}
 }
