@@ -38,3 +38,18 @@ func (p *Partition) ForgetTTLFlag() error {
 	defer p.mu.RUnlock()
 	return p.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaTTLIndex) })
 }
+
+// SetTTLIndexChunk makes IndexTTL put n entries a transaction until the returned func undoes it.
+func SetTTLIndexChunk(n int) (undo func()) {
+	old := ttlIndexChunk
+	ttlIndexChunk = n
+	return func() { ttlIndexChunk = old }
+}
+
+// PutStrayTTLEntry puts an entry into the TTL index whatever its flag says: what a build cut
+// short between two of its transactions leaves.
+func (p *Partition) PutStrayTTLEntry(key string, written int64) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketTTL).Put(ttlKey(nil, written, []byte(key)), nil) })
+}

@@ -156,3 +156,23 @@ func TestTTLIndexClosed(t *testing.T) {
 		t.Fatalf("IndexTTL after Close = %v; want ErrClosed", err)
 	}
 }
+
+// TestTTLIndexInChunks: a build over several transactions indexes every live key once, in
+// order, and sets the flag only at its end; the entries of a build cut short (the flag still
+// 0) are dropped by the next one.
+func TestTTLIndexInChunks(t *testing.T) {
+	defer state.SetTTLIndexChunk(2)()
+	p, _ := open(t, t.TempDir(), state.Options{})
+	if err := p.Apply([]state.Entry{set("a", "1", 300), set("b", "2", 100), set("c", "3", 200), set("d", "4", 50), set("e", "5", 250)}, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PutStrayTTLEntry("gone", 10); err != nil {
+		t.Fatal(err)
+	}
+	ttlIndex(t, p, "0", "gone@10")
+	indexTTL(t, p, true, 5)
+	ttlIndex(t, p, "1", "d@50", "b@100", "c@200", "e@250", "a@300")
+	if got, want := expired(t, p, 201), []string{"d", "b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("Expired(201) = %v; want %v", got, want)
+	}
+}
