@@ -131,6 +131,27 @@ func StateOf(t testing.TB, s *Sidecar, topic string, partition int32, key string
 	return string(got[0].Value), true
 }
 
+// TTLIndexed reports whether the store of topic/partition has a TTL index (false when it has
+// no store).
+func TTLIndexed(t testing.TB, s *Sidecar, topic string, partition int32) bool {
+	t.Helper()
+	s.mu.Lock()
+	p := s.parts[tp{topic, partition}]
+	var st *state.Partition
+	if p != nil {
+		st = p.store
+	}
+	s.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	indexed, err := st.TTLIndexed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return indexed
+}
+
 // Restoring reports whether topic/partition is restoring.
 func Restoring(s *Sidecar, topic string, partition int32) bool {
 	s.mu.Lock()

@@ -19,7 +19,7 @@ import (
 
 // TestStateRestoredBeforeFirstBatch: the changelog holds k1=41 before the sidecar starts; the
 // first batch's BatchState holds it, so the count goes on from it, and the changelog and the
-// store say 43 after two more records.
+// store say 43 after two more records. Without a TTL, the store keeps no TTL index.
 func TestStateRestoredBeforeFirstBatch(t *testing.T) {
 	st := newStateSetup(t, 1, false)
 	st.b.Produce(t, &kgo.Record{Topic: st.changelog, Partition: 0, Key: []byte("k1"), Value: []byte("41")},
@@ -42,6 +42,9 @@ func TestStateRestoredBeforeFirstBatch(t *testing.T) {
 		v, ok := sidecar.StateOf(t, r.sc, st.in, 0, "k1")
 		return ok && v == "43"
 	})
+	if sidecar.TTLIndexed(t, r.sc, st.in, 0) {
+		t.Fatal("the store of an inlet without a TTL has a TTL index; want none (nobody sweeps it)")
+	}
 	st.sb.mu.Lock()
 	first := st.sb.seen[0]
 	st.sb.mu.Unlock()

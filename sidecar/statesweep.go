@@ -13,12 +13,13 @@ import (
 // The TTL sweep (docs/state.md, "TTL expiry"): the read already leaves out a state past its
 // TTL, so the sweep only reclaims space, and may be late. Per owned partition of an inlet
 // whose Open gave a TTL, every sweepInterval, the oldest expired keys of its store (its TTL
-// index) get tombstones: marked in the overlay at once, so the next batch reads them as
-// deleted, and queued for the committer as a batch with no records (so no offsets), written
-// like any other: at least once produced and promoted into the store once confirmed,
-// exactly once in the open transaction and promoted once it commits. An abort, a new
-// conversation or a revocation drops the overlay entries; the keys are still in the store and
-// the next sweep finds them again.
+// index, built from the store's values before the partition's first sweep) get tombstones:
+// marked in the overlay at once, so the next batch reads them as deleted, and queued for the
+// committer as a batch with no records (so no offsets), written like any other: at least
+// once produced and promoted into the store once confirmed, exactly once in the open
+// transaction and promoted once it commits. An abort, a new conversation or a revocation
+// drops the overlay entries; the keys are still in the store and the next sweep finds them
+// again.
 //
 // A batch in flight does not hold the sweep back: the committer writes its queue in order
 // through one producer, so a state staged after the sweep (its batch answered later, queued
@@ -120,14 +121,34 @@ func (s *Sidecar) sweepableLocked(c *conversation, p *partition) bool {
 		p.owned && p.stateful() && p.store != nil && !p.restoring && !p.revoking
 }
 
+// indexTTL builds the TTL index of p's store st before its first sweep: a store keeps one only
+// once asked (an inlet without a TTL pays nothing for it), and a new file, or one a full
+// restore made again, has none. A no-op once built. A failure is a failing sweep's: logged,
+// and the next sweep tries again; nothing is lost, as the read already leaves out expired
+// states. Called with p.storeMu held (it writes the store); reports whether st can be swept.
+func (s *Sidecar) indexTTL(p *partition, st *state.Partition) bool {
+	began := s.now()
+	built, keys, err := st.IndexTTL()
+	if err != nil {
+		if !errors.Is(err, state.ErrClosed) { // closed: a revocation took the partition
+			s.log.Warn("cannot build the TTL index of a state file; the next sweep tries again", "topic", p.inlet.StateTopic, "partition", p.partition, "error", err)
+		}
+		return false
+	}
+	if built {
+		s.log.Info("built the TTL index of a state file for its first sweep", "topic", p.inlet.StateTopic, "partition", p.partition, "keys", keys, "took", s.now().Sub(began))
+	}
+	return true
+}
+
 // sweepPartition queues the tombstones of up to sweepMax of p's keys written before before
 // (ms), oldest first, leaving out keys with an overlay entry (a state staged and not yet in
 // the store is fresh, and one already being deleted needs no tombstone).
 //
-// It holds p.storeMu from the read of the TTL index until the tombstones are in the overlay:
-// a promotion writes the store under it before it removes its overlay entries, so a key is
-// always either in the overlay (skipped) or in the store as promoted (fresh) while the sweep
-// looks at it.
+// It builds the store's TTL index first when it has none (indexTTL). It holds p.storeMu from
+// the read of the TTL index until the tombstones are in the overlay: a promotion writes the
+// store under it before it removes its overlay entries, so a key is always either in the
+// overlay (skipped) or in the store as promoted (fresh) while the sweep looks at it.
 func (s *Sidecar) sweepPartition(c *conversation, p *partition, before int64) {
 	s.mu.Lock()
 	if !s.sweepableLocked(c, p) || s.stats.HeldEmitBytes >= s.cfg.MaxHeldEmitBytes {
@@ -143,6 +164,9 @@ func (s *Sidecar) sweepPartition(c *conversation, p *partition, before int64) {
 
 	p.storeMu.Lock()
 	defer p.storeMu.Unlock()
+	if !s.indexTTL(p, st) {
+		return
+	}
 	keys, err := st.Expired(before, sweepMax, func(k []byte) bool { _, ok := fresh[string(k)]; return ok })
 	if err != nil {
 		if !errors.Is(err, state.ErrClosed) { // closed: a revocation took the partition

@@ -99,8 +99,8 @@ func lastValue(t *testing.T, rs []*kgo.Record, key string) string {
 // TestStateSweep seeds 1,200 expired states and one fresh, and counts one expired key (k0000)
 // whose new state is still in the overlay when the first sweep comes (exactly once: in the
 // open transaction, whose commit is due after the sweep). The first sweep writes the
-// tombstones of the 1,000 oldest keys but k0000, in index order; the second the remaining
-// 199; neither touches the fresh key nor k0000's new state, and the expire counter says 1,199.
+// tombstones of the 1,000 oldest keys but k0000, in index order (the TTL index it built from
+// the restored values first); the second the remaining 199; neither touches the fresh key nor k0000's new state, and the expire counter says 1,199.
 func TestStateSweep(t *testing.T) {
 	for _, mode := range []string{"at-least-once", "exactly-once"} {
 		t.Run(mode, func(t *testing.T) {
@@ -129,7 +129,10 @@ func TestStateSweep(t *testing.T) {
 			}
 
 			clock.waitTimerAt(t, t0.Add(time.Second))
-			clock.advance(time.Second) // the first sweep
+			if sidecar.TTLIndexed(t, r.sc, st.in, 0) {
+				t.Fatal("the store has a TTL index before its first sweep; want it built by the sweep")
+			}
+			clock.advance(time.Second) // the first sweep, which builds the TTL index first
 			if mode == "exactly-once" {
 				waitFor(t, "the first sweep's tombstones in the open transaction", func() bool { return sidecar.TxnStates(r.sc) == 1001 })
 				if n := sidecar.Overlay(r.sc, st.in, 0); n != 1001 {
@@ -148,6 +151,9 @@ func TestStateSweep(t *testing.T) {
 			}
 			if _, ok := sidecar.StateOf(t, r.sc, st.in, 0, "k1100"); !ok {
 				t.Fatal("the store lost k1100, expired but not yet swept")
+			}
+			if !sidecar.TTLIndexed(t, r.sc, st.in, 0) {
+				t.Fatal("the store has no TTL index after the first sweep")
 			}
 
 			clock.waitTimerAt(t, t0.Add(2*time.Second))

@@ -269,6 +269,7 @@ func TestRestoreTTL(t *testing.T) {
 	if got := get(t, p, notBefore, "idle", "busy", "fresh"); !slices.Equal(got, want) {
 		t.Fatalf("Get with a 24h TTL = %v; want %v (the record's timestamp is the write time)", got, want)
 	}
+	indexTTL(t, p, true, 3) // built from the restored values, as the sweep does
 	expired, err := p.Expired(notBefore, 1000, nil)
 	if err != nil || len(expired) != 1 || string(expired[0]) != "idle" {
 		t.Fatalf("Expired = %q, %v; want [idle] (restored already expired, swept like any other)", expired, err)

@@ -38,6 +38,9 @@ var (
 	ErrTooLarge = errors.New("state: an entry over the store's limits")
 	// ErrClosed is returned by a method of a Partition that was closed or removed.
 	ErrClosed = errors.New("state: the store is closed")
+	// ErrNoTTLIndex is returned by Expired for a file whose TTL index was never built:
+	// IndexTTL builds it.
+	ErrNoTTLIndex = errors.New("state: the file has no TTL index")
 	// errDataLoss is the restore's own: the log start passed what it was reading. Restore
 	// retries it once as a full restore.
 	errDataLoss = errors.New("state: the changelog's start moved past the restore")
@@ -66,6 +69,7 @@ var (
 	metaKeys     = []byte("keys")
 	metaBytes    = []byte("bytes")
 	metaFormat   = []byte("format")
+	metaTTLIndex = []byte("ttl-index")
 )
 
 // Options tune Open; the zero value is the production setting.
@@ -233,7 +237,9 @@ func checkpointOf(m *bbolt.Bucket) Checkpoint {
 	return cp
 }
 
-// initFile creates the buckets of a new file and marks the file in use by this boot.
+// initFile creates the buckets of a new file and marks the file in use by this boot. A new
+// file has no TTL index (ttl-index 0) until IndexTTL builds it; a file of format 1 without the
+// entry was written before the index became optional, and has a complete one.
 func initFile(tx *bbolt.Tx, boot string) error {
 	for _, b := range [][]byte{bucketValues, bucketTTL, bucketMeta} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -241,6 +247,11 @@ func initFile(tx *bbolt.Tx, boot string) error {
 		}
 	}
 	m := tx.Bucket(bucketMeta)
+	if m.Get(metaFormat) == nil { // a new file
+		if err := m.Put(metaTTLIndex, []byte("0")); err != nil {
+			return err
+		}
+	}
 	if err := m.Put(metaFormat, []byte(format)); err != nil {
 		return err
 	}
@@ -293,7 +304,8 @@ func (p *Partition) Get(keys [][]byte, notBefore int64, dst []Entry) ([]Entry, e
 }
 
 // Apply writes es in order and sets the position to position, in one transaction, with the
-// counts and the TTL index: a restore's batch, or states promoted once Kafka holds them.
+// counts, and the TTL index once IndexTTL built it: a restore's batch, or states promoted once
+// Kafka holds them.
 func (p *Partition) Apply(es []Entry, position int64) error {
 	for _, e := range es {
 		if err := p.check(e); err != nil {
@@ -308,6 +320,7 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 	err := p.db.Update(func(tx *bbolt.Tx) error {
 		v, t, m := tx.Bucket(bucketValues), tx.Bucket(bucketTTL), tx.Bucket(bucketMeta)
 		keys, size := getInt(m, metaKeys), getInt(m, metaBytes)
+		indexed := hasTTLIndex(m)
 		// bbolt keeps the values given to Put until the transaction ends, and copies the keys:
 		// the values are cut from one buffer that nothing writes again, the keys built in one
 		// scratch. The old values are found, and the TTL index's entries deleted, with one
@@ -319,22 +332,31 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 			}
 		}
 		vals := make([]byte, 0, n)
-		vc, tc := v.Cursor(), t.Cursor()
+		vc := v.Cursor()
+		var tc *bbolt.Cursor
+		if indexed {
+			tc = t.Cursor()
+		}
 		var vk, tk []byte
 		for _, e := range es {
 			vk = valueKey(vk[:0], e.Key)
 			if at, old := vc.Seek(vk); old != nil && bytes.Equal(at, vk) {
-				tk = ttlKey(tk[:0], int64(binary.BigEndian.Uint64(old)), e.Key)
 				keys--
 				size -= int64(len(e.Key) + len(old) - 8)
+				if indexed {
+					// Before the value is deleted: old is the page's, valid until it changes.
+					tk = ttlKey(tk[:0], int64(binary.BigEndian.Uint64(old)), e.Key)
+				}
 				if e.Value == nil {
 					if err := vc.Delete(); err != nil {
 						return err
 					}
 				}
-				if at, _ := tc.Seek(tk); bytes.Equal(at, tk) {
-					if err := tc.Delete(); err != nil {
-						return err
+				if indexed {
+					if at, _ := tc.Seek(tk); bytes.Equal(at, tk) {
+						if err := tc.Delete(); err != nil {
+							return err
+						}
 					}
 				}
 			}
@@ -346,8 +368,10 @@ func (p *Partition) Apply(es []Entry, position int64) error {
 			if err := v.Put(vk, vals[from:len(vals):len(vals)]); err != nil {
 				return err
 			}
-			if err := t.Put(ttlKey(tk[:0], e.Written, e.Key), nil); err != nil {
-				return err
+			if indexed {
+				if err := t.Put(ttlKey(tk[:0], e.Written, e.Key), nil); err != nil {
+					return err
+				}
 			}
 			keys++
 			size += int64(len(e.Key) + len(e.Value))
@@ -374,33 +398,6 @@ func (p *Partition) check(e Entry) error {
 		return fmt.Errorf("%w: the state of key %q in changelog %s/%d is %d bytes, over %d: raise max-bytes on the action line (at most 1 MiB) or keep less per key", ErrTooLarge, clip(e.Key), p.topic, p.partition, len(e.Value), p.opts.MaxValueBytes)
 	}
 	return nil
-}
-
-// Expired returns up to max keys written before before (ms), oldest first, leaving out those
-// skip reports (keys with a state staged and not yet in the store). skip may be nil.
-func (p *Partition) Expired(before int64, max int, skip func(key []byte) bool) ([][]byte, error) {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.db == nil {
-		return nil, fmt.Errorf("%w: %s", ErrClosed, p.path)
-	}
-	var out [][]byte
-	err := p.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketTTL).Cursor()
-		for k, _ := c.First(); k != nil && len(out) < max; k, _ = c.Next() {
-			if int64(binary.BigEndian.Uint64(k)) >= before {
-				break
-			}
-			if key := k[8:]; skip == nil || !skip(key) {
-				out = append(out, bytes.Clone(key))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("state: read the TTL index of %s: %w", p.path, err)
-	}
-	return out, nil
 }
 
 // Checkpoint reads the file's checkpoint as it is now.
@@ -507,11 +504,6 @@ func (p *Partition) Remove() error {
 // valueKey is the key of bucket v: a zero byte before the record key, because bbolt refuses
 // an empty key and an empty record key is a key on a compacted topic.
 func valueKey(dst, key []byte) []byte { return append(append(dst, 0), key...) }
-
-// ttlKey is the key of the TTL index: the write time, big-endian, then the record key.
-func ttlKey(dst []byte, written int64, key []byte) []byte {
-	return append(binary.BigEndian.AppendUint64(dst, uint64(written)), key...)
-}
 
 func getInt(b *bbolt.Bucket, k []byte) int64 {
 	if v := b.Get(k); len(v) == 8 {
