@@ -28,6 +28,7 @@ type loadRow struct {
 	name        string
 	loop        bool     // bench/peer/loop.py, not millrace
 	argv        []string // the action's command
+	native      bool     // the native Go streamlet in the bridge's place (no action process)
 	state       bool     // the line keeps state for its inlet (--state in)
 	exactlyOnce bool     // measured exactly once too
 }
@@ -44,7 +45,8 @@ type loadRow struct {
 // only: it commits after each flush), the Python and Node.js SDK echoes, go-echo and the
 // running count of bench/statecount (go-echo plus a state per key), each at its defaults
 // in the deployed shape, at least once and, for the Python echo, go-echo and the count,
-// exactly once. It reports p50, p99, p99.9 and the max in ms, the peak and the offered
+// exactly once; and the native Go streamlet in the bridge's place (no action process: what
+// the bridge's hop costs), at least once. It reports p50, p99, p99.9 and the max in ms, the peak and the offered
 // rate; the p50 and p99 of the latency's two parts, split at the output's timestamp (its
 // producer's produce call, in whole ms): before it, the pipeline from the input's produce
 // to the output's; after it, the output through the broker to the consumer; and what the
@@ -73,8 +75,9 @@ func BenchmarkLoadLatency(b *testing.B) {
 		{name: "node-sdk", argv: []string{"node", abs("../sdk/node/examples/echo.js")}},
 		{name: "go-echo", argv: []string{goEcho}, exactlyOnce: true},
 		{name: "statecount", argv: []string{bins.stateCount}, state: true, exactlyOnce: true},
+		{name: "native", argv: []string{"native"}, native: true},
 	} {
-		if _, err := exec.LookPath(r.argv[0]); err != nil {
+		if _, err := exec.LookPath(r.argv[0]); err != nil && !r.native {
 			b.Logf("no %s: the %s row is left out (scripts/setup installs it): %v", r.argv[0], r.name, err)
 			continue
 		}
@@ -123,9 +126,16 @@ func BenchmarkLoadLatency(b *testing.B) {
 						dep.sidecarEnv = []string{"FLOW_DELIVERY=" + string(d)}
 					}
 					tag := fmt.Sprintf("load-%s-%s", d, r.name)
-					pp := deploy(b, br, roleProcs("", b.TempDir(), tag, "bridge"), line+"-- "+actionconf.Join(r.argv), loadParts, dep)
+					side := "bridge"
+					if r.native {
+						side = "native"
+					}
+					pp := deploy(b, br, roleProcs("", b.TempDir(), tag, side), line+"-- "+actionconf.Join(r.argv), loadParts, dep)
 					in, out, alive = pp.in, pp.out, pp.check
 					cpu = func() []procTime {
+						if r.native {
+							return []procTime{{"sidecar", procCPU(pp.sidecar.Pid())}, {"native", procCPU(pp.bridge.Pid())}}
+						}
 						return []procTime{{"sidecar", procCPU(pp.sidecar.Pid())}, {"bridge", procCPU(pp.bridge.Pid())}, {"child", childrenOf(pp.bridge.Pid())}}
 					}
 				}

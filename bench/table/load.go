@@ -28,6 +28,7 @@ func loadRows(w io.Writer, r results) {
 			{"node-sdk", "Node.js SDK echo"},
 			{"go-echo", "go-echo (Go SDK)"},
 			{"statecount", "`bench/statecount`: go-echo + a count per key"},
+			{"native", "native Go streamlet, no bridge (the ceiling)"},
 		} {
 			k := fmt.Sprintf("LoadLatency/%s/%s/p8", d, row.key)
 			p99, ok := r.get(k, "p99-ms")
