@@ -242,14 +242,13 @@ func loadLatency(b *testing.B, br *broker, in, out string, keys int, alive func(
 	b.ReportMetric(q(after, 0.99), "p99-after-produce-ms")
 	b.ReportMetric(float64(len(total)), "samples")
 	if n > 0 && wall > 0 {
-		all := self
 		var sum time.Duration
 		for _, p := range own {
 			b.ReportMetric(micros(p.cpu)/float64(n), p.name+"-cpu-µs/rec")
 			sum += p.cpu
 		}
 		b.ReportMetric(micros(sum)/float64(n), "cpu-µs/rec")
-		b.ReportMetric((all+sum).Seconds()/wall.Seconds(), "busy-cores")
+		b.ReportMetric((self+sum).Seconds()/wall.Seconds(), "busy-cores")
 	}
 	return rate
 }

@@ -288,7 +288,6 @@ func (s *rssSampler) String() string {
 	return strings.Join(out, ", ")
 }
 
-// loadAverage is /proc/loadavg's first three fields.
 // soakBytesPerRecord is what the verifier holds a record at the end: its input, its output and
 // their index (a soak of 32 million records held 22 GB).
 const soakBytesPerRecord = 700
@@ -312,6 +311,7 @@ func soakRateCap(length time.Duration) float64 {
 	return math.Inf(1)
 }
 
+// loadAverage is /proc/loadavg's first three fields.
 func loadAverage() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	f := strings.Fields(string(b))

@@ -111,13 +111,7 @@ func SetProtocolVersion(s *Sidecar, v string) { s.version = v }
 // and whether s holds one.
 func StateOf(t testing.TB, s *Sidecar, topic string, partition int32, key string) (string, bool) {
 	t.Helper()
-	s.mu.Lock()
-	p := s.parts[tp{topic, partition}]
-	var st *state.Partition
-	if p != nil {
-		st = p.store
-	}
-	s.mu.Unlock()
+	st := storeOf(s, topic, partition)
 	if st == nil {
 		return "", false
 	}
@@ -131,17 +125,21 @@ func StateOf(t testing.TB, s *Sidecar, topic string, partition int32, key string
 	return string(got[0].Value), true
 }
 
+// storeOf returns the open store of topic/partition (the inlet topic), or nil.
+func storeOf(s *Sidecar, topic string, partition int32) *state.Partition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.parts[tp{topic, partition}]; p != nil {
+		return p.store
+	}
+	return nil
+}
+
 // TTLIndexed reports whether the store of topic/partition has a TTL index (false when it has
 // no store).
 func TTLIndexed(t testing.TB, s *Sidecar, topic string, partition int32) bool {
 	t.Helper()
-	s.mu.Lock()
-	p := s.parts[tp{topic, partition}]
-	var st *state.Partition
-	if p != nil {
-		st = p.store
-	}
-	s.mu.Unlock()
+	st := storeOf(s, topic, partition)
 	if st == nil {
 		return false
 	}

@@ -55,13 +55,17 @@ var ttlIndexChunk = 16384
 // says the index is complete. From then on Apply keeps it; it is never dropped (an inlet that
 // once had a TTL may have one again, and a file that keeps it costs only the index's upkeep).
 // A new file, or one a full restore made again, starts without one, so a store nobody sweeps
-// pays nothing for it. The build holds the file for itself (no Get or Apply meanwhile: a
+// pays nothing for it. A build holds the file for itself (no Get or Apply meanwhile: a
 // write between two of its transactions would leave a stale entry); it takes about 0.1 s a
 // 100,000 keys and holds their entries (8 bytes and the key each, with two ints) and one
 // transaction's pages in memory. A build cut short leaves the flag unset and is begun
 // again by the next call. built is false, and nothing is written, when the file had its
 // index already; keys is the number of keys indexed.
 func (p *Partition) IndexTTL() (built bool, keys int, err error) {
+	// The usual case, under the shared lock: every sweep asks, and Get and Apply go on.
+	if indexed, err := p.TTLIndexed(); err != nil || indexed {
+		return false, 0, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.db == nil {
@@ -73,7 +77,7 @@ func (p *Partition) IndexTTL() (built bool, keys int, err error) {
 	var ends []int
 	err = p.db.View(func(tx *bbolt.Tx) error {
 		if indexed = hasTTLIndex(tx.Bucket(bucketMeta)); indexed {
-			return nil // the usual case, without a write transaction
+			return nil // built by another call since the shared lock's look
 		}
 		c := tx.Bucket(bucketValues).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
