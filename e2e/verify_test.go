@@ -42,6 +42,9 @@ type tally struct {
 	exactlyOnce bool                     // the sidecars ran with FLOW_DELIVERY=exactly-once
 	// first holds the first offending ids of each kind, for the failure messages.
 	first map[string]*problems
+	// explain says, for a failed duplicate check, where the copies are and what the group
+	// did (explain_test.go).
+	explain func() string
 }
 
 // exactlyOnce reports whether the pipeline's sidecars run in exactly-once mode.
@@ -150,6 +153,11 @@ func (pl *pipeline) tally() tally {
 	}
 	for _, rs := range byPartition {
 		tl.checkOrder(rs, inputs)
+	}
+	spans := dupSpans(pl.produced, func(id string) int { return seen[id] + deadSeen[id] })
+	tl.explain = func() string {
+		return fmt.Sprintf("copies by inlet partition: %s\n%s\nthe sidecars' group events, the last 150:\n%s",
+			formatSpans(spans), pl.inletCopies(), pl.groupEvents(150))
 	}
 	return tl
 }
@@ -299,6 +307,10 @@ func (tl tally) check(t testing.TB) {
 func (tl tally) checkDup(t testing.TB, bound int) {
 	t.Helper()
 	if tl.dup > bound {
-		t.Errorf("tally = %s; want at most %d duplicates (the batches in flight at the faults)%s", tl, bound, tl.firstOf("dup"))
+		why := ""
+		if tl.explain != nil {
+			why = "\n" + tl.explain()
+		}
+		t.Errorf("tally = %s; want at most %d duplicates (the batches in flight at the faults)%s%s", tl, bound, tl.firstOf("dup"), why)
 	}
 }

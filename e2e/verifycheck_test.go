@@ -99,3 +99,30 @@ func TestVerifierCatches(t *testing.T) {
 		}
 	}
 }
+
+// TestDupSpans checks what a failed duplicate check says of where the copies are: the
+// duplicated inputs summed by inlet partition and number of copies, with their offsets; and
+// that checkDup fails past its bound and prints it.
+func TestDupSpans(t *testing.T) {
+	ps := []produced{
+		{id: "a", partition: 0, offset: 0}, {id: "b", partition: 0, offset: 1}, {id: "c", partition: 0, offset: 2},
+		{id: "d", partition: 0, offset: 3}, {id: "e", partition: 1, offset: 0}, {id: "f", partition: 1, offset: 1},
+	}
+	copies := map[string]int{"a": 1, "b": 3, "c": 3, "d": 2, "e": 1, "f": 3}
+	got := formatSpans(dupSpans(ps, func(id string) int { return copies[id] }))
+	want := "partition 0: 1 ×2 (offsets 3–3); partition 0: 2 ×3 (offsets 1–2); partition 1: 1 ×3 (offsets 1–1)"
+	if got != want {
+		t.Errorf("formatSpans = %q; want %q", got, want)
+	}
+
+	tl := tally{in: 6, out: 6, dup: 6, explain: func() string { return "copies by inlet partition: " + got }}
+	rec := &errorsOf{TB: t}
+	tl.checkDup(rec, 6)
+	if len(rec.errs) != 0 {
+		t.Errorf("checkDup(6) with 6 duplicates = %q; want no failure", rec.errs)
+	}
+	tl.checkDup(rec, 5)
+	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], want) {
+		t.Errorf("checkDup(5) with 6 duplicates = %q; want one failure holding the copies' spans", rec.errs)
+	}
+}
