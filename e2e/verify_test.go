@@ -155,9 +155,10 @@ func (pl *pipeline) tally() tally {
 		tl.checkOrder(rs, inputs)
 	}
 	spans := dupSpans(pl.produced, func(id string) int { return seen[id] + deadSeen[id] })
+	// The events first and the summary last: a CI log shown by its tail keeps the summary.
 	tl.explain = func() string {
-		return fmt.Sprintf("copies by inlet partition: %s\n%s\nthe sidecars' group events, the last 150:\n%s",
-			formatSpans(spans), pl.inletCopies(), pl.groupEvents(150))
+		return fmt.Sprintf("the sidecars' group events, the last 80:\n%s\ncopies by inlet partition: %s\n%s",
+			pl.groupEvents(80), formatSpans(spans), pl.inletCopies())
 	}
 	return tl
 }
