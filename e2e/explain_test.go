@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // What a failed duplicate check prints, so that a rare failure (one CI run in many) explains
@@ -96,7 +97,11 @@ func (pl *pipeline) inletCopies() string {
 // lines, the last ones.
 func (pl *pipeline) groupEvents(max int) string {
 	logs, _ := filepath.Glob(filepath.Join(pl.dir, "sidecar-*.log"))
-	type line struct{ at, text string }
+	type line struct {
+		at   time.Time
+		text string
+	}
+	short := strings.NewReplacer(`"pipeline":"e2e",`, "", `"streamlet":"`+pl.a.name+`",`, "", pl.inTopic, "IN")
 	var lines []line
 	for _, path := range logs {
 		f, err := os.Open(path)
@@ -110,11 +115,13 @@ func (pl *pipeline) groupEvents(max int) string {
 			if !groupEvent(l) {
 				continue
 			}
-			at := ""
-			if i := strings.Index(l, `"time":"`); i >= 0 && len(l) >= i+8+30 {
-				at = l[i+8 : i+8+30]
+			var at time.Time
+			if _, rest, ok := strings.Cut(l, `"time":"`); ok {
+				if ts, _, ok := strings.Cut(rest, `"`); ok {
+					at, _ = time.Parse(time.RFC3339Nano, ts)
+				}
 			}
-			l = strings.NewReplacer(`"pipeline":"e2e",`, "", `"streamlet":"`+pl.a.name+`",`, "", pl.inTopic, "IN").Replace(l)
+			l = short.Replace(l)
 			if len(l) > 300 {
 				l = l[:300] + "…"
 			}
@@ -122,7 +129,7 @@ func (pl *pipeline) groupEvents(max int) string {
 		}
 		f.Close()
 	}
-	slices.SortStableFunc(lines, func(a, b line) int { return strings.Compare(a.at, b.at) })
+	slices.SortStableFunc(lines, func(a, b line) int { return a.at.Compare(b.at) })
 	lines = lines[len(lines)-min(len(lines), max):]
 	out := make([]string, len(lines))
 	for i, l := range lines {
