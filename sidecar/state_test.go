@@ -464,8 +464,11 @@ func TestStateStagedForRevokedBatch(t *testing.T) {
 	checkChains(t, outs)
 }
 
-// failWrites fails the nth produce request (from 1) that writes topic, named or by its topic
-// id, with INVALID_RECORD, which franz-go does not retry: every record of it fails.
+// failWrites fails the produce request that carries topic's nth record (from 1), the topic
+// named or given by its id, with INVALID_RECORD, which franz-go does not retry: every record
+// of that request fails. It counts records, not requests: the sidecar writes the rounds its
+// commit loop takes, and a loop slow to wake takes two batches' states in one round, one
+// request (a count of requests then waits for a write that never comes).
 func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
 	t.Helper()
 	id := topicID(t, b, topic)
@@ -473,11 +476,18 @@ func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		b.Cluster.KeepControl()
 		pr := req.(*kmsg.ProduceRequest)
-		hit := false
+		var n int32
 		for _, tp := range pr.Topics {
-			hit = hit || tp.Topic == topic || tp.TopicID == id
+			if tp.Topic == topic || tp.TopicID == id {
+				for _, p := range tp.Partitions {
+					n += recordsIn(t, p.Records)
+				}
+			}
 		}
-		if !hit || seen.Add(1) != int32(nth) {
+		if n == 0 {
+			return nil, nil, false
+		}
+		if after := seen.Add(n); after < int32(nth) || after-n >= int32(nth) {
 			return nil, nil, false
 		}
 		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
@@ -496,6 +506,21 @@ func failWrites(t *testing.T, b *testkit.Broker, topic string, nth int) {
 	})
 }
 
+// recordsIn counts the records of a produce request's record batches, from each batch's header.
+func recordsIn(t *testing.T, raw []byte) int32 {
+	var n int32
+	for len(raw) > 0 {
+		var rb kmsg.RecordBatch
+		if err := rb.ReadFrom(raw); err != nil {
+			t.Errorf("a produce request's record batch: %v", err)
+			return n
+		}
+		n += rb.NumRecords
+		raw = raw[min(len(raw), 12+int(rb.Length)):]
+	}
+	return n
+}
+
 // TestStateProduceFailureCatchesUp (at least once): the write of a batch's state fails, so the
 // stream fails with its state in the overlay and not in Kafka; the next conversation drops
 // the overlay and catches up from the changelog, so the batch delivered again counts from the
@@ -505,17 +530,18 @@ func TestStateProduceFailureCatchesUp(t *testing.T) {
 	st := newStateSetup(t, 1, false)
 	st.e["FLOW_INLET_IN_BATCH_MAX_RECORDS"] = "2"
 	count := st.sb.counter(false)
-	// The conversation's third batch waits for the stream's end: the failed write's batch is
-	// the last one answered.
+	// The first conversation's batches after the second wait for the stream's end: the failed
+	// write's batch is the last one answered. (Whether the third is sent before the write
+	// fails is the sidecar's timing; the second conversation's batches are all answered.)
 	var calls atomic.Int32
 	st.f.OnBatch = func(c *call) error {
-		if calls.Add(1) == 3 {
+		if c.Conv == 1 && calls.Add(1) > 2 {
 			<-c.Done()
 			return nil
 		}
 		return count(c)
 	}
-	failWrites(t, st.b, st.changelog, 2)
+	failWrites(t, st.b, st.changelog, 2) // the second batch's state: one record a batch, one key
 	r := st.start(t, nil)
 	st.produceKeys(t, 0, 1, 10)
 	waitFor(t, "every record committed", func() bool {
